@@ -1,0 +1,820 @@
+package bus
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/batonhq/baton"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// logBuffer collects log output from concurrent goroutines.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// newTestBus returns a bus whose logs go to the returned buffer and which
+// is closed when the test ends.
+func newTestBus(t *testing.T, opts ...Option) (*Bus, *logBuffer) {
+	t.Helper()
+	logs := &logBuffer{}
+	opts = append([]Option{WithLogger(slog.New(slog.NewTextHandler(logs, nil)))}, opts...)
+	b := New(opts...)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := b.Close(ctx); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return b, logs
+}
+
+func event(typ, chat string) baton.Event {
+	return baton.NewEvent(typ, baton.Metadata{TriggerSessionID: chat, Source: baton.SourceUser}, nil)
+}
+
+// collector records the events a handler saw, and lets a test wait for n of them.
+type collector struct {
+	mu     sync.Mutex
+	events []baton.Event
+	signal chan struct{}
+}
+
+func newCollector() *collector { return &collector{signal: make(chan struct{}, 1)} }
+
+func (c *collector) handle(_ context.Context, ev baton.Event) error {
+	c.mu.Lock()
+	c.events = append(c.events, ev)
+	c.mu.Unlock()
+	select {
+	case c.signal <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (c *collector) wait(t *testing.T, n int) []baton.Event {
+	t.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		c.mu.Lock()
+		got := len(c.events)
+		c.mu.Unlock()
+		if got >= n {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return append([]baton.Event(nil), c.events...)
+		}
+		select {
+		case <-c.signal:
+		case <-deadline:
+			t.Fatalf("timed out waiting for %d events, have %d", n, got)
+		}
+	}
+}
+
+func (c *collector) types() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, len(c.events))
+	for i, ev := range c.events {
+		out[i] = ev.Type
+	}
+	return out
+}
+
+// drain closes the bus, which returns once every accepted event is handled.
+func drain(t *testing.T, b *Bus) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := b.Close(ctx); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+}
+
+func mustRegister(t *testing.T, b *Bus, r Rule) {
+	t.Helper()
+	if err := b.RegisterRule(r); err != nil {
+		t.Fatalf("register %q: %v", r.Name, err)
+	}
+}
+
+// --- seed 004 §7.1 ---------------------------------------------------------
+
+func TestPublish_Success(t *testing.T) {
+	b, _ := newTestBus(t)
+	c := newCollector()
+	mustRegister(t, b, Rule{Name: "all", Types: []string{"*"}, Handler: c.handle})
+	ev := event(baton.TypeUserQuery, "chat-1")
+	ev.Payload = json.RawMessage(`{"content":"hi"}`)
+	if err := b.Publish(context.Background(), ev); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	got := c.wait(t, 1)
+	if got[0].ID != ev.ID || string(got[0].Payload) != `{"content":"hi"}` {
+		t.Fatalf("handler got %+v, want %+v", got[0], ev)
+	}
+	if s := b.Stats(); s.Published != 1 {
+		t.Fatalf("published = %d, want 1", s.Published)
+	}
+}
+
+func TestPublish_Idempotency(t *testing.T) {
+	b, _ := newTestBus(t)
+	c := newCollector()
+	mustRegister(t, b, Rule{Types: []string{"*"}, Handler: c.handle})
+	ev := event(baton.TypeUserQuery, "chat-1")
+	for i := 0; i < 3; i++ {
+		if err := b.Publish(context.Background(), ev); err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+	}
+	drain(t, b)
+	if got := len(c.types()); got != 1 {
+		t.Fatalf("handled %d times, want 1", got)
+	}
+	if s := b.Stats(); s.Duplicates != 2 || s.Published != 1 {
+		t.Fatalf("stats = %+v, want 1 published and 2 duplicates", s)
+	}
+}
+
+func TestPublish_UnknownType(t *testing.T) {
+	b, logs := newTestBus(t)
+	c := newCollector()
+	mustRegister(t, b, Rule{Types: []string{"session.*"}, Handler: c.handle})
+	if err := b.Publish(context.Background(), event("webhook.received", "chat-1")); err != nil {
+		t.Fatalf("publish of an unmatched type must not fail: %v", err)
+	}
+	drain(t, b)
+	if s := b.Stats(); s.Unmatched != 1 {
+		t.Fatalf("unmatched = %d, want 1", s.Unmatched)
+	}
+	if !strings.Contains(logs.String(), "no rule matched") || !strings.Contains(logs.String(), "webhook.received") {
+		t.Fatalf("no warning naming the type in logs:\n%s", logs)
+	}
+	if len(c.types()) != 0 {
+		t.Fatalf("handler was called for an unmatched event")
+	}
+}
+
+func TestRuleMatching_Exact(t *testing.T) {
+	b, _ := newTestBus(t)
+	exact, other := newCollector(), newCollector()
+	mustRegister(t, b, Rule{Name: "exact", Types: []string{baton.TypeUserQuery}, Handler: exact.handle})
+	mustRegister(t, b, Rule{Name: "other", Types: []string{"user_query_extra"}, Handler: other.handle})
+	for _, typ := range []string{baton.TypeUserQuery, "user_query_extra", "user_quer"} {
+		if err := b.Publish(context.Background(), event(typ, "c")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drain(t, b)
+	if got := exact.types(); len(got) != 1 || got[0] != baton.TypeUserQuery {
+		t.Fatalf("exact rule saw %v", got)
+	}
+	if got := other.types(); len(got) != 1 || got[0] != "user_query_extra" {
+		t.Fatalf("other rule saw %v", got)
+	}
+}
+
+func TestRuleMatching_Array(t *testing.T) {
+	b, _ := newTestBus(t)
+	c := newCollector()
+	mustRegister(t, b, Rule{Types: []string{baton.TypeSessionCreated, baton.TypeSessionUpdated, baton.TypeSessionDeleted}, Handler: c.handle})
+	for _, typ := range []string{baton.TypeSessionCreated, baton.TypeSessionDeleted, "session.archived"} {
+		if err := b.Publish(context.Background(), event(typ, "")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drain(t, b)
+	got := c.types()
+	if len(got) != 2 || got[0] != baton.TypeSessionCreated || got[1] != baton.TypeSessionDeleted {
+		t.Fatalf("list rule saw %v", got)
+	}
+}
+
+func TestRuleMatching_Glob(t *testing.T) {
+	b, _ := newTestBus(t)
+	c := newCollector()
+	mustRegister(t, b, Rule{Types: []string{"background_task.*"}, Handler: c.handle})
+	for _, typ := range []string{baton.TypeBackgroundTaskCompleted, baton.TypeBackgroundTaskFailed, "background_taskX", "background_task"} {
+		if err := b.Publish(context.Background(), event(typ, "c")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drain(t, b)
+	if got := c.types(); len(got) != 2 {
+		t.Fatalf("glob rule saw %v, want the two background_task.* events", got)
+	}
+}
+
+func TestRuleMatching_Wildcard(t *testing.T) {
+	b, _ := newTestBus(t)
+	specific, fallback := newCollector(), newCollector()
+	mustRegister(t, b, Rule{Name: "fallback", Types: []string{"*"}, Priority: 10, Handler: fallback.handle})
+	mustRegister(t, b, Rule{Name: "user", Types: []string{baton.TypeUserQuery}, Priority: 100, Handler: specific.handle})
+	for _, typ := range []string{baton.TypeUserQuery, "file.changed", "webhook.received"} {
+		if err := b.Publish(context.Background(), event(typ, "c")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drain(t, b)
+	if got := specific.types(); len(got) != 1 {
+		t.Fatalf("specific rule saw %v", got)
+	}
+	if got := fallback.types(); len(got) != 2 || got[0] != "file.changed" || got[1] != "webhook.received" {
+		t.Fatalf("fallback saw %v", got)
+	}
+}
+
+func TestRulePriority(t *testing.T) {
+	b, _ := newTestBus(t)
+	var winner atomic.Value
+	named := func(name string) Handler {
+		return func(context.Context, baton.Event) error { winner.Store(name); return nil }
+	}
+	// Registered low to high, so order of registration cannot explain the result.
+	mustRegister(t, b, Rule{Name: "p10", Types: []string{"*"}, Priority: 10, Handler: named("p10")})
+	mustRegister(t, b, Rule{Name: "p50", Types: []string{"session.*"}, Priority: 50, Handler: named("p50")})
+	mustRegister(t, b, Rule{Name: "p80", Types: []string{baton.TypeSessionCreated}, Priority: 80, Handler: named("p80")})
+	mustRegister(t, b, Rule{Name: "p80-later", Types: []string{baton.TypeSessionCreated}, Priority: 80, Handler: named("p80-later")})
+
+	if r, ok := b.Match(baton.TypeSessionCreated); !ok || r.Name != "p80" {
+		t.Fatalf("Match(session.created) = %q, want p80 (highest priority, registered first)", r.Name)
+	}
+	if r, _ := b.Match(baton.TypeSessionDeleted); r.Name != "p50" {
+		t.Fatalf("Match(session.deleted) = %q, want p50", r.Name)
+	}
+	if err := b.Publish(context.Background(), event(baton.TypeSessionCreated, "c")); err != nil {
+		t.Fatal(err)
+	}
+	drain(t, b)
+	if w := winner.Load(); w != "p80" {
+		t.Fatalf("handled by %v, want p80", w)
+	}
+	rules := b.Rules()
+	var order []string
+	for _, r := range rules {
+		order = append(order, r.Name)
+	}
+	if strings.Join(order, ",") != "p80,p80-later,p50,p10" {
+		t.Fatalf("rule order %v", order)
+	}
+}
+
+func TestRule_Disabled(t *testing.T) {
+	b, _ := newTestBus(t)
+	high, low := newCollector(), newCollector()
+	mustRegister(t, b, Rule{Name: "high", Types: []string{"*"}, Priority: 100, Handler: high.handle, Disabled: true})
+	mustRegister(t, b, Rule{Name: "low", Types: []string{"*"}, Priority: 1, Handler: low.handle})
+	if err := b.Publish(context.Background(), event("x", "c")); err != nil {
+		t.Fatal(err)
+	}
+	low.wait(t, 1)
+	if err := b.EnableRule("high", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Publish(context.Background(), event("x", "c")); err != nil {
+		t.Fatal(err)
+	}
+	high.wait(t, 1)
+	if err := b.EnableRule("missing", true); !errors.Is(err, baton.ErrNotFound) {
+		t.Fatalf("EnableRule(missing) = %v, want not found", err)
+	}
+}
+
+func TestRegisterRule_Invalid(t *testing.T) {
+	b, _ := newTestBus(t)
+	noop := func(context.Context, baton.Event) error { return nil }
+	cases := []struct {
+		rule Rule
+		want string
+	}{
+		{Rule{Name: "r", Handler: noop}, "types: at least one"},
+		{Rule{Name: "r", Types: []string{""}, Handler: noop}, "types[0]: empty"},
+		{Rule{Name: "r", Types: []string{"a", "[bad"}, Handler: noop}, "types[1]: bad pattern"},
+		{Rule{Name: "r", Types: []string{"has space"}, Handler: noop}, "types[0]: type: character ' '"},
+		{Rule{Name: "r", Types: []string{"x"}}, "handler is required"},
+	}
+	for _, tc := range cases {
+		err := b.RegisterRule(tc.rule)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, baton.ErrInvalid) {
+			t.Errorf("RegisterRule(%v) = %v, want an invalid error containing %q", tc.rule.Types, err, tc.want)
+		}
+	}
+	mustRegister(t, b, Rule{Name: "dup", Types: []string{"x"}, Handler: noop})
+	if err := b.RegisterRule(Rule{Name: "dup", Types: []string{"y"}, Handler: noop}); !errors.Is(err, baton.ErrConflict) {
+		t.Errorf("duplicate name: %v, want conflict", err)
+	}
+}
+
+func TestFunctionHandler(t *testing.T) {
+	b, _ := newTestBus(t)
+	got := make(chan baton.Event, 1)
+	mustRegister(t, b, Rule{Types: []string{baton.TypeUserQuery}, Handler: func(ctx context.Context, ev baton.Event) error {
+		if ctx == nil {
+			t.Error("handler got a nil context")
+		}
+		got <- ev
+		return nil
+	}})
+	ev := event(baton.TypeUserQuery, "chat-9")
+	if err := b.Publish(context.Background(), ev); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case h := <-got:
+		if h.ID != ev.ID || h.ChatID() != "chat-9" {
+			t.Fatalf("handler called with %+v", h)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("handler not called")
+	}
+}
+
+// testAgent records each instance it creates and the events it handled.
+type testAgent struct {
+	prompt string
+	seen   []string
+}
+
+func (a *testAgent) Handle(_ context.Context, ev baton.Event) error {
+	a.seen = append(a.seen, ev.ID)
+	return nil
+}
+
+func TestAgentHandler(t *testing.T) {
+	b, _ := newTestBus(t)
+	var mu sync.Mutex
+	var agents []*testAgent
+	h := AgentHandler("analyse the event", "system", func(prompt, system string) EventAgent {
+		a := &testAgent{prompt: prompt + "|" + system}
+		mu.Lock()
+		agents = append(agents, a)
+		mu.Unlock()
+		return a
+	})
+	mustRegister(t, b, Rule{Types: []string{"*"}, Priority: 10, Handler: h})
+	e1, e2 := event("file.changed", "c"), event("file.changed", "c")
+	for _, ev := range []baton.Event{e1, e2} {
+		if err := b.Publish(context.Background(), ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drain(t, b)
+	if len(agents) != 2 {
+		t.Fatalf("created %d agents, want one fresh agent per event", len(agents))
+	}
+	for i, want := range []string{e1.ID, e2.ID} {
+		if a := agents[i]; a.prompt != "analyse the event|system" || len(a.seen) != 1 || a.seen[0] != want {
+			t.Fatalf("agent %d = %+v, want prompt and one event %s", i, a, want)
+		}
+	}
+}
+
+func TestQueue_Processing(t *testing.T) {
+	b, _ := newTestBus(t)
+	var got []int
+	mustRegister(t, b, Rule{Types: []string{"*"}, Handler: func(_ context.Context, ev baton.Event) error {
+		var n int
+		if err := json.Unmarshal(ev.Payload, &n); err != nil {
+			return err
+		}
+		got = append(got, n) // one chat: never concurrent, so no lock
+		return nil
+	}})
+	const n = 500
+	for i := 0; i < n; i++ {
+		ev := event("tick", "chat-1")
+		ev.Payload = json.RawMessage(fmt.Sprint(i))
+		if err := b.Publish(context.Background(), ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drain(t, b)
+	if len(got) != n {
+		t.Fatalf("handled %d, want %d", len(got), n)
+	}
+	for i, v := range got {
+		if v != i {
+			t.Fatalf("event %d handled at position %d: order broken", v, i)
+		}
+	}
+}
+
+func TestQueue_PreventsConcurrent(t *testing.T) {
+	b, _ := newTestBus(t, WithConcurrency(64))
+	var inFlight, maxInFlight atomic.Int32
+	mustRegister(t, b, Rule{Types: []string{"*"}, Handler: func(context.Context, baton.Event) error {
+		n := inFlight.Add(1)
+		for {
+			m := maxInFlight.Load()
+			if n <= m || maxInFlight.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		time.Sleep(50 * time.Microsecond) // widen the window in which a second handler could overlap
+		inFlight.Add(-1)
+		return nil
+	}})
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 50; i++ {
+				if err := b.Publish(context.Background(), event("tick", "one-chat")); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	drain(t, b)
+	if m := maxInFlight.Load(); m != 1 {
+		t.Fatalf("%d handlers of one chat ran at once, want 1", m)
+	}
+}
+
+// --- beyond the seed ---------------------------------------------------------
+
+func TestOrder_ThousandChatsConcurrent(t *testing.T) {
+	b, _ := newTestBus(t, WithConcurrency(128))
+	const chats, perChat, publishers = 1000, 20, 16
+	var mu sync.Mutex
+	last := make(map[string]int, chats)
+	var broken atomic.Int32
+	mustRegister(t, b, Rule{Types: []string{"*"}, Handler: func(_ context.Context, ev baton.Event) error {
+		var n int
+		_ = json.Unmarshal(ev.Payload, &n)
+		mu.Lock()
+		prev, ok := last[ev.ChatID()]
+		if (!ok && n != 0) || (ok && n != prev+1) {
+			broken.Add(1)
+		}
+		last[ev.ChatID()] = n
+		mu.Unlock()
+		return nil
+	}})
+	var wg sync.WaitGroup
+	for p := 0; p < publishers; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Each chat has exactly one publisher, so "publish order" is well defined;
+			// the publishers interleave their chats.
+			for i := 0; i < perChat; i++ {
+				for c := p; c < chats; c += publishers {
+					ev := event("tick", fmt.Sprintf("chat-%d", c))
+					ev.Payload = json.RawMessage(fmt.Sprint(i))
+					if err := b.Publish(context.Background(), ev); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	drain(t, b)
+	if n := broken.Load(); n != 0 {
+		t.Fatalf("%d events handled out of order", n)
+	}
+	if len(last) != chats {
+		t.Fatalf("%d chats handled, want %d", len(last), chats)
+	}
+	for chat, n := range last {
+		if n != perChat-1 {
+			t.Fatalf("%s: last event %d, want %d", chat, n, perChat-1)
+		}
+	}
+}
+
+func TestBlockedChatDoesNotDelayOthers(t *testing.T) {
+	b, _ := newTestBus(t)
+	release := make(chan struct{})
+	blocked := make(chan struct{})
+	otherDone := make(chan struct{})
+	mustRegister(t, b, Rule{Types: []string{"*"}, Handler: func(ctx context.Context, ev baton.Event) error {
+		switch ev.ChatID() {
+		case "A":
+			close(blocked)
+			<-release
+		case "B":
+			close(otherDone)
+		}
+		return nil
+	}})
+	defer close(release)
+	if err := b.Publish(context.Background(), event("tick", "A")); err != nil {
+		t.Fatal(err)
+	}
+	<-blocked
+	if err := b.Publish(context.Background(), event("tick", "B")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-otherDone:
+	case <-time.After(5 * time.Second):
+		t.Fatal("chat B waited for chat A's blocked handler")
+	}
+}
+
+func TestPanicDoesNotStopChat(t *testing.T) {
+	b, logs := newTestBus(t)
+	c := newCollector()
+	mustRegister(t, b, Rule{Types: []string{"*"}, Handler: func(ctx context.Context, ev baton.Event) error {
+		if ev.Type == "boom" {
+			panic("handler exploded")
+		}
+		if ev.Type == "fail" {
+			return errors.New("handler failed on purpose")
+		}
+		return c.handle(ctx, ev)
+	}})
+	boom, fail, next := event("boom", "chat-1"), event("fail", "chat-1"), event("next", "chat-1")
+	for _, ev := range []baton.Event{boom, fail, next} {
+		if err := b.Publish(context.Background(), ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := c.wait(t, 1)
+	if got[0].ID != next.ID {
+		t.Fatalf("after a panic and an error the chat's next event was not handled")
+	}
+	s := b.Stats()
+	if s.Panics != 1 || s.HandlerErrors != 1 {
+		t.Fatalf("stats = %+v, want 1 panic and 1 error", s)
+	}
+	out := logs.String()
+	for _, want := range []string{"handler panicked", boom.ID, "handler exploded", "handler failed", fail.ID, "event_type=fail"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("logs lack %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestIdempotencyWindow_EvictsByCount(t *testing.T) {
+	// A window of 3 remembers an id for at least 3 and at most 6 further ids.
+	b, _ := newTestBus(t, WithIdempotencyWindow(3, time.Hour))
+	c := newCollector()
+	mustRegister(t, b, Rule{Types: []string{"*"}, Handler: c.handle})
+	publish := func(ev baton.Event) {
+		t.Helper()
+		if err := b.Publish(context.Background(), ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := event("t", "c")
+	publish(first)
+	for i := 0; i < 3; i++ {
+		publish(event("t", "c"))
+	}
+	publish(first) // 3 ids later: still remembered
+	if s := b.Stats(); s.Duplicates != 1 {
+		t.Fatalf("duplicates = %d, want 1: an id must be remembered for at least count further ids", s.Duplicates)
+	}
+	for i := 0; i < 3; i++ {
+		publish(event("t", "c"))
+	}
+	publish(first) // 6 ids later: forgotten, accepted again
+	drain(t, b)
+	if got, s := len(c.types()), b.Stats(); got != 8 || s.Duplicates != 1 {
+		t.Fatalf("handled %d with %d duplicates, want 8 and 1: past 2×count the id is accepted again", got, s.Duplicates)
+	}
+}
+
+func TestIdempotencyWindow_EvictsByAge(t *testing.T) {
+	// A window of one minute remembers an id for at least one and at most two minutes.
+	var now atomic.Int64
+	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	clock := func() time.Time { return time.Unix(0, now.Load()) }
+	b, _ := newTestBus(t, WithIdempotencyWindow(100, time.Minute), WithClock(clock))
+	c := newCollector()
+	mustRegister(t, b, Rule{Types: []string{"*"}, Handler: c.handle})
+	ev := event("t", "c")
+	_ = b.Publish(context.Background(), ev)
+	now.Add(int64(59 * time.Second))
+	_ = b.Publish(context.Background(), ev) // within a minute: dropped
+	_ = b.Publish(context.Background(), event("t", "c"))
+	now.Add(int64(62 * time.Second))
+	_ = b.Publish(context.Background(), event("t", "c"))
+	now.Add(int64(60 * time.Second))
+	_ = b.Publish(context.Background(), ev) // over two minutes after it was seen: accepted again
+	drain(t, b)
+	if got, s := len(c.types()), b.Stats(); got != 4 || s.Duplicates != 1 {
+		t.Fatalf("handled %d with %d duplicates, want 4 and 1", got, s.Duplicates)
+	}
+}
+
+func TestWindow_Bounds(t *testing.T) {
+	w := newWindow(100, int64(time.Hour))
+	for i := 0; i < 10_000; i++ {
+		id := fmt.Sprint(i)
+		if w.contains(id, 0) {
+			t.Fatalf("fresh id %s reported as seen", id)
+		}
+		w.add(id, 0)
+		if w.len() > 200 {
+			t.Fatalf("window holds %d ids, bound is 2×count = 200", w.len())
+		}
+		if i >= 100 && !w.contains(fmt.Sprint(i-100), 0) {
+			t.Fatalf("id %d forgotten after only 100 further ids", i-100)
+		}
+	}
+}
+
+func TestIdempotencyWindow_Off(t *testing.T) {
+	b, _ := newTestBus(t, WithIdempotencyWindow(0, 0))
+	c := newCollector()
+	mustRegister(t, b, Rule{Types: []string{"*"}, Handler: c.handle})
+	ev := event("t", "c")
+	_ = b.Publish(context.Background(), ev)
+	_ = b.Publish(context.Background(), ev)
+	drain(t, b)
+	if got := len(c.types()); got != 2 {
+		t.Fatalf("handled %d, want 2 with de-duplication off", got)
+	}
+}
+
+func TestBackpressure_PublishWaitsForRoom(t *testing.T) {
+	b, _ := newTestBus(t, WithLaneCapacity(2))
+	release := make(chan struct{})
+	started := make(chan struct{}, 10)
+	mustRegister(t, b, Rule{Types: []string{"*"}, Handler: func(context.Context, baton.Event) error {
+		started <- struct{}{}
+		<-release
+		return nil
+	}})
+	// The first event is taken by the worker; two more fill the lane.
+	if err := b.Publish(context.Background(), event("t", "c")); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	for i := 0; i < 2; i++ {
+		if err := b.Publish(context.Background(), event("t", "c")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	full := event("t", "c")
+	if err := b.Publish(ctx, full); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("publish to a full lane = %v, want the context's deadline error", err)
+	}
+	// Room appears once the handler returns; the same event can now be
+	// published (the failed attempt did not mark its id as seen).
+	done := make(chan error, 1)
+	go func() { done <- b.Publish(context.Background(), full) }()
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("publish after room was made: %v", err)
+	}
+	drain(t, b)
+	if s := b.Stats(); s.Handled != 4 || s.PublishWaits < 1 {
+		t.Fatalf("stats = %+v, want 4 handled and at least 1 wait", s)
+	}
+}
+
+func TestClose_DuringPublishingLosesNothing(t *testing.T) {
+	b := New(WithLogger(slog.New(slog.NewTextHandler(&logBuffer{}, nil))), WithLaneCapacity(8))
+	var handled sync.Map
+	mustRegister(t, b, Rule{Types: []string{"*"}, Handler: func(_ context.Context, ev baton.Event) error {
+		handled.Store(ev.ID, true)
+		return nil
+	}})
+	var accepted sync.Map
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for p := 0; p < 8; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for i := 0; ; i++ {
+				ev := event("t", fmt.Sprintf("chat-%d", i%7))
+				err := b.Publish(context.Background(), ev)
+				if errors.Is(err, baton.ErrClosed) {
+					return
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				accepted.Store(ev.ID, true)
+			}
+		}()
+	}
+	close(start)
+	for deadline := time.Now().Add(5 * time.Second); b.Stats().Published < 200 && time.Now().Before(deadline); {
+		runtime.Gosched() // let publishing get going; Close must cope with any moment
+	}
+	if err := b.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	n := 0
+	accepted.Range(func(id, _ any) bool {
+		n++
+		if _, ok := handled.Load(id); !ok {
+			t.Errorf("accepted event %v was never handled", id)
+		}
+		return true
+	})
+	if n == 0 {
+		t.Fatal("no event was accepted before Close")
+	}
+	if err := b.Publish(context.Background(), event("t", "c")); !errors.Is(err, baton.ErrClosed) {
+		t.Fatalf("publish after close = %v, want ErrClosed", err)
+	}
+}
+
+func TestClose_DeadlineAbandonsQueued(t *testing.T) {
+	b := New(WithLogger(slog.New(slog.NewTextHandler(&logBuffer{}, nil))))
+	started := make(chan struct{})
+	mustRegister(t, b, Rule{Types: []string{"*"}, Handler: func(ctx context.Context, ev baton.Event) error {
+		if ev.Type == "block" {
+			close(started)
+			<-ctx.Done() // returns only when Close's deadline cancels handlers
+		}
+		return nil
+	}})
+	_ = b.Publish(context.Background(), event("block", "c"))
+	<-started
+	for i := 0; i < 5; i++ {
+		_ = b.Publish(context.Background(), event("t", "c"))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := b.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("close = %v, want deadline exceeded", err)
+	}
+	if s := b.Stats(); s.Abandoned != 5 {
+		t.Fatalf("abandoned = %d, want 5", s.Abandoned)
+	}
+}
+
+func TestNoChatEventsHaveTheirOwnOrderedLane(t *testing.T) {
+	b, _ := newTestBus(t)
+	var got []int
+	mustRegister(t, b, Rule{Types: []string{"*"}, Handler: func(_ context.Context, ev baton.Event) error {
+		if ev.ChatID() == "" {
+			var n int
+			_ = json.Unmarshal(ev.Payload, &n)
+			got = append(got, n)
+		}
+		return nil
+	}})
+	for i := 0; i < 100; i++ {
+		ev := event("session.created", "")
+		ev.Payload = json.RawMessage(fmt.Sprint(i))
+		_ = b.Publish(context.Background(), ev)
+		_ = b.Publish(context.Background(), event("t", fmt.Sprint("chat-", i)))
+	}
+	drain(t, b)
+	for i, v := range got {
+		if v != i {
+			t.Fatalf("no-chat events out of order at %d: %v", i, got)
+		}
+	}
+	if len(got) != 100 {
+		t.Fatalf("handled %d no-chat events, want 100", len(got))
+	}
+}
+
+func TestPublish_RequiresIDAndType(t *testing.T) {
+	b, _ := newTestBus(t)
+	if err := b.Publish(context.Background(), baton.Event{Type: "x"}); !errors.Is(err, baton.ErrInvalid) {
+		t.Fatalf("publish without id = %v, want invalid", err)
+	}
+	if err := b.Publish(context.Background(), baton.Event{ID: "x"}); !errors.Is(err, baton.ErrInvalid) {
+		t.Fatalf("publish without type = %v, want invalid", err)
+	}
+}
