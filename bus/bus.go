@@ -73,14 +73,14 @@ type Bus struct {
 
 	mu        sync.Mutex
 	closed    bool
-	abandon   bool // Close's deadline passed: drop what is still queued
+	abandon   bool             // Close's deadline passed: drop what is still queued
 	lanes     map[string]*lane // active lanes and up to maxIdleLanes idle ones
 	idleLanes int
 	ready     laneFIFO
-	workers   int        // running workers, busy or idle
-	idle      int        // workers parked on wake
-	maxIdle   int        // how many workers may park instead of exiting
-	wake      chan *lane // hands a lane to a parked worker; closed by Close
+	workers   int           // running workers, busy or idle
+	idle      int           // workers parked on wake
+	maxIdle   int           // how many workers may park instead of exiting
+	wake      chan *lane    // hands a lane to a parked worker; closed by Close
 	drained   chan struct{} // closed when closed and no worker is left
 	seen      *window
 	observers atomic.Pointer[[]*Subscription]
