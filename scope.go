@@ -1,0 +1,51 @@
+package baton
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Scope is the tenant a call acts for: an app (the spec's enterprise) and a
+// user within it. Every store call takes one, and a chat of another scope is
+// ErrNotFound, never forbidden-with-details (invariant 8).
+type Scope struct {
+	App  string
+	User string
+}
+
+// EffectState is where an effect stands in the ledger.
+type EffectState int
+
+const (
+	// EffectNew means the claim is the first: the caller owns the effect,
+	// must perform it, and then record its result.
+	EffectNew EffectState = iota
+	// EffectPending means the key was claimed before but no result was
+	// recorded: a process died between claiming and recording. Whether the
+	// effect happened is unknown; the caller decides (see the tools docs).
+	EffectPending
+	// EffectDone means a result was recorded; Result holds it and the
+	// effect must not be performed again.
+	EffectDone
+)
+
+// Effect is one entry of the effect ledger.
+type Effect struct {
+	Key       string
+	State     EffectState
+	Result    json.RawMessage // set when State is EffectDone
+	ClaimedAt time.Time
+}
+
+// EffectLedger makes side effects happen at most once per key across
+// retries, replays, restarts and instances (invariant 5). The key for a tool
+// call is (chat, turn key, tool-call id).
+type EffectLedger interface {
+	// ClaimEffect claims key for the chat. Exactly one of any number of
+	// concurrent claims of a key gets EffectNew.
+	ClaimEffect(ctx context.Context, scope Scope, chatID, key string) (Effect, error)
+	// RecordEffect stores the result of a claimed effect. A later claim
+	// returns it with EffectDone.
+	RecordEffect(ctx context.Context, scope Scope, chatID, key string, result json.RawMessage) error
+}
