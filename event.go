@@ -441,7 +441,8 @@ func decodeInt(field string, v json.RawMessage, dst *int64) error {
 func syntaxError(what string, data []byte, err error) error {
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
-		line, col := LineCol(data, se.Offset)
+		// Offset counts the bytes read, including the one that is wrong.
+		line, col := LineCol(data, max(se.Offset-1, 0))
 		return Errorf(EINVALID, "%s: malformed JSON at line %d, column %d: %v", what, line, col, se)
 	}
 	var te *json.UnmarshalTypeError

@@ -34,7 +34,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -53,6 +52,7 @@ const (
 	defaultBatch           = 32 // events taken from a lane per lock
 	defaultFairnessQuantum = 64 // events a worker handles on one lane before letting a waiting lane in
 	maxIdleLanes           = 4096
+	maxSpins               = 8 // yields a worker makes looking for work before it parks
 )
 
 // Bus routes events to handlers. The zero value is not usable; call New.
@@ -77,10 +77,7 @@ type Bus struct {
 	lanes     map[string]*lane // active lanes and up to maxIdleLanes idle ones
 	idleLanes int
 	ready     laneFIFO
-	workers   int           // running workers, busy or idle
-	idle      int           // workers parked on wake
-	maxIdle   int           // how many workers may park instead of exiting
-	wake      chan *lane    // hands a lane to a parked worker; closed by Close
+	sched     scheduler
 	drained   chan struct{} // closed when closed and no worker is left
 	seen      *window
 	observers atomic.Pointer[[]*Subscription]
@@ -131,10 +128,7 @@ func New(opts ...Option) *Bus {
 	for _, o := range opts {
 		o(b)
 	}
-	// A few parked workers make activating a lane a channel send instead of
-	// a goroutine start; more would only hold stacks while the bus is idle.
-	b.maxIdle = min(b.concurrency, 2*runtime.GOMAXPROCS(0)+2)
-	b.wake = make(chan *lane, b.maxIdle)
+	b.sched.init(b.concurrency)
 	if b.seen == nil {
 		b.seen = newWindow(DefaultWindowCount, int64(DefaultWindowAge))
 	}
@@ -261,98 +255,6 @@ func (b *Bus) Publish(ctx context.Context, ev baton.Event) error {
 	}
 }
 
-// activate gives l a worker, or queues it for the next free one. b.mu is held.
-func (b *Bus) activate(l *lane) {
-	l.active = true
-	switch {
-	case b.idle > 0:
-		b.idle--
-		b.wake <- l // buffered for every parked worker: never blocks
-	case b.workers < b.concurrency:
-		b.workers++
-		go b.work(l)
-	default:
-		b.ready.push(l)
-	}
-}
-
-// work handles lanes until none is waiting, then parks for more or exits.
-// It owns l on entry.
-func (b *Bus) work(l *lane) {
-	var batch [defaultBatch]baton.Event
-	handled := 0
-	for {
-		b.mu.Lock()
-		if b.abandon {
-			b.stats.abandoned.Add(uint64(l.n))
-			l.popInto(make([]baton.Event, l.n))
-		}
-		if l.space != nil && l.n < b.laneCapacity {
-			close(l.space) // wake publishers waiting for room
-			l.space = nil
-		}
-		if l.n == 0 || (handled >= defaultFairnessQuantum && b.ready.len() > 0) {
-			if l.n == 0 {
-				b.retire(l)
-			} else {
-				b.ready.push(l) // let a waiting lane in; l keeps its place in line
-			}
-			handled = 0
-			if l = b.ready.pop(); l == nil {
-				if !b.closed && b.idle < b.maxIdle {
-					b.idle++
-					b.mu.Unlock()
-					if l = <-b.wake; l != nil {
-						continue
-					}
-					b.mu.Lock() // woken by Close
-				}
-				b.workers--
-				if b.closed && b.workers == 0 {
-					close(b.drained)
-				}
-				b.mu.Unlock()
-				return
-			}
-			b.mu.Unlock()
-			continue
-		}
-		k := l.popInto(batch[:])
-		if l.space != nil {
-			close(l.space)
-			l.space = nil
-		}
-		b.mu.Unlock()
-		for i := 0; i < k; i++ {
-			b.dispatch(batch[i])
-			batch[i] = baton.Event{}
-		}
-		handled += k
-	}
-}
-
-// retire marks an empty lane idle. When too many lanes are idle, all idle
-// ones are dropped at once: rebuilding the map, rather than deleting keys one
-// by one, keeps its lookups fast. b.mu is held.
-func (b *Bus) retire(l *lane) {
-	l.active = false
-	l.head = 0
-	if len(l.buf) > 64 {
-		l.buf = nil // a burst grew it; do not keep the memory for an idle chat
-	}
-	b.idleLanes++
-	if b.idleLanes <= maxIdleLanes {
-		return
-	}
-	keep := make(map[string]*lane, len(b.lanes)-b.idleLanes)
-	for k, v := range b.lanes {
-		if v.active || v.n > 0 {
-			keep[k] = v
-		}
-	}
-	b.lanes, b.idleLanes = keep, 0
-}
-
 // dispatch hands ev to the rule that wins it, containing errors and panics.
 func (b *Bus) dispatch(ev baton.Event) {
 	r := b.routes.Load().route(ev.Type)
@@ -390,15 +292,14 @@ func (b *Bus) Close(ctx context.Context) error {
 	b.mu.Lock()
 	if !b.closed {
 		b.closed = true
-		close(b.wake) // parked workers exit; no lane is activated after closed
-		b.idle = 0
+		b.sched.close() // parked workers exit; no lane is activated after closed
 		for _, l := range b.lanes {
 			if l.space != nil {
 				close(l.space) // waiting publishers see closed and return ErrClosed
 				l.space = nil
 			}
 		}
-		if b.workers == 0 {
+		if b.sched.workers == 0 {
 			close(b.drained)
 		}
 	}
@@ -416,6 +317,7 @@ func (b *Bus) Close(ctx context.Context) error {
 		<-b.drained
 	}
 	b.cancel()
+	b.sched.stopWatchdog()
 	b.closeObservers()
 	return err
 }

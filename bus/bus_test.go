@@ -818,3 +818,115 @@ func TestPublish_RequiresIDAndType(t *testing.T) {
 		t.Fatalf("publish without type = %v, want invalid", err)
 	}
 }
+
+func TestSubscribe_SlowObserverIsDroppedNotWaitedFor(t *testing.T) {
+	b, logs := newTestBus(t)
+	c := newCollector()
+	mustRegister(t, b, Rule{Types: []string{"*"}, Handler: c.handle})
+	slow, err := b.Subscribe(nil, Buffer(2)) // never read
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast, err := b.Subscribe([]string{"tick"}, Buffer(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 10; i++ {
+		if err := b.Publish(context.Background(), event("tick", "c")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.wait(t, 10) // the bus went on although the slow observer stopped reading
+	if len(fast.C()) != 10 {
+		t.Fatalf("fast observer has %d events, want 10", len(fast.C()))
+	}
+	n := 0
+	for range slow.C() { // closed after its buffer: drains 2 then ends
+		n++
+	}
+	if n != 2 || !errors.Is(slow.Err(), ErrSlowSubscriber) {
+		t.Fatalf("slow observer got %d events and err %v, want 2 and ErrSlowSubscriber", n, slow.Err())
+	}
+	if s := b.Stats(); s.ObserverDrops != 1 {
+		t.Fatalf("observer drops = %d, want 1", s.ObserverDrops)
+	}
+	if !strings.Contains(logs.String(), "dropped slow subscriber") {
+		t.Fatalf("drop not logged:\n%s", logs)
+	}
+}
+
+func TestSubscribe_PatternsChatAndClose(t *testing.T) {
+	b := New(WithLogger(slog.New(slog.NewTextHandler(&logBuffer{}, nil))))
+	sub, err := b.Subscribe([]string{"chat.*", baton.TypeStreamText}, ForChat("c1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Subscribe([]string{"[bad"}); !errors.Is(err, baton.ErrInvalid) {
+		t.Fatalf("bad pattern: %v", err)
+	}
+	_ = b.Broadcast(event(baton.TypeStreamText, "c1"))
+	_ = b.Broadcast(event(baton.TypeStreamText, "c2"))                   // other chat
+	_ = b.Broadcast(event(baton.TypeStreamStart, "c1"))                  // other type
+	_ = b.Publish(context.Background(), event(baton.TypeChatText, "c1")) // unmatched by rules, still observed
+	if err := b.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for ev := range sub.C() {
+		got = append(got, ev.Type+"@"+ev.ChatID())
+	}
+	if strings.Join(got, ",") != "stream.text@c1,chat.text@c1" {
+		t.Fatalf("observed %v", got)
+	}
+	if !errors.Is(sub.Err(), baton.ErrClosed) {
+		t.Fatalf("err after bus close = %v, want ErrClosed", sub.Err())
+	}
+	if err := b.Broadcast(event("x", "")); !errors.Is(err, baton.ErrClosed) {
+		t.Fatalf("broadcast after close = %v", err)
+	}
+	if _, err := b.Subscribe(nil); !errors.Is(err, baton.ErrClosed) {
+		t.Fatalf("subscribe after close = %v", err)
+	}
+}
+
+// With far more chats blocked in handlers than the bus runs workers for at
+// once, a new chat is still handled: the watchdog starts workers in place of
+// stuck ones.
+func TestManyBlockedChatsDoNotDelayOthers(t *testing.T) {
+	b, _ := newTestBus(t)
+	const blockedChats = 50
+	release := make(chan struct{})
+	var blocked sync.WaitGroup
+	blocked.Add(blockedChats)
+	done := make(chan struct{})
+	mustRegister(t, b, Rule{Types: []string{"*"}, Handler: func(ctx context.Context, ev baton.Event) error {
+		if ev.Type == "block" {
+			blocked.Done()
+			<-release
+			return nil
+		}
+		close(done)
+		return nil
+	}})
+	defer close(release)
+	for i := 0; i < blockedChats; i++ {
+		if err := b.Publish(context.Background(), event("block", fmt.Sprint("blocked-", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitAll := make(chan struct{})
+	go func() { blocked.Wait(); close(waitAll) }()
+	select {
+	case <-waitAll: // every blocked chat got a worker of its own
+	case <-time.After(5 * time.Second):
+		t.Fatal("not every chat's handler started while others were blocked")
+	}
+	if err := b.Publish(context.Background(), event("free", "free-chat")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a free chat waited behind blocked ones")
+	}
+}
