@@ -1,0 +1,375 @@
+package workflow
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"strconv"
+	"strings"
+
+	"github.com/batonhq/baton"
+)
+
+// node is one JSON value of a workflow file, with where it starts, so that
+// every error can name its line and column. Objects keep their keys in file
+// order.
+type node struct {
+	kind  byte // 'o' object, 'a' array, 's' string, 'n' number, 'b' bool, 'z' null
+	off   int64
+	num   string
+	keys  []string
+	vals  []*node
+	elems []*node
+}
+
+// get returns the value of key in an object node, or nil.
+func (n *node) get(key string) *node {
+	if n == nil || n.kind != 'o' {
+		return nil
+	}
+	for i, k := range n.keys {
+		if k == key {
+			return n.vals[i]
+		}
+	}
+	return nil
+}
+
+// objectKeys returns the keys of the object at the given key path, in file order.
+func (n *node) objectKeys(path ...string) []string {
+	for _, p := range path {
+		n = n.get(p)
+	}
+	if n == nil || n.kind != 'o' {
+		return nil
+	}
+	return n.keys
+}
+
+// file is one parsed workflow file: its name (as shown in errors), its bytes
+// and the position of every JSON path in it.
+type file struct {
+	name string
+	data []byte
+	root *node
+	pos  map[string]int64
+}
+
+// maxFileSize bounds each workflow file; a larger file is an error, not a
+// slow load.
+const maxFileSize = 4 << 20
+
+// maxDepth bounds the nesting of JSON values in a workflow file.
+const maxDepth = 64
+
+// parse reads data into a node tree. A syntax error is returned as a
+// FieldError with line and column.
+func parse(name string, data []byte) (*file, *FieldError) {
+	f := &file{name: name, data: data, pos: map[string]int64{}}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	p := &parser{dec: dec, data: data}
+	root, err := p.value(0)
+	if err == nil {
+		if _, terr := dec.Token(); terr != io.EOF {
+			err = fmt.Errorf("unexpected data after the top-level value")
+			p.errOff = dec.InputOffset()
+		}
+	}
+	if err != nil {
+		off := p.errOff
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			off = se.Offset
+		}
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			off = int64(len(data))
+			err = errors.New("unexpected end of file")
+		}
+		line, col := baton.LineCol(data, off)
+		return nil, &FieldError{File: name, Line: line, Col: col, Message: "malformed JSON: " + err.Error()}
+	}
+	if root.kind != 'o' {
+		line, col := baton.LineCol(data, root.off)
+		return nil, &FieldError{File: name, Line: line, Col: col, Message: "must be a JSON object, not " + kindName(root.kind)}
+	}
+	f.root = root
+	f.index(root, "")
+	return f, nil
+}
+
+type parser struct {
+	dec    *json.Decoder
+	data   []byte
+	errOff int64
+}
+
+// start returns the offset of the next token: the decoder's offset after
+// skipping whitespace and separators.
+func (p *parser) start() int64 {
+	off := p.dec.InputOffset()
+	for off < int64(len(p.data)) {
+		switch p.data[off] {
+		case ' ', '\t', '\r', '\n', ',', ':':
+			off++
+			continue
+		}
+		break
+	}
+	return off
+}
+
+func (p *parser) value(depth int) (*node, error) {
+	off := p.start()
+	tok, err := p.dec.Token()
+	if err != nil {
+		p.errOff = off
+		return nil, err
+	}
+	return p.fromToken(tok, off, depth)
+}
+
+func (p *parser) fromToken(tok json.Token, off int64, depth int) (*node, error) {
+	if depth > maxDepth {
+		p.errOff = off
+		return nil, fmt.Errorf("nested deeper than %d levels", maxDepth)
+	}
+	n := &node{off: off}
+	switch t := tok.(type) {
+	case json.Delim:
+		switch t {
+		case '{':
+			n.kind = 'o'
+			for p.dec.More() {
+				koff := p.start()
+				kt, err := p.dec.Token()
+				if err != nil {
+					p.errOff = koff
+					return nil, err
+				}
+				key, _ := kt.(string)
+				for _, k := range n.keys {
+					if k == key {
+						p.errOff = koff
+						return nil, fmt.Errorf("duplicate key %q", key)
+					}
+				}
+				v, err := p.value(depth + 1)
+				if err != nil {
+					return nil, err
+				}
+				n.keys = append(n.keys, key)
+				n.vals = append(n.vals, v)
+			}
+		case '[':
+			n.kind = 'a'
+			for p.dec.More() {
+				v, err := p.value(depth + 1)
+				if err != nil {
+					return nil, err
+				}
+				n.elems = append(n.elems, v)
+			}
+		default:
+			p.errOff = off
+			return nil, fmt.Errorf("unexpected %q", rune(t))
+		}
+		if _, err := p.dec.Token(); err != nil { // the closing delimiter
+			p.errOff = p.start()
+			return nil, err
+		}
+	case string:
+		n.kind = 's'
+	case json.Number:
+		n.kind, n.num = 'n', string(t)
+	case bool:
+		n.kind = 'b'
+	case nil:
+		n.kind = 'z'
+	}
+	return n, nil
+}
+
+// index records the offset of every path in the tree.
+func (f *file) index(n *node, path string) {
+	f.pos[path] = n.off
+	switch n.kind {
+	case 'o':
+		for i, k := range n.keys {
+			f.index(n.vals[i], joinPath(path, k))
+		}
+	case 'a':
+		for i, e := range n.elems {
+			f.index(e, path+"["+strconv.Itoa(i)+"]")
+		}
+	}
+}
+
+// lineCol returns the position of path, or of its nearest parent that has one.
+func (f *file) lineCol(path string) (int, int) {
+	for {
+		if off, ok := f.pos[path]; ok {
+			return baton.LineCol(f.data, off)
+		}
+		i := strings.LastIndexAny(path, ".[")
+		if i < 0 {
+			if off, ok := f.pos[""]; ok && path != "" {
+				return baton.LineCol(f.data, off)
+			}
+			return 0, 0
+		}
+		path = path[:i]
+	}
+}
+
+func joinPath(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func kindName(k byte) string {
+	switch k {
+	case 'o':
+		return "an object"
+	case 'a':
+		return "an array"
+	case 's':
+		return "a string"
+	case 'n':
+		return "a number"
+	case 'b':
+		return "a boolean"
+	default:
+		return "null"
+	}
+}
+
+var rawMessageType = reflect.TypeFor[json.RawMessage]()
+
+// check compares the tree with the Go type it will be decoded into and
+// reports every unknown field and every value of the wrong JSON type. It
+// returns false when something under n was wrong.
+func (f *file) check(n *node, t reflect.Type, path string, report func(path, msg string)) {
+	if t == rawMessageType || t.Kind() == reflect.Interface {
+		return
+	}
+	if t.Kind() == reflect.Pointer {
+		if n.kind == 'z' {
+			return
+		}
+		t = t.Elem()
+	}
+	if n.kind == 'z' {
+		return // null leaves the zero value; required fields are checked later
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		if n.kind != 'o' {
+			report(path, "must be an object, not "+kindName(n.kind))
+			return
+		}
+		fields := jsonFields(t)
+		for i, k := range n.keys {
+			sf, ok := fields[k]
+			if !ok {
+				msg := "unknown field"
+				if s := suggest(k, fields); s != "" {
+					msg += " (did you mean " + s + "?)"
+				}
+				report(joinPath(path, k), msg)
+				continue
+			}
+			f.check(n.vals[i], sf.Type, joinPath(path, k), report)
+		}
+	case reflect.Map:
+		if n.kind != 'o' {
+			report(path, "must be an object, not "+kindName(n.kind))
+			return
+		}
+		for i, k := range n.keys {
+			f.check(n.vals[i], t.Elem(), joinPath(path, k), report)
+		}
+	case reflect.Slice:
+		if n.kind != 'a' {
+			report(path, "must be an array, not "+kindName(n.kind))
+			return
+		}
+		for i, e := range n.elems {
+			f.check(e, t.Elem(), path+"["+strconv.Itoa(i)+"]", report)
+		}
+	case reflect.String:
+		if n.kind != 's' {
+			report(path, "must be a string, not "+kindName(n.kind))
+		}
+	case reflect.Bool:
+		if n.kind != 'b' {
+			report(path, "must be a boolean (true or false), not "+kindName(n.kind))
+		}
+	case reflect.Int, reflect.Int64:
+		if n.kind != 'n' {
+			report(path, "must be an integer, not "+kindName(n.kind))
+		} else if _, err := strconv.ParseInt(n.num, 10, 64); err != nil {
+			report(path, "must be an integer, not "+n.num)
+		}
+	case reflect.Float64:
+		if n.kind != 'n' {
+			report(path, "must be a number, not "+kindName(n.kind))
+		}
+	}
+}
+
+// jsonFields maps the JSON names of t's fields to the fields.
+func jsonFields(t reflect.Type) map[string]reflect.StructField {
+	m := make(map[string]reflect.StructField, t.NumField())
+	for i := range t.NumField() {
+		sf := t.Field(i)
+		tag := sf.Tag.Get("json")
+		name, _, _ := strings.Cut(tag, ",")
+		if name == "-" || !sf.IsExported() || name == "" {
+			continue
+		}
+		m[name] = sf
+	}
+	return m
+}
+
+// suggest returns the known field closest to k when it is a likely typo.
+func suggest(k string, fields map[string]reflect.StructField) string {
+	best, bestD := "", 3
+	for name := range fields {
+		d := editDistance(strings.ToLower(k), name)
+		if d < bestD || d == bestD && best != "" && name < best {
+			best, bestD = name, d
+		}
+	}
+	if bestD > len(k)/3+1 {
+		return ""
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			c := prev[j-1]
+			if a[i-1] != b[j-1] {
+				c++
+			}
+			cur[j] = min(c, prev[j]+1, cur[j-1]+1)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

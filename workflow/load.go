@@ -1,0 +1,1130 @@
+package workflow
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/url"
+	"path"
+	"reflect"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+// fileOrder is the order files are read and errors are sorted in.
+var fileOrder = []string{FileWorkflow, FileAgents, FileHandoffs, FileTools, FileContextVariables, FileStructuredOutputs}
+
+// requiredFiles must exist; the others default to empty.
+var requiredFiles = map[string]bool{FileWorkflow: true, FileAgents: true}
+
+type agentsFile struct {
+	Agents map[string]*Agent `json:"agents"`
+}
+
+type handoffsFile struct {
+	HandoffRules []*HandoffRule `json:"handoff_rules"`
+}
+
+type toolsFile struct {
+	Tools []*Tool `json:"tools"`
+}
+
+type contextFile struct {
+	Variables        map[string]*Variable `json:"variables"`
+	DerivedVariables []*DerivedVariable   `json:"derived_variables"`
+}
+
+type structuredFile struct {
+	StructuredOutputs struct {
+		Models   map[string]*Model `json:"models"`
+		Registry map[string]string `json:"registry"`
+	} `json:"structured_outputs"`
+}
+
+// LoadAll loads every folder at the root of fsys that holds a workflow.json,
+// in name order. It returns the workflows that are valid and, when any is
+// not, a ValidationErrors listing the mistakes of all of them.
+func LoadAll(fsys fs.FS) ([]*Workflow, error) {
+	entries, err := fs.ReadDir(fsys, ".")
+	if err != nil {
+		return nil, fmt.Errorf("workflow: list workflows: %w", err)
+	}
+	var out []*Workflow
+	var all ValidationErrors
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		if _, err := fs.Stat(fsys, path.Join(e.Name(), FileWorkflow)); err != nil {
+			continue
+		}
+		w, err := Load(fsys, e.Name())
+		if err != nil {
+			var ve ValidationErrors
+			if !errors.As(err, &ve) {
+				return out, err
+			}
+			all = append(all, ve...)
+			continue
+		}
+		out = append(out, w)
+	}
+	if len(all) > 0 {
+		return out, all
+	}
+	return out, nil
+}
+
+// Load reads and validates the workflow in folder dir of fsys. The error,
+// when the folder has mistakes, is a ValidationErrors naming every one; any
+// other error means the folder could not be read.
+func Load(fsys fs.FS, dir string) (*Workflow, error) {
+	dir = path.Clean(dir)
+	l := &loader{
+		w:     &Workflow{Dir: dir, FS: fsys, Name: path.Base(dir)},
+		files:  map[string]*file{},
+		broken: map[string]bool{},
+	}
+	if dir == "." {
+		l.w.Name = ""
+	}
+	if err := l.read(); err != nil {
+		return nil, err
+	}
+	l.validate()
+	if len(l.errs) > 0 {
+		l.sortErrors()
+		return nil, l.errs
+	}
+	return l.w, nil
+}
+
+type loader struct {
+	w     *Workflow
+	files map[string]*file
+	errs  ValidationErrors
+
+	// broken holds the files that could not be parsed; references into
+	// them are not checked, so one syntax error does not bury the rest.
+	broken map[string]bool
+
+	agentsF     agentsFile
+	handoffsF   handoffsFile
+	toolsF      toolsFile
+	contextF    contextFile
+	structuredF structuredFile
+}
+
+// errorf records a mistake at path in the file called name.
+func (l *loader) errorf(name, p, format string, args ...any) {
+	fe := &FieldError{File: l.fileName(name), Path: p, Message: fmt.Sprintf(format, args...)}
+	if f := l.files[name]; f != nil {
+		fe.Line, fe.Col = f.lineCol(p)
+	}
+	l.errs = append(l.errs, fe)
+}
+
+func (l *loader) fileName(name string) string {
+	if l.w.Dir == "." {
+		return name
+	}
+	return path.Join(l.w.Dir, name)
+}
+
+func (l *loader) sortErrors() {
+	rank := func(file string) int { return slices.Index(fileOrder, path.Base(file)) }
+	sort.SliceStable(l.errs, func(i, j int) bool {
+		a, b := l.errs[i], l.errs[j]
+		if ra, rb := rank(a.File), rank(b.File); ra != rb {
+			return ra < rb
+		}
+		if a.Line != b.Line {
+			return a.Line < b.Line
+		}
+		return a.Col < b.Col
+	})
+}
+
+// read reads, parses and decodes the six files, recording syntax, type and
+// unknown-field mistakes.
+func (l *loader) read() error {
+	targets := map[string]any{
+		FileWorkflow:          &l.w.Config,
+		FileAgents:            &l.agentsF,
+		FileHandoffs:          &l.handoffsF,
+		FileTools:             &l.toolsF,
+		FileContextVariables:  &l.contextF,
+		FileStructuredOutputs: &l.structuredF,
+	}
+	for _, name := range fileOrder {
+		data, err := readFile(l.w.FS, path.Join(l.w.Dir, name))
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			if requiredFiles[name] {
+				l.errorf(name, "", "missing file")
+				l.broken[name] = true
+			}
+			continue
+		case errors.Is(err, errTooLarge):
+			l.errorf(name, "", "larger than %d MiB", maxFileSize>>20)
+			l.broken[name] = true
+			continue
+		case err != nil:
+			return fmt.Errorf("workflow %s: read %s: %w", l.w.Dir, name, err)
+		}
+		f, ferr := parse(l.fileName(name), data)
+		if ferr != nil {
+			l.errs = append(l.errs, ferr)
+			l.broken[name] = true
+			continue
+		}
+		l.files[name] = f
+		target := targets[name]
+		f.check(f.root, reflect.TypeOf(target).Elem(), "", func(p, msg string) { l.errorf(name, p, "%s", msg) })
+		// Unknown fields are ignored here (they were reported above) and a
+		// value of the wrong type leaves its field zero: decoding goes on so
+		// that the rest of the workflow is still checked.
+		_ = json.Unmarshal(data, target)
+	}
+	return nil
+}
+
+var errTooLarge = errors.New("file too large")
+
+func readFile(fsys fs.FS, name string) ([]byte, error) {
+	f, err := fsys.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.IsDir() {
+		return nil, fmt.Errorf("%s is a directory", name)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxFileSize {
+		return nil, errTooLarge
+	}
+	return data, nil
+}
+
+var (
+	agentNameRe = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,51}$`)
+	toolNameRe  = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+	envNameRe   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+func oneOf(v string, allowed ...string) bool { return slices.Contains(allowed, v) }
+
+func list(allowed ...string) string { return strings.Join(allowed, ", ") }
+
+// validate checks the decoded files as a whole.
+func (l *loader) validate() {
+	w := l.w
+	l.indexAgents()
+	l.indexModels()
+	l.indexTools()
+	l.declareVariables()
+
+	l.checkConfig()
+	l.checkAgents()
+	l.checkHandoffs()
+	l.checkTools()
+	l.checkDerived()
+	l.checkModels()
+	l.bindAgents()
+	if len(l.errs) == 0 {
+		l.checkReachability()
+		l.checkAfterWorkCycles()
+	}
+	if len(l.errs) == 0 {
+		if err := w.compileModels(); err != nil {
+			l.errorf(FileStructuredOutputs, "structured_outputs.models", "%v", err)
+		}
+	}
+}
+
+func (l *loader) indexAgents() {
+	w := l.w
+	w.agents = map[string]*Agent{}
+	f := l.files[FileAgents]
+	if f == nil {
+		return
+	}
+	for _, name := range f.root.objectKeys("agents") {
+		a := l.agentsF.Agents[name]
+		p := "agents." + name
+		if a == nil {
+			l.errorf(FileAgents, p, "must be an object, not null")
+			continue
+		}
+		a.Name = name
+		switch {
+		case name == UserAgent:
+			l.errorf(FileAgents, p, "%q is reserved for the person", UserAgent)
+		case !agentNameRe.MatchString(name):
+			l.errorf(FileAgents, p, "agent name must start with a letter and hold only letters, digits, '_' and '-' (at most 52)")
+		}
+		w.agents[name] = a
+		w.Agents = append(w.Agents, a)
+	}
+	if len(w.Agents) == 0 && !l.broken[FileAgents] {
+		l.errorf(FileAgents, "agents", "a workflow needs at least one agent")
+	}
+}
+
+func (l *loader) indexModels() {
+	w := l.w
+	w.models = map[string]*Model{}
+	w.Registry = map[string]string{}
+	f := l.files[FileStructuredOutputs]
+	if f == nil {
+		return
+	}
+	for _, name := range f.root.objectKeys("structured_outputs", "models") {
+		m := l.structuredF.StructuredOutputs.Models[name]
+		p := "structured_outputs.models." + name
+		if m == nil {
+			l.errorf(FileStructuredOutputs, p, "must be an object, not null")
+			continue
+		}
+		m.Name = name
+		if !identRe.MatchString(name) {
+			l.errorf(FileStructuredOutputs, p, "model name must be an identifier (letters, digits and '_')")
+		}
+		m.FieldOrder = slices.Clone(f.root.objectKeys("structured_outputs", "models", name, "fields"))
+		w.models[name] = m
+		w.Models = append(w.Models, m)
+	}
+	for agent, model := range l.structuredF.StructuredOutputs.Registry {
+		w.Registry[agent] = model
+	}
+}
+
+func (l *loader) indexTools() {
+	w := l.w
+	w.tools = map[string]*Tool{}
+	first := map[string]int{}
+	for i, t := range l.toolsF.Tools {
+		p := fmt.Sprintf("tools[%d]", i)
+		if t == nil {
+			l.errorf(FileTools, p, "must be an object, not null")
+			continue
+		}
+		t.Index = i
+		if t.Name == "" {
+			t.Name = t.Function
+		}
+		w.Tools = append(w.Tools, t)
+		if t.Name == "" {
+			continue // reported by checkTools
+		}
+		if j, dup := first[t.Name]; dup {
+			l.errorf(FileTools, p+".name", "duplicate tool name %q (also tools[%d])", t.Name, j)
+			continue
+		}
+		first[t.Name] = i
+		w.tools[t.Name] = t
+	}
+}
+
+// declareVariables records the type of every context variable, so that
+// conditions and templates can be checked.
+func (l *loader) declareVariables() {
+	w := l.w
+	w.varTypes = map[string]string{}
+	f := l.files[FileContextVariables]
+	if f == nil {
+		return
+	}
+	for _, name := range f.root.objectKeys("variables") {
+		v := l.contextF.Variables[name]
+		p := "variables." + name
+		if v == nil {
+			l.errorf(FileContextVariables, p, "must be an object, not null")
+			continue
+		}
+		v.Name = name
+		w.Variables = append(w.Variables, v)
+		if !identRe.MatchString(name) || exprReserved[name] {
+			l.errorf(FileContextVariables, p, "variable name must be an identifier (letters, digits and '_') and not a reserved word")
+		}
+		if !oneOf(v.Type, TypeBool, TypeInt, TypeFloat, TypeStr, TypeList, TypeDict) {
+			l.errorf(FileContextVariables, p+".type", "%q is not one of %s", v.Type, list(TypeBool, TypeInt, TypeFloat, TypeStr, TypeList, TypeDict))
+		} else if v.Default != nil && !valueHasType(v.Default, v.Type) {
+			l.errorf(FileContextVariables, p+".default", "must be %s %s (or null)", article(v.Type), v.Type)
+		}
+		if v.FromEnv != "" && !envNameRe.MatchString(v.FromEnv) {
+			l.errorf(FileContextVariables, p+".from_env", "%q is not an environment variable name", v.FromEnv)
+		}
+		w.varTypes[name] = v.Type
+	}
+	for i, d := range l.contextF.DerivedVariables {
+		p := fmt.Sprintf("derived_variables[%d]", i)
+		if d == nil {
+			l.errorf(FileContextVariables, p, "must be an object, not null")
+			continue
+		}
+		w.DerivedVariables = append(w.DerivedVariables, d)
+		switch {
+		case d.Name == "":
+			l.errorf(FileContextVariables, p+".name", "required")
+			continue
+		case !identRe.MatchString(d.Name) || exprReserved[d.Name]:
+			l.errorf(FileContextVariables, p+".name", "variable name must be an identifier (letters, digits and '_') and not a reserved word")
+		}
+		if _, dup := w.varTypes[d.Name]; dup {
+			l.errorf(FileContextVariables, p+".name", "%q is declared twice", d.Name)
+			continue
+		}
+		w.varTypes[d.Name] = TypeBool
+		if d.TriggerType == StructuredOutputField {
+			w.varTypes[d.Name] = TypeAny // refined by checkDerived
+		}
+	}
+}
+
+func valueHasType(v any, t string) bool {
+	switch t {
+	case TypeBool:
+		_, ok := v.(bool)
+		return ok
+	case TypeInt:
+		f, ok := v.(float64)
+		return ok && f == float64(int64(f))
+	case TypeFloat:
+		_, ok := v.(float64)
+		return ok
+	case TypeStr:
+		_, ok := v.(string)
+		return ok
+	case TypeList:
+		_, ok := v.([]any)
+		return ok
+	case TypeDict:
+		_, ok := v.(map[string]any)
+		return ok
+	}
+	return true
+}
+
+func (l *loader) unknownAgent(file, p, name string) {
+	if l.broken[FileAgents] {
+		return
+	}
+	l.errorf(file, p, "unknown agent %q%s", name, l.agentHint(name))
+}
+
+// agentHint suggests a close agent name.
+func (l *loader) agentHint(name string) string {
+	best, bestD := "", len(name)/3+2
+	for _, a := range l.w.Agents {
+		if d := editDistance(strings.ToLower(name), strings.ToLower(a.Name)); d < bestD {
+			best, bestD = a.Name, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return " (did you mean " + best + "?)"
+}
+
+func (l *loader) checkLLM(file, p string, c *LLMConfig) {
+	if c == nil {
+		return
+	}
+	if c.Temperature != nil && (*c.Temperature < 0 || *c.Temperature > 2) {
+		l.errorf(file, p+".temperature", "must be between 0 and 2")
+	}
+	if c.MaxTokens < 0 {
+		l.errorf(file, p+".max_tokens", "must not be negative")
+	}
+	if c.TimeoutSeconds < 0 {
+		l.errorf(file, p+".timeout_seconds", "must not be negative")
+	}
+	if c.BaseURLEnv != "" && !envNameRe.MatchString(c.BaseURLEnv) {
+		l.errorf(file, p+".base_url_env", "%q is not an environment variable name", c.BaseURLEnv)
+	}
+	if c.APIKeyEnv != "" && !envNameRe.MatchString(c.APIKeyEnv) {
+		l.errorf(file, p+".api_key_env", "%q is not an environment variable name", c.APIKeyEnv)
+	}
+}
+
+func (l *loader) checkConfig() {
+	w := l.w
+	if l.files[FileWorkflow] == nil {
+		return
+	}
+	c := &w.Config
+	switch {
+	case c.Name == "" && w.Name == "":
+		l.errorf(FileWorkflow, "name", "required")
+	case c.Name != "" && w.Name != "" && c.Name != w.Name:
+		l.errorf(FileWorkflow, "name", "%q does not match the folder name %q", c.Name, w.Name)
+	case w.Name == "":
+		w.Name = c.Name
+	}
+	if c.Name == "" {
+		c.Name = w.Name
+	}
+	for i, v := range c.VisualAgents {
+		if w.agents[v] == nil {
+			l.unknownAgent(FileWorkflow, fmt.Sprintf("visual_agents[%d]", i), v)
+		}
+	}
+	o := &c.Orchestration
+	switch {
+	case o.InitialAgent == "":
+		l.errorf(FileWorkflow, "orchestration.initial_agent", "required")
+	case w.agents[o.InitialAgent] == nil:
+		l.unknownAgent(FileWorkflow, "orchestration.initial_agent", o.InitialAgent)
+	}
+	if o.StartupMode == "" {
+		o.StartupMode = AgentDriven
+	} else if !oneOf(o.StartupMode, AgentDriven, UserDriven) {
+		l.errorf(FileWorkflow, "orchestration.startup_mode", "%q is not one of %s", o.StartupMode, list(AgentDriven, UserDriven))
+	}
+	if o.MaxTurns < 0 {
+		l.errorf(FileWorkflow, "orchestration.max_turns", "must not be negative")
+	}
+	l.checkLLM(FileWorkflow, "llm", &c.LLM)
+	for model, p := range c.Pricing {
+		if p.Input < 0 || p.Output < 0 || p.CachedInput < 0 {
+			l.errorf(FileWorkflow, "pricing."+model, "prices must not be negative")
+		}
+	}
+	for name, s := range c.MCPServers {
+		p := "mcp_servers." + name
+		switch {
+		case s.Command == "" && s.URL == "":
+			l.errorf(FileWorkflow, p, "set command (stdio) or url (streamable HTTP)")
+		case s.Command != "" && s.URL != "":
+			l.errorf(FileWorkflow, p, "set command or url, not both")
+		case s.URL != "" && !isHTTPURL(s.URL):
+			l.errorf(FileWorkflow, p+".url", "%q is not an http or https URL", s.URL)
+		}
+		for h, env := range s.HeadersFromEnv {
+			if !envNameRe.MatchString(env) {
+				l.errorf(FileWorkflow, p+".headers_from_env."+h, "%q is not an environment variable name", env)
+			}
+		}
+	}
+}
+
+func isHTTPURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}
+
+func (l *loader) checkAgents() {
+	w := l.w
+	for _, a := range w.Agents {
+		p := "agents." + a.Name
+		segs, names, err := parseTemplate(a.SystemMessage)
+		if err != nil {
+			l.errorf(FileAgents, p+".system_message", "%v", err)
+		}
+		a.template = segs
+		for _, n := range names {
+			if _, ok := w.varTypes[n]; !ok && !l.broken[FileContextVariables] {
+				l.errorf(FileAgents, p+".system_message", "unknown variable ${%s} (declare it in context_variables.json)", n)
+			}
+		}
+		if a.MaxConsecutiveAutoReply < 0 {
+			l.errorf(FileAgents, p+".max_consecutive_auto_reply", "must not be negative")
+		}
+		l.checkLLM(FileAgents, p+".llm", a.LLM)
+		for i, t := range a.Tools {
+			if l.broken[FileTools] {
+				break
+			}
+			if w.tools[t] == nil {
+				l.errorf(FileAgents, fmt.Sprintf("%s.tools[%d]", p, i), "unknown tool %q", t)
+			} else if w.tools[t].ToolType == LifecycleTool {
+				l.errorf(FileAgents, fmt.Sprintf("%s.tools[%d]", p, i), "%q is a Lifecycle_Tool; the runtime calls it, not the model", t)
+			}
+		}
+		_, registered := w.Registry[a.Name]
+		registered = registered || l.broken[FileStructuredOutputs]
+		if a.AutoToolMode {
+			if !registered {
+				l.errorf(FileAgents, p+".auto_tool_mode", "no structured-output model is registered for %s in structured_outputs.json", a.Name)
+			}
+			if !l.broken[FileTools] && !slices.ContainsFunc(w.Tools, func(t *Tool) bool { return t.Agent == a.Name && t.ToolType == UITool }) {
+				l.errorf(FileAgents, p+".auto_tool_mode", "%s has no UI_Tool in tools.json for the runtime to invoke", a.Name)
+			}
+		}
+		if a.StructuredOutputsRequired && !registered {
+			l.errorf(FileAgents, p+".structured_outputs_required", "no structured-output model is registered for %s in structured_outputs.json", a.Name)
+		}
+	}
+}
+
+func (l *loader) checkHandoffs() {
+	w := l.w
+	w.rules = map[string][]*HandoffRule{}
+	afterWork := map[string]int{}
+	transfers := map[string]int{}
+	for i, r := range l.handoffsF.HandoffRules {
+		p := fmt.Sprintf("handoff_rules[%d]", i)
+		if r == nil {
+			l.errorf(FileHandoffs, p, "must be an object, not null")
+			continue
+		}
+		r.Index = i
+		w.Handoffs = append(w.Handoffs, r)
+		switch {
+		case r.SourceAgent == "":
+			l.errorf(FileHandoffs, p+".source_agent", "required")
+		case r.SourceAgent != UserAgent && w.agents[r.SourceAgent] == nil:
+			l.unknownAgent(FileHandoffs, p+".source_agent", r.SourceAgent)
+		}
+		switch {
+		case r.HandoffType == "":
+			l.errorf(FileHandoffs, p+".handoff_type", "required (one of %s)", list(HandoffAfterWork, HandoffCondition, HandoffLLM))
+		case !oneOf(r.HandoffType, HandoffAfterWork, HandoffCondition, HandoffLLM):
+			l.errorf(FileHandoffs, p+".handoff_type", "%q is not one of %s", r.HandoffType, list(HandoffAfterWork, HandoffCondition, HandoffLLM))
+		}
+		if r.TransitionTarget == "" && r.TargetAgent != "" {
+			r.TransitionTarget = AgentTarget
+		}
+		switch {
+		case r.TransitionTarget == "":
+			l.errorf(FileHandoffs, p+".transition_target", "required (one of %s)", list(AgentTarget, TerminateTarget, RevertToUserTarget))
+		case !oneOf(r.TransitionTarget, AgentTarget, TerminateTarget, RevertToUserTarget):
+			l.errorf(FileHandoffs, p+".transition_target", "%q is not one of %s", r.TransitionTarget, list(AgentTarget, TerminateTarget, RevertToUserTarget))
+		case r.TransitionTarget == AgentTarget && r.TargetAgent == "":
+			l.errorf(FileHandoffs, p+".target_agent", "required for an AgentTarget")
+		case r.TransitionTarget == AgentTarget && r.TargetAgent == UserAgent:
+			l.errorf(FileHandoffs, p+".target_agent", "hand off to the person with transition_target RevertToUserTarget")
+		case r.TransitionTarget == AgentTarget && w.agents[r.TargetAgent] == nil:
+			l.unknownAgent(FileHandoffs, p+".target_agent", r.TargetAgent)
+		case r.TransitionTarget != AgentTarget && r.TargetAgent != "":
+			l.errorf(FileHandoffs, p+".target_agent", "must be empty for a %s", r.TransitionTarget)
+		}
+		if r.HandoffType == HandoffCondition && strings.TrimSpace(r.Condition) == "" {
+			l.errorf(FileHandoffs, p+".condition", "required for a condition rule")
+		}
+		if strings.TrimSpace(r.Condition) != "" {
+			c, err := CompileCondition(r.Condition, w.varTypes)
+			if err != nil && !l.broken[FileContextVariables] {
+				l.errorf(FileHandoffs, p+".condition", "%v", err)
+			}
+			r.Compiled = c
+		}
+		if r.HandoffType == HandoffLLM {
+			if r.SourceAgent == UserAgent {
+				l.errorf(FileHandoffs, p+".handoff_type", "an llm rule needs an agent as source; the person has no model")
+			}
+			if strings.TrimSpace(r.Description) == "" {
+				l.errorf(FileHandoffs, p+".description", "required for an llm rule (it describes the transfer tool to the model)")
+			}
+			key := r.SourceAgent + "\x00" + r.TransferToolName()
+			if j, dup := transfers[key]; dup {
+				l.errorf(FileHandoffs, p, "duplicate transfer tool %s for %s (also handoff_rules[%d])", r.TransferToolName(), r.SourceAgent, j)
+			} else {
+				transfers[key] = i
+			}
+		}
+		if r.HandoffType == HandoffAfterWork && r.Condition == "" {
+			if j, dup := afterWork[r.SourceAgent]; dup {
+				l.errorf(FileHandoffs, p, "%s already has an unconditional after_work rule (handoff_rules[%d]); this one never fires", r.SourceAgent, j)
+			} else {
+				afterWork[r.SourceAgent] = i
+			}
+		}
+		w.rules[r.SourceAgent] = append(w.rules[r.SourceAgent], r)
+	}
+}
+
+func (l *loader) checkTools() {
+	w := l.w
+	kinds := []string{KindGo, KindCommand, KindHTTP, KindMCP, KindUI}
+	for _, t := range w.Tools {
+		p := fmt.Sprintf("tools[%d]", t.Index)
+		switch {
+		case t.Name == "" && t.Kind != KindMCP:
+			l.errorf(FileTools, p+".name", "required (or function)")
+		case t.Name != "" && !toolNameRe.MatchString(t.Name):
+			l.errorf(FileTools, p+".name", "%q must be 1 to 64 letters, digits, '_' or '-'", t.Name)
+		case strings.HasPrefix(t.Name, "transfer_to_") || t.Name == "terminate_chat":
+			l.errorf(FileTools, p+".name", "%q is reserved for llm handoffs", t.Name)
+		}
+		if !oneOf(t.ToolType, AgentTool, UITool, LifecycleTool) {
+			if t.ToolType == "" {
+				l.errorf(FileTools, p+".tool_type", "required (one of %s)", list(AgentTool, UITool, LifecycleTool))
+			} else {
+				l.errorf(FileTools, p+".tool_type", "%q is not one of %s", t.ToolType, list(AgentTool, UITool, LifecycleTool))
+			}
+		}
+		if t.Kind == "" && t.ToolType == UITool {
+			t.Kind = KindUI
+		}
+		switch {
+		case t.Kind == "":
+			l.errorf(FileTools, p+".kind", "required (one of %s)", list(kinds...))
+		case !oneOf(t.Kind, kinds...):
+			l.errorf(FileTools, p+".kind", "%q is not one of %s", t.Kind, list(kinds...))
+		case t.ToolType == UITool && t.Kind != KindUI:
+			l.errorf(FileTools, p+".kind", "a UI_Tool must be of kind ui")
+		case t.ToolType == AgentTool && t.Kind == KindUI:
+			l.errorf(FileTools, p+".kind", "kind ui is for UI_Tool and Lifecycle_Tool entries")
+		}
+		// The owning agent.
+		needsAgent := t.ToolType != LifecycleTool || oneOf(t.Trigger, BeforeAgent, AfterAgent)
+		switch {
+		case t.Agent == "" && needsAgent:
+			l.errorf(FileTools, p+".agent", "required")
+		case t.Agent != "" && w.agents[t.Agent] == nil:
+			l.unknownAgent(FileTools, p+".agent", t.Agent)
+		}
+		// Lifecycle.
+		triggers := []string{BeforeChat, BeforeAgent, AfterAgent, AfterChat}
+		if t.ToolType == LifecycleTool {
+			switch {
+			case t.Trigger == "":
+				l.errorf(FileTools, p+".trigger", "required for a Lifecycle_Tool (one of %s)", list(triggers...))
+			case !oneOf(t.Trigger, triggers...):
+				l.errorf(FileTools, p+".trigger", "%q is not one of %s", t.Trigger, list(triggers...))
+			}
+			if t.Kind == KindMCP {
+				l.errorf(FileTools, p+".kind", "a Lifecycle_Tool cannot be of kind mcp")
+			}
+		} else {
+			if t.Trigger != "" {
+				l.errorf(FileTools, p+".trigger", "only a Lifecycle_Tool has a trigger")
+			}
+			if len(t.Arguments) > 0 {
+				l.errorf(FileTools, p+".arguments", "only a Lifecycle_Tool has fixed arguments")
+			}
+		}
+		// UI.
+		if t.Kind == KindUI {
+			switch {
+			case t.UI == nil || strings.TrimSpace(t.UI.Component) == "":
+				what := "a UI_Tool"
+				if t.ToolType == LifecycleTool {
+					what = "a tool of kind ui"
+				}
+				l.errorf(FileTools, p+".ui.component", "required for %s", what)
+			}
+		} else if t.UI != nil {
+			l.errorf(FileTools, p+".ui", "only a tool of kind ui has a ui block")
+		}
+		if t.UI != nil {
+			if t.UI.Mode == "" {
+				t.UI.Mode = UIInline
+			} else if !oneOf(t.UI.Mode, UIInline, UIArtifact) {
+				l.errorf(FileTools, p+".ui.mode", "%q is not one of %s", t.UI.Mode, list(UIInline, UIArtifact))
+			}
+		}
+		// Kind-specific fields.
+		switch t.Kind {
+		case KindGo:
+			if t.Function == "" {
+				l.errorf(FileTools, p+".function", "required for a go tool (the name it is registered under)")
+			}
+		case KindCommand:
+			l.checkCommandFile(t, p)
+		case KindHTTP:
+			if t.URL == "" {
+				l.errorf(FileTools, p+".url", "required for an http tool")
+			} else if !isHTTPURL(t.URL) {
+				l.errorf(FileTools, p+".url", "%q is not an http or https URL", t.URL)
+			}
+		case KindMCP:
+			switch _, ok := w.Config.MCPServers[t.Server]; {
+			case t.Server == "":
+				l.errorf(FileTools, p+".server", "required for an mcp tool (a name from workflow.json mcp_servers)")
+			case !ok:
+				l.errorf(FileTools, p+".server", "unknown MCP server %q (declare it in workflow.json mcp_servers)", t.Server)
+			}
+			for i, n := range t.Tools {
+				if n == "" {
+					l.errorf(FileTools, fmt.Sprintf("%s.tools[%d]", p, i), "must not be empty")
+				}
+			}
+		}
+		if t.Kind != KindHTTP && t.URL != "" {
+			l.errorf(FileTools, p+".url", "only an http tool has a url")
+		}
+		if t.Kind != KindMCP && (t.Server != "" || len(t.Tools) > 0 || t.Prefix != "") {
+			l.errorf(FileTools, p, "server, tools and prefix are for mcp tools")
+		}
+		if t.Kind != KindCommand && t.File != "" && t.Kind != KindGo && t.Kind != KindUI {
+			l.errorf(FileTools, p+".file", "only a command tool has a file")
+		}
+		for h, env := range t.HeadersFromEnv {
+			if !envNameRe.MatchString(env) {
+				l.errorf(FileTools, p+".headers_from_env."+h, "%q is not an environment variable name", env)
+			}
+		}
+		if t.TimeoutSeconds < 0 {
+			l.errorf(FileTools, p+".timeout_seconds", "must not be negative")
+		}
+		if t.MaxConcurrency < 0 {
+			l.errorf(FileTools, p+".max_concurrency", "must not be negative")
+		}
+		// Parameters and fixed arguments.
+		if len(t.Parameters) > 0 && string(t.Parameters) != "null" {
+			if t.Kind == KindMCP {
+				l.errorf(FileTools, p+".parameters", "an mcp tool takes its parameters from the server")
+			} else {
+				l.checkParameters(t, p)
+			}
+		}
+	}
+}
+
+func (l *loader) checkCommandFile(t *Tool, p string) {
+	if t.File == "" {
+		l.errorf(FileTools, p+".file", "required for a command tool (an executable in tools/)")
+		return
+	}
+	rel := path.Join("tools", t.File)
+	if !fs.ValidPath(rel) || strings.Contains(t.File, "..") || strings.HasPrefix(t.File, "/") {
+		l.errorf(FileTools, p+".file", "%q must be a path inside tools/", t.File)
+		return
+	}
+	st, err := fs.Stat(l.w.FS, path.Join(l.w.Dir, rel))
+	switch {
+	case err != nil:
+		l.errorf(FileTools, p+".file", "%s not found", rel)
+	case st.IsDir():
+		l.errorf(FileTools, p+".file", "%s is a directory", rel)
+	}
+}
+
+func (l *loader) checkParameters(t *Tool, p string) {
+	var obj map[string]any
+	if err := json.Unmarshal(t.Parameters, &obj); err != nil || obj == nil {
+		l.errorf(FileTools, p+".parameters", "must be a JSON Schema object")
+		return
+	}
+	if typ, _ := obj["type"].(string); typ != "object" {
+		l.errorf(FileTools, p+".parameters.type", "must be \"object\" (tool arguments are a JSON object)")
+		return
+	}
+	name := t.Name
+	if name == "" {
+		name = fmt.Sprint(t.Index)
+	}
+	s, err := compileParameters(name, t.Parameters)
+	if err != nil {
+		where, msg := schemaError(err)
+		l.errorf(FileTools, p+".parameters"+where, "not a valid JSON Schema: %s", msg)
+		return
+	}
+	t.Schema = s
+	if len(t.Arguments) > 0 && string(t.Arguments) != "null" {
+		var args any
+		_ = json.Unmarshal(t.Arguments, &args)
+		if err := s.Validate(args); err != nil {
+			l.errorf(FileTools, p+".arguments", "do not match parameters: %s", oneLine(err))
+		}
+	}
+}
+
+// schemaError turns a schema compilation error into the path inside the
+// schema (".properties.q.type") and the first thing wrong there.
+func schemaError(err error) (string, string) {
+	var se *jsonschema.SchemaValidationError
+	var ve *jsonschema.ValidationError
+	if !errors.As(err, &se) || !errors.As(se.Err, &ve) {
+		return "", oneLine(err)
+	}
+	for len(ve.Causes) > 0 {
+		ve = ve.Causes[0]
+	}
+	where := ""
+	for _, p := range ve.InstanceLocation {
+		if _, err := strconv.Atoi(p); err == nil {
+			where += "[" + p + "]"
+		} else {
+			where += "." + p
+		}
+	}
+	return where, ve.ErrorKind.LocalizedString(printer)
+}
+
+func article(word string) string {
+	if word != "" && strings.ContainsRune("aeiou", rune(word[0])) {
+		return "an"
+	}
+	return "a"
+}
+
+// oneLine joins a multi-line error (as jsonschema writes them) into one line.
+func oneLine(err error) string {
+	lines := strings.Split(strings.TrimSpace(err.Error()), "\n")
+	for i := range lines {
+		lines[i] = strings.TrimPrefix(strings.TrimSpace(lines[i]), "- ")
+	}
+	if len(lines) > 1 && strings.HasPrefix(lines[0], "jsonschema") {
+		lines = lines[1:]
+	}
+	return strings.Join(lines, "; ")
+}
+
+func (l *loader) checkDerived() {
+	w := l.w
+	triggers := []string{AgentTextEquals, AgentTextContains, ToolCalled, StructuredOutputField}
+	for i, d := range w.DerivedVariables {
+		p := fmt.Sprintf("derived_variables[%d]", i)
+		switch {
+		case d.TriggerType == "":
+			l.errorf(FileContextVariables, p+".trigger_type", "required (one of %s)", list(triggers...))
+		case !oneOf(d.TriggerType, triggers...):
+			l.errorf(FileContextVariables, p+".trigger_type", "%q is not one of %s", d.TriggerType, list(triggers...))
+		}
+		a := w.agents[d.SourceAgent]
+		switch {
+		case d.SourceAgent == "":
+			l.errorf(FileContextVariables, p+".source_agent", "required")
+		case a == nil:
+			l.unknownAgent(FileContextVariables, p+".source_agent", d.SourceAgent)
+		}
+		if d.TriggerValue == "" {
+			l.errorf(FileContextVariables, p+".trigger_value", "required")
+			continue
+		}
+		if d.UIHidden && !oneOf(d.TriggerType, AgentTextEquals, AgentTextContains) {
+			l.errorf(FileContextVariables, p+".ui_hidden", "only a text trigger hides the message that fired it")
+		}
+		if a == nil || l.broken[FileTools] && d.TriggerType == ToolCalled || l.broken[FileStructuredOutputs] && d.TriggerType == StructuredOutputField {
+			continue
+		}
+		switch d.TriggerType {
+		case ToolCalled:
+			t := w.tools[d.TriggerValue]
+			if t == nil || t.Agent != d.SourceAgent && !slices.Contains(a.Tools, t.Name) {
+				l.errorf(FileContextVariables, p+".trigger_value", "%s has no tool %q", d.SourceAgent, d.TriggerValue)
+			}
+		case StructuredOutputField:
+			m := w.models[w.Registry[d.SourceAgent]]
+			if m == nil {
+				l.errorf(FileContextVariables, p+".trigger_value", "%s has no structured-output model in structured_outputs.json", d.SourceAgent)
+				continue
+			}
+			typ, err := w.fieldPathType(m, d.TriggerValue)
+			if err != nil {
+				l.errorf(FileContextVariables, p+".trigger_value", "%v", err)
+				continue
+			}
+			w.varTypes[d.Name] = typ
+		}
+	}
+}
+
+// fieldPathType resolves a dotted field path in a model to the variable
+// type of its value.
+func (w *Workflow) fieldPathType(m *Model, fieldPath string) (string, error) {
+	cur := m
+	parts := strings.Split(fieldPath, ".")
+	for i, part := range parts {
+		f := cur.Fields[part]
+		if f == nil {
+			return "", fmt.Errorf("%s has no field %q", cur.Name, part)
+		}
+		ft, err := parseFieldType(f.Type, f.Values)
+		if err != nil {
+			return TypeAny, nil // reported by checkModels
+		}
+		if i == len(parts)-1 {
+			if ft.nullable {
+				return TypeAny, nil
+			}
+			return ft.varType(), nil
+		}
+		if ft.kind != "model" || w.models[ft.model] == nil {
+			return "", fmt.Errorf("%s.%s is not a model; %q cannot go deeper", cur.Name, part, fieldPath)
+		}
+		cur = w.models[ft.model]
+	}
+	return TypeAny, nil
+}
+
+func (l *loader) checkModels() {
+	w := l.w
+	for _, m := range w.Models {
+		p := "structured_outputs.models." + m.Name
+		if m.Type != "" && m.Type != "model" {
+			l.errorf(FileStructuredOutputs, p+".type", "must be \"model\"")
+		}
+		if len(m.FieldOrder) == 0 {
+			l.errorf(FileStructuredOutputs, p+".fields", "a model needs at least one field")
+		}
+		m.types = map[string]*fieldType{}
+		for _, name := range m.FieldOrder {
+			f := m.Fields[name]
+			fp := p + ".fields." + name
+			if f == nil {
+				l.errorf(FileStructuredOutputs, fp, "must be an object, not null")
+				continue
+			}
+			ft, err := parseFieldType(f.Type, f.Values)
+			if err != nil {
+				l.errorf(FileStructuredOutputs, fp+".type", "%v", err)
+				continue
+			}
+			if len(f.Values) > 0 && f.Type != "enum" {
+				l.errorf(FileStructuredOutputs, fp+".values", "only an enum field has values")
+			}
+			if f.Optional {
+				ft.nullable = true
+			}
+			if missing := ft.unknownModel(w.models); missing != "" {
+				l.errorf(FileStructuredOutputs, fp+".type", "unknown model %q", missing)
+				continue
+			}
+			m.types[name] = ft
+		}
+	}
+	f := l.files[FileStructuredOutputs]
+	if f == nil {
+		return
+	}
+	for _, agent := range f.root.objectKeys("structured_outputs", "registry") {
+		p := "structured_outputs.registry." + agent
+		if w.agents[agent] == nil {
+			l.unknownAgent(FileStructuredOutputs, p, agent)
+		}
+		if model := w.Registry[agent]; w.models[model] == nil {
+			l.errorf(FileStructuredOutputs, p, "unknown model %q", model)
+		}
+	}
+}
+
+// unknownModel returns the first model name t refers to that is not in models.
+func (t *fieldType) unknownModel(models map[string]*Model) string {
+	switch t.kind {
+	case "model":
+		if models[t.model] == nil {
+			return t.model
+		}
+	case "list":
+		return t.elem.unknownModel(models)
+	}
+	return ""
+}
+
+// bindAgents computes the per-agent lookups.
+func (l *loader) bindAgents() {
+	w := l.w
+	visual := map[string]bool{}
+	for _, v := range w.Config.VisualAgents {
+		visual[v] = true
+	}
+	for _, a := range w.Agents {
+		a.visual = visual[a.Name]
+		a.model = w.models[w.Registry[a.Name]]
+		a.tools = nil
+		for _, t := range w.Tools {
+			if t.Agent != a.Name || t.ToolType == LifecycleTool {
+				continue
+			}
+			a.tools = append(a.tools, t)
+			if t.ToolType == UITool {
+				a.toolAg = true
+				if a.AutoToolMode && a.autoTool == nil {
+					a.autoTool = t
+				}
+			}
+		}
+		for _, n := range a.Tools {
+			if t := w.tools[n]; t != nil && t.Agent != a.Name && t.ToolType != LifecycleTool {
+				a.tools = append(a.tools, t)
+			}
+		}
+	}
+}
+
+// checkReachability reports agents that no start or handoff can reach.
+// The person is always reachable (a turn that no rule moves on from waits
+// for the person), so rules whose source is "user" count from the start.
+func (l *loader) checkReachability() {
+	w := l.w
+	reached := map[string]bool{w.Config.Orchestration.InitialAgent: true, UserAgent: true}
+	queue := []string{w.Config.Orchestration.InitialAgent, UserAgent}
+	for len(queue) > 0 {
+		src := queue[0]
+		queue = queue[1:]
+		for _, r := range w.rules[src] {
+			if r.TransitionTarget == AgentTarget && !reached[r.TargetAgent] {
+				reached[r.TargetAgent] = true
+				queue = append(queue, r.TargetAgent)
+			}
+		}
+	}
+	for _, a := range w.Agents {
+		if !reached[a.Name] {
+			l.errorf(FileAgents, "agents."+a.Name, "unreachable: neither orchestration.initial_agent nor a handoff rule from a reachable agent leads to %s", a.Name)
+		}
+	}
+}
+
+// checkAfterWorkCycles reports loops of unconditional after_work rules
+// between agents that offer no other way out: no condition or llm rule, no
+// UI tool that asks the person, so the chat would go round until max_turns.
+func (l *loader) checkAfterWorkCycles() {
+	w := l.w
+	next := map[string]*HandoffRule{}
+	for _, r := range w.Handoffs {
+		if r.HandoffType == HandoffAfterWork && r.Condition == "" && r.SourceAgent != UserAgent {
+			if _, ok := next[r.SourceAgent]; !ok {
+				next[r.SourceAgent] = r
+			}
+		}
+	}
+	hasExit := func(agent string) bool {
+		for _, r := range w.rules[agent] {
+			if r.HandoffType != HandoffAfterWork || r.Condition != "" {
+				return true
+			}
+		}
+		a := w.agents[agent]
+		if a.toolAg || len(w.LifecycleTools(BeforeAgent, agent)) > 0 || len(w.LifecycleTools(AfterAgent, agent)) > 0 {
+			return true
+		}
+		return false
+	}
+	reported := map[string]bool{}
+	for _, a := range w.Agents {
+		// Follow the after_work chain from a; a cycle is found when a name repeats.
+		seen := map[string]int{}
+		var chain []string
+		cur := a.Name
+		for {
+			r := next[cur]
+			if r == nil || r.TransitionTarget != AgentTarget {
+				break
+			}
+			if _, ok := seen[cur]; ok {
+				cycle := chain[seen[cur]:]
+				key := slices.Min(cycle)
+				if reported[key] {
+					break
+				}
+				reported[key] = true
+				if !slices.ContainsFunc(cycle, hasExit) {
+					first := next[cycle[0]]
+					l.errorf(FileHandoffs, fmt.Sprintf("handoff_rules[%d]", first.Index),
+						"after_work cycle %s -> %s never reaches the person or a terminate", strings.Join(cycle, " -> "), cycle[0])
+				}
+				break
+			}
+			seen[cur] = len(chain)
+			chain = append(chain, cur)
+			cur = r.TargetAgent
+		}
+	}
+}

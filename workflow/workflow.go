@@ -1,0 +1,505 @@
+// Package workflow reads baton workflows: a folder of six JSON files
+// (workflow.json, agents.json, handoffs.json, tools.json,
+// context_variables.json, structured_outputs.json), decoded strictly and
+// validated as a whole.
+//
+// Load reads one folder and LoadAll every folder of a file system that holds
+// a workflow.json; both take an fs.FS, so the example workflows embedded in
+// the binary and folders on disk load the same way. Validation collects
+// every mistake, not only the first: the error is a ValidationErrors with one
+// FieldError (file, JSON path, line, column, message) per mistake, and it
+// matches baton.ErrInvalid.
+//
+// At load time, handoff conditions are compiled with expr-lang/expr,
+// system-message templates are parsed, tool parameter schemas are compiled,
+// and every structured-output model is compiled to a strict JSON Schema
+// (draft 2020-12) and to a validator (santhosh-tekuri/jsonschema). A loaded
+// *Workflow is immutable and safe for concurrent use.
+//
+// The format is documented in docs/workflow-format.md.
+package workflow
+
+import (
+	"encoding/json"
+	"io/fs"
+	"slices"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+// The six file names of a workflow folder.
+const (
+	FileWorkflow          = "workflow.json"
+	FileAgents            = "agents.json"
+	FileHandoffs          = "handoffs.json"
+	FileTools             = "tools.json"
+	FileContextVariables  = "context_variables.json"
+	FileStructuredOutputs = "structured_outputs.json"
+)
+
+// UserAgent is the name a handoff rule uses for the person as source_agent.
+const UserAgent = "user"
+
+// Startup modes (orchestration.startup_mode).
+const (
+	AgentDriven = "AgentDriven" // the initial agent speaks first
+	UserDriven  = "UserDriven"  // the chat waits for the person's first message
+)
+
+// Handoff types (handoff_rules[].handoff_type).
+const (
+	HandoffAfterWork = "after_work" // fires when no llm or condition rule fired
+	HandoffCondition = "condition"  // fires when its condition is true
+	HandoffLLM       = "llm"        // a transfer tool the model may call
+)
+
+// Transition targets (handoff_rules[].transition_target).
+const (
+	AgentTarget        = "AgentTarget"
+	TerminateTarget    = "TerminateTarget"
+	RevertToUserTarget = "RevertToUserTarget"
+)
+
+// Tool types (tools[].tool_type).
+const (
+	AgentTool     = "Agent_Tool"     // called by the model
+	UITool        = "UI_Tool"        // shows a component; the person's response is the result
+	LifecycleTool = "Lifecycle_Tool" // run by the runtime at a lifecycle trigger
+)
+
+// Tool kinds (tools[].kind): how a tool runs.
+const (
+	KindGo      = "go"      // a Go function registered by name (function)
+	KindCommand = "command" // an executable under the workflow's tools/ folder (file)
+	KindHTTP    = "http"    // a POST to url
+	KindMCP     = "mcp"     // the tools of an MCP server from workflow.json mcp_servers
+	KindUI      = "ui"      // a component shown to the person (ui)
+)
+
+// UI modes (tools[].ui.mode).
+const (
+	UIInline   = "inline"
+	UIArtifact = "artifact"
+)
+
+// Lifecycle triggers (tools[].trigger).
+const (
+	BeforeChat  = "before_chat"
+	BeforeAgent = "before_agent"
+	AfterAgent  = "after_agent"
+	AfterChat   = "after_chat"
+)
+
+// Derived variable trigger types (derived_variables[].trigger_type).
+const (
+	AgentTextEquals       = "agent_text_equals"       // the agent's whole text, trimmed, equals trigger_value
+	AgentTextContains     = "agent_text_contains"     // the agent's text contains trigger_value
+	ToolCalled            = "tool_called"             // the agent called the tool named trigger_value and it succeeded
+	StructuredOutputField = "structured_output_field" // the value at trigger_value in the agent's structured output
+)
+
+// Context variable types (variables.NAME.type).
+const (
+	TypeBool  = "bool"
+	TypeInt   = "int"
+	TypeFloat = "float"
+	TypeStr   = "str"
+	TypeList  = "list"
+	TypeDict  = "dict"
+	TypeAny   = "any" // only derived structured_output_field variables whose field type is not simple
+)
+
+// Workflow is one loaded and validated workflow folder.
+type Workflow struct {
+	// Name is the workflow's name: its folder's name.
+	Name string
+	// Dir is the folder within FS ("." or "generator").
+	Dir string
+	// FS is the file system the workflow was loaded from; command tools
+	// live at path.Join(Dir, "tools", tool.File) in it.
+	FS fs.FS
+
+	Config           Config             // workflow.json
+	Agents           []*Agent           // agents.json, in file order
+	Handoffs         []*HandoffRule     // handoffs.json, in file order
+	Tools            []*Tool            // tools.json, in file order
+	Variables        []*Variable        // context_variables.json variables, in file order
+	DerivedVariables []*DerivedVariable // context_variables.json derived_variables, in file order
+	Models           []*Model           // structured_outputs.json models, in file order
+	// Registry maps an agent name to the name of its structured-output model.
+	Registry map[string]string
+
+	agents   map[string]*Agent
+	tools    map[string]*Tool
+	models   map[string]*Model
+	rules    map[string][]*HandoffRule
+	varTypes map[string]string
+}
+
+// Config is workflow.json.
+type Config struct {
+	Name          string               `json:"name"`
+	Description   string               `json:"description"`
+	Version       string               `json:"version"`
+	VisualAgents  []string             `json:"visual_agents"`
+	Orchestration Orchestration        `json:"orchestration"`
+	LLM           LLMConfig            `json:"llm"`
+	Pricing       map[string]Price     `json:"pricing"`
+	MCPServers    map[string]MCPServer `json:"mcp_servers"`
+}
+
+// Orchestration is workflow.json's orchestration block.
+type Orchestration struct {
+	InitialAgent   string `json:"initial_agent"`
+	InitialMessage string `json:"initial_message"`
+	// StartupMode is AgentDriven (the default) or UserDriven.
+	StartupMode string `json:"startup_mode"`
+	// MaxTurns bounds the agent turns of one chat; 0 means DefaultMaxTurns.
+	MaxTurns       int  `json:"max_turns"`
+	HumanInTheLoop bool `json:"human_in_the_loop"`
+}
+
+// DefaultMaxTurns is the turn limit of a workflow that sets none.
+const DefaultMaxTurns = 50
+
+// LLMConfig is the model configuration of workflow.json's llm block and of
+// an agent's llm override. Pointers distinguish "not set" from zero.
+type LLMConfig struct {
+	Model          string   `json:"model"`
+	Temperature    *float64 `json:"temperature"`
+	MaxTokens      int      `json:"max_tokens"`
+	TimeoutSeconds float64  `json:"timeout_seconds"`
+	// CacheSeed is the default seed; a chat keeps one seed for its life.
+	CacheSeed *int64 `json:"cache_seed"`
+	// BaseURLEnv and APIKeyEnv name the environment variables holding the
+	// endpoint and the key (defaults OPENAI_BASE_URL and OPENAI_API_KEY).
+	BaseURLEnv string `json:"base_url_env"`
+	APIKeyEnv  string `json:"api_key_env"`
+}
+
+// Timeout returns timeout_seconds as a duration (0 when unset).
+func (c LLMConfig) Timeout() time.Duration {
+	return time.Duration(c.TimeoutSeconds * float64(time.Second))
+}
+
+// merge returns c with the fields o sets replacing c's.
+func (c LLMConfig) merge(o *LLMConfig) LLMConfig {
+	if o == nil {
+		return c
+	}
+	if o.Model != "" {
+		c.Model = o.Model
+	}
+	if o.Temperature != nil {
+		c.Temperature = o.Temperature
+	}
+	if o.MaxTokens != 0 {
+		c.MaxTokens = o.MaxTokens
+	}
+	if o.TimeoutSeconds != 0 {
+		c.TimeoutSeconds = o.TimeoutSeconds
+	}
+	if o.CacheSeed != nil {
+		c.CacheSeed = o.CacheSeed
+	}
+	if o.BaseURLEnv != "" {
+		c.BaseURLEnv = o.BaseURLEnv
+	}
+	if o.APIKeyEnv != "" {
+		c.APIKeyEnv = o.APIKeyEnv
+	}
+	return c
+}
+
+// Price is the price of a model in US dollars per million tokens.
+type Price struct {
+	Input       float64 `json:"input"`
+	Output      float64 `json:"output"`
+	CachedInput float64 `json:"cached_input"`
+}
+
+// MCPServer is an MCP server a workflow's mcp tools come from: either a
+// command started over stdio or the URL of a streamable HTTP endpoint.
+type MCPServer struct {
+	Command string            `json:"command"`
+	Args    []string          `json:"args"`
+	Env     map[string]string `json:"env"`
+	URL     string            `json:"url"`
+	// HeadersFromEnv maps an HTTP header to the environment variable that
+	// holds its value (for url servers).
+	HeadersFromEnv map[string]string `json:"headers_from_env"`
+}
+
+// Agent is one entry of agents.json.
+type Agent struct {
+	// Name is the agent's key in agents.json.
+	Name                    string     `json:"-"`
+	Description             string     `json:"description"`
+	SystemMessage           string     `json:"system_message"`
+	MaxConsecutiveAutoReply int        `json:"max_consecutive_auto_reply"`
+	AutoToolMode            bool       `json:"auto_tool_mode"`
+	StructuredOutputsRequired bool     `json:"structured_outputs_required"`
+	LLM                     *LLMConfig `json:"llm"`
+	// Tools names tools of tools.json that this agent may call besides the
+	// ones whose agent is this agent (a way to share a tool).
+	Tools []string `json:"tools"`
+
+	template []segment
+	visual   bool
+	toolAg   bool
+	model    *Model
+	tools    []*Tool
+	autoTool *Tool
+}
+
+// IsVisual reports whether people see the agent's messages (it is listed in
+// visual_agents).
+func (a *Agent) IsVisual() bool { return a.visual }
+
+// IsStructuredCapable reports whether the agent answers with structured
+// output (structured_outputs_required).
+func (a *Agent) IsStructuredCapable() bool { return a.StructuredOutputsRequired }
+
+// IsToolAgent reports whether the agent owns a UI_Tool.
+func (a *Agent) IsToolAgent() bool { return a.toolAg }
+
+// Model returns the agent's structured-output model, or nil.
+func (a *Agent) Model() *Model { return a.model }
+
+// AutoTool returns the UI_Tool the runtime invokes with the agent's valid
+// structured output when AutoToolMode is set, or nil.
+func (a *Agent) AutoTool() *Tool { return a.autoTool }
+
+// ToolList returns the tools the model of this agent may call (Agent_Tool
+// and UI_Tool entries whose agent it is, then the ones named in its tools
+// list), in file order. Lifecycle tools are not among them.
+func (a *Agent) ToolList() []*Tool { return a.tools }
+
+// HandoffRule is one entry of handoffs.json.
+type HandoffRule struct {
+	// SourceAgent is an agent name or UserAgent.
+	SourceAgent string `json:"source_agent"`
+	TargetAgent string `json:"target_agent"`
+	HandoffType string `json:"handoff_type"`
+	// Condition is an expression over context variables; see Condition.
+	Condition        string `json:"condition"`
+	TransitionTarget string `json:"transition_target"`
+	// Description explains the rule; for llm rules it is the transfer
+	// tool's description the model reads.
+	Description string `json:"description"`
+
+	// Index is the rule's position in handoff_rules.
+	Index int `json:"-"`
+	// Compiled is the compiled Condition, nil when there is none.
+	Compiled *Condition `json:"-"`
+}
+
+// Applies reports whether the rule's condition holds for vars (true when the
+// rule has no condition).
+func (r *HandoffRule) Applies(vars map[string]any) (bool, error) {
+	if r.Compiled == nil {
+		return true, nil
+	}
+	return r.Compiled.Eval(vars)
+}
+
+// TransferToolName is the name of the tool an llm rule offers the model:
+// transfer_to_<TargetAgent> for an AgentTarget, transfer_to_user for
+// RevertToUserTarget and terminate_chat for TerminateTarget.
+func (r *HandoffRule) TransferToolName() string {
+	switch r.TransitionTarget {
+	case TerminateTarget:
+		return "terminate_chat"
+	case RevertToUserTarget:
+		return "transfer_to_user"
+	}
+	return "transfer_to_" + r.TargetAgent
+}
+
+// Tool is one entry of tools.json.
+type Tool struct {
+	// Agent owns the tool; for lifecycle tools it is the agent whose turn
+	// the trigger refers to (required for before_agent and after_agent).
+	Agent string `json:"agent"`
+	// Name is the tool's name as the model sees it; it defaults to Function.
+	Name string `json:"name"`
+	// File is the executable of a command tool, relative to tools/.
+	File string `json:"file"`
+	// Function is the registered Go function of a go tool (and the default
+	// name of any tool).
+	Function    string `json:"function"`
+	Description string `json:"description"`
+	ToolType    string `json:"tool_type"`
+	Kind        string `json:"kind"`
+	// Parameters is the JSON Schema of the arguments (an object schema).
+	Parameters json.RawMessage `json:"parameters"`
+	UI         *UIConfig       `json:"ui"`
+	// TimeoutSeconds bounds one call; 0 means the registry's default.
+	TimeoutSeconds float64 `json:"timeout_seconds"`
+	// SideEffects makes the call go through the effect ledger (at most
+	// once per turn key and tool-call id).
+	SideEffects bool `json:"side_effects"`
+	// MaxConcurrency limits concurrent calls of this tool; 0 means the
+	// registry's default.
+	MaxConcurrency int `json:"max_concurrency"`
+	// Trigger is when a Lifecycle_Tool runs.
+	Trigger string `json:"trigger"`
+	// Arguments are the fixed arguments a Lifecycle_Tool is called with
+	// (checked against Parameters at load).
+	Arguments json.RawMessage `json:"arguments"`
+
+	// URL is where an http tool POSTs its arguments.
+	URL string `json:"url"`
+	// HeadersFromEnv maps an HTTP header to the environment variable that
+	// holds its value; secrets never appear in the file.
+	HeadersFromEnv map[string]string `json:"headers_from_env"`
+	// Server names the workflow.json mcp_servers entry of an mcp tool.
+	Server string `json:"server"`
+	// Tools lists the MCP tools to expose (all of the server's when empty).
+	Tools []string `json:"tools"`
+	// Prefix is prepended to the names of the MCP tools.
+	Prefix string `json:"prefix"`
+
+	// Index is the tool's position in tools.
+	Index int `json:"-"`
+	// Schema is the compiled Parameters, nil when there are none.
+	Schema *jsonschema.Schema `json:"-"`
+}
+
+// Timeout returns timeout_seconds as a duration (0 when unset).
+func (t *Tool) Timeout() time.Duration {
+	return time.Duration(t.TimeoutSeconds * float64(time.Second))
+}
+
+// UIConfig is a UI tool's component and how it is shown.
+type UIConfig struct {
+	Component string `json:"component"`
+	// Mode is UIInline (in the message list, the default) or UIArtifact
+	// (in the side panel).
+	Mode string `json:"mode"`
+}
+
+// Variable is one initial context variable of context_variables.json.
+type Variable struct {
+	// Name is the variable's key in variables.
+	Name string `json:"-"`
+	// Type is one of bool, int, float, str, list, dict.
+	Type    string `json:"type"`
+	Default any    `json:"default"`
+	// FromEnv names an environment variable whose value, when set,
+	// replaces Default (converted to Type).
+	FromEnv     string `json:"from_env"`
+	Description string `json:"description"`
+}
+
+// DerivedVariable is a context variable the runtime sets when its trigger
+// fires after a turn of SourceAgent.
+type DerivedVariable struct {
+	Name         string `json:"name"`
+	TriggerType  string `json:"trigger_type"`
+	SourceAgent  string `json:"source_agent"`
+	TriggerValue string `json:"trigger_value"`
+	Description  string `json:"description"`
+	// UIHidden flags the message that triggered the variable (text
+	// triggers only) as ui_hidden: the model sees it, people don't.
+	UIHidden bool `json:"ui_hidden"`
+}
+
+// Agent returns the agent called name, or nil.
+func (w *Workflow) Agent(name string) *Agent { return w.agents[name] }
+
+// InitialAgent returns the agent that starts the chat.
+func (w *Workflow) InitialAgent() *Agent { return w.agents[w.Config.Orchestration.InitialAgent] }
+
+// Tool returns the tools.json entry called name, or nil.
+func (w *Workflow) Tool(name string) *Tool { return w.tools[name] }
+
+// Model returns the structured-output model called name, or nil.
+func (w *Workflow) Model(name string) *Model { return w.models[name] }
+
+// OutputModel returns the structured-output model registered for agent, or nil.
+func (w *Workflow) OutputModel(agent string) *Model {
+	if a := w.agents[agent]; a != nil {
+		return a.model
+	}
+	return nil
+}
+
+// HandoffRules returns the rules whose source is source (an agent or
+// UserAgent), in file order.
+func (w *Workflow) HandoffRules(source string) []*HandoffRule { return w.rules[source] }
+
+// ToolsOf returns the tools the model of agent may call; see Agent.ToolList.
+func (w *Workflow) ToolsOf(agent string) []*Tool {
+	if a := w.agents[agent]; a != nil {
+		return a.tools
+	}
+	return nil
+}
+
+// LifecycleTools returns the lifecycle tools of trigger, in file order. For
+// before_agent and after_agent, agent selects the ones of that agent; for
+// the chat triggers pass "".
+func (w *Workflow) LifecycleTools(trigger, agent string) []*Tool {
+	var out []*Tool
+	for _, t := range w.Tools {
+		if t.ToolType == LifecycleTool && t.Trigger == trigger && (agent == "" || t.Agent == agent) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// DerivedFor returns the derived variables whose source is agent, in file order.
+func (w *Workflow) DerivedFor(agent string) []*DerivedVariable {
+	var out []*DerivedVariable
+	for _, d := range w.DerivedVariables {
+		if d.SourceAgent == agent {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// IsVisual reports whether agent is one of visual_agents.
+func (w *Workflow) IsVisual(agent string) bool {
+	return slices.Contains(w.Config.VisualAgents, agent)
+}
+
+// VisualAgents returns the agents people see, in visual_agents order.
+func (w *Workflow) VisualAgents() []*Agent {
+	out := make([]*Agent, 0, len(w.Config.VisualAgents))
+	for _, n := range w.Config.VisualAgents {
+		if a := w.agents[n]; a != nil {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// LLMFor returns the model configuration of agent: workflow.json's llm
+// block with the agent's override applied.
+func (w *Workflow) LLMFor(agent string) LLMConfig {
+	c := w.Config.LLM
+	if a := w.agents[agent]; a != nil {
+		c = c.merge(a.LLM)
+	}
+	return c
+}
+
+// MaxTurns returns orchestration.max_turns, or DefaultMaxTurns when unset.
+func (w *Workflow) MaxTurns() int {
+	if n := w.Config.Orchestration.MaxTurns; n > 0 {
+		return n
+	}
+	return DefaultMaxTurns
+}
+
+// VariableType returns the type of a declared or derived context variable
+// (TypeBool for text and tool triggers, the field's type for
+// structured_output_field) and whether it exists.
+func (w *Workflow) VariableType(name string) (string, bool) {
+	t, ok := w.varTypes[name]
+	return t, ok
+}
