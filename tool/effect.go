@@ -1,0 +1,123 @@
+package tool
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/batonhq/baton"
+)
+
+// pendingGrace is added to a tool's timeout to decide that a claimed,
+// unrecorded effect was abandoned rather than still running elsewhere.
+const pendingGrace = 10 * time.Second
+
+// Once runs fn at most once per key through the effect ledger and returns its
+// result; replayed is true when the result is the one recorded by an earlier
+// call. It is the exactly-once wrapper for tools with side effects
+// (invariant 5); the registry uses it for every side_effects tool, with
+// key = baton.EffectKey(chat, turn key, tool-call id).
+//
+// What is durable when: the claim is durable before fn starts; the result is
+// durable when Once returns it. Every ToolResult fn returns — ok or error —
+// is recorded, so a replay sees what the model saw. A Go error from fn (the
+// context was cancelled, the outcome is unknown) is not recorded.
+//
+// If the process dies between the claim and the record, the ledger holds the
+// key as EffectPending and nobody knows whether the effect happened. Once
+// then decides by the claim's age:
+//
+//   - claimed less than inFlight ago (the tool's timeout plus a grace): the
+//     call may still be running in another process, so Once returns an
+//     ECONFLICT error and the caller retries later;
+//   - older: the call was abandoned, so Once runs fn again with the same key
+//     and records that result. A tool that must not act twice uses the key
+//     to de-duplicate (commands get it as BATON_EFFECT_KEY, HTTP endpoints as
+//     the Idempotency-Key header, Go tools as CallContext.EffectKey). Only
+//     the crash window is at-least-once; everything else is exactly-once.
+func Once(ctx context.Context, ledger baton.EffectLedger, scope baton.Scope, chatID, key string, inFlight time.Duration,
+	fn func(context.Context) (baton.ToolResult, error)) (res baton.ToolResult, replayed bool, err error) {
+	eff, err := ledger.ClaimEffect(ctx, scope, chatID, key)
+	if err != nil {
+		return baton.ToolResult{}, false, fmt.Errorf("claim effect %s: %w", key, err)
+	}
+	switch eff.State {
+	case baton.EffectDone:
+		if err := json.Unmarshal(eff.Result, &res); err != nil {
+			return baton.ToolResult{}, false, fmt.Errorf("effect %s: recorded result: %w", key, err)
+		}
+		return res, true, nil
+	case baton.EffectPending:
+		if age := time.Since(eff.ClaimedAt); age < inFlight {
+			return baton.ToolResult{}, false, baton.Errorf(baton.ECONFLICT,
+				"effect %s was claimed %s ago and may still be running; retry after %s", key, age.Round(time.Millisecond), (inFlight - age).Round(time.Second))
+		}
+	case baton.EffectNew:
+	default:
+		return baton.ToolResult{}, false, fmt.Errorf("effect %s: unknown state %d", key, eff.State)
+	}
+	res, err = fn(ctx)
+	if err != nil {
+		return baton.ToolResult{}, false, err
+	}
+	if res.Status == baton.ToolStatusPending {
+		// A UI tool's request is not its result: the person's response is,
+		// and the human-in-the-loop path records that.
+		return res, false, nil
+	}
+	raw, err := json.Marshal(res)
+	if err != nil {
+		return baton.ToolResult{}, false, fmt.Errorf("effect %s: encode result: %w", key, err)
+	}
+	// Record even if ctx was cancelled meanwhile: the effect happened.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := ledger.RecordEffect(rctx, scope, chatID, key, raw); err != nil {
+		return baton.ToolResult{}, false, fmt.Errorf("record effect %s: %w", key, err)
+	}
+	return res, false, nil
+}
+
+// flightGroup makes concurrent calls with one effect key in this process
+// share one execution, so that they do not race each other into the ledger's
+// pending state.
+type flightGroup struct {
+	mu sync.Mutex
+	m  map[string]*flight
+}
+
+type flight struct {
+	done     chan struct{}
+	res      baton.ToolResult
+	replayed bool
+	err      error
+}
+
+func (g *flightGroup) do(ctx context.Context, key string, fn func() (baton.ToolResult, bool, error)) (baton.ToolResult, bool, error) {
+	g.mu.Lock()
+	if f, ok := g.m[key]; ok {
+		g.mu.Unlock()
+		select {
+		case <-f.done:
+			return f.res, true, f.err
+		case <-ctx.Done():
+			return baton.ToolResult{}, false, fmt.Errorf("effect %s: waiting for the call in flight: %w", key, ctx.Err())
+		}
+	}
+	if g.m == nil {
+		g.m = map[string]*flight{}
+	}
+	f := &flight{done: make(chan struct{})}
+	g.m[key] = f
+	g.mu.Unlock()
+	defer func() {
+		g.mu.Lock()
+		delete(g.m, key)
+		g.mu.Unlock()
+		close(f.done)
+	}()
+	f.res, f.replayed, f.err = fn()
+	return f.res, f.replayed, f.err
+}

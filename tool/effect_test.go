@@ -1,0 +1,174 @@
+package tool_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/tool"
+)
+
+// memLedger is an in-memory baton.EffectLedger, to test the wrapper apart
+// from a store.
+type memLedger struct {
+	mu      sync.Mutex
+	effects map[string]*baton.Effect
+}
+
+func (l *memLedger) ClaimEffect(_ context.Context, _ baton.Scope, chatID, key string) (baton.Effect, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.effects == nil {
+		l.effects = map[string]*baton.Effect{}
+	}
+	if e, ok := l.effects[chatID+"|"+key]; ok {
+		return *e, nil
+	}
+	l.effects[chatID+"|"+key] = &baton.Effect{Key: key, State: baton.EffectPending, ClaimedAt: time.Now()}
+	return baton.Effect{Key: key, State: baton.EffectNew, ClaimedAt: time.Now()}, nil
+}
+
+func (l *memLedger) RecordEffect(_ context.Context, _ baton.Scope, chatID, key string, result json.RawMessage) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e := l.effects[chatID+"|"+key]
+	e.State, e.Result = baton.EffectDone, result
+	return nil
+}
+
+type chargeArgs struct {
+	Amount int `json:"amount"`
+}
+
+// counted returns a side-effecting Go tool and the number of times it ran.
+func counted() (baton.Tool, *atomic.Int32, *sync.Map) {
+	var n atomic.Int32
+	var keys sync.Map
+	t := tool.MustFunc("charge", "charges a card", func(_ context.Context, cc *baton.CallContext, in chargeArgs) (string, error) {
+		n.Add(1)
+		keys.Store(cc.EffectKey, true)
+		if err := cc.Vars.Set("charged", in.Amount); err != nil {
+			return "", err
+		}
+		return "charged " + cc.EffectKey, nil
+	})
+	return t, &n, &keys
+}
+
+func effectSpecs() []tool.Spec {
+	return []tool.Spec{
+		{Agent: "A", Function: "charge", SideEffects: true},
+		{Agent: "A", Name: "effect_cmd", File: "effect.sh", SideEffects: true, Env: []string{"EFFECT_LOG"}},
+	}
+}
+
+// testEffectOnce runs the exactly-once scenarios against a ledger; reopen
+// returns a ledger over the same storage (a restart), or the same ledger.
+func testEffectOnce(t *testing.T, ledger baton.EffectLedger, reopen func() baton.EffectLedger) {
+	charge, n, _ := counted()
+	effectLog := filepath.Join(t.TempDir(), "effects")
+	t.Setenv("EFFECT_LOG", effectLog)
+	rec := &recorder{}
+	r := newRegistry(t, effectSpecs(), tool.WithFuncs(charge), tool.WithLedger(ledger), tool.WithPublisher(rec))
+
+	first := mustCall(t, lookup(t, r, "A", "charge"), callCtx("pay-1"), `{"amount": 5}`)
+	second := mustCall(t, lookup(t, r, "A", "charge"), callCtx("pay-1"), `{"amount": 5}`)
+	if n.Load() != 1 {
+		t.Fatalf("the function ran %d times for one key", n.Load())
+	}
+	if first.Content != "charged chat-1/turn-1/pay-1" || first.Content != second.Content || first.Status != second.Status ||
+		string(second.Updates["charged"]) != "5" {
+		t.Fatalf("first %+v, replay %+v", first, second)
+	}
+	evs := rec.all()
+	if len(evs) != 2 || !strings.Contains(string(evs[1].Payload), `"replayed":true`) {
+		t.Fatalf("events = %v", evs)
+	}
+
+	// Another tool-call id is another effect.
+	mustCall(t, lookup(t, r, "A", "charge"), callCtx("pay-2"), `{"amount": 5}`)
+	if n.Load() != 2 {
+		t.Fatalf("a second key: the function ran %d times in all, want 2", n.Load())
+	}
+
+	// Concurrent calls with one key: one execution, one result.
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			res, err := lookup(t, r, "A", "charge").Call(context.Background(), callCtx("pay-3"), json.RawMessage(`{"amount": 1}`))
+			if err != nil || res.Content != "charged chat-1/turn-1/pay-3" {
+				t.Errorf("concurrent call: %+v, %v", res, err)
+			}
+		})
+	}
+	wg.Wait()
+	if n.Load() != 3 {
+		t.Fatalf("8 concurrent calls with one key: the function ran %d times in all, want 3", n.Load())
+	}
+
+	// A command tool with side effects, twice.
+	for range 2 {
+		if res := mustCall(t, lookup(t, r, "A", "effect_cmd"), callCtx("cmd-1"), `{}`); res.Content != "done" {
+			t.Fatalf("effect_cmd = %+v", res)
+		}
+	}
+	if raw, _ := os.ReadFile(effectLog); string(raw) != "chat-1/turn-1/cmd-1\n" {
+		t.Fatalf("effect log = %q, want the key once", raw)
+	}
+
+	// A new registry over a reopened ledger (a restart) replays too.
+	_ = r.Close()
+	charge2, n2, _ := counted()
+	r2 := newRegistry(t, effectSpecs(), tool.WithFuncs(charge2), tool.WithLedger(reopen()))
+	again := mustCall(t, lookup(t, r2, "A", "charge"), callCtx("pay-1"), `{"amount": 5}`)
+	if n2.Load() != 0 || again.Content != first.Content || string(again.Updates["charged"]) != "5" {
+		t.Fatalf("after reopening: ran %d times, result %+v", n2.Load(), again)
+	}
+	mustCall(t, lookup(t, r2, "A", "effect_cmd"), callCtx("cmd-1"), `{}`)
+	if raw, _ := os.ReadFile(effectLog); string(raw) != "chat-1/turn-1/cmd-1\n" {
+		t.Fatalf("effect log after reopening = %q, want the key once", raw)
+	}
+	if _, err := lookup(t, r2, "A", "charge").Call(context.Background(), &baton.CallContext{ChatID: "c"}, json.RawMessage(`{"amount":1}`)); baton.ErrorCode(err) != baton.EINVALID {
+		t.Fatalf("a side-effect call without turn key and call id: err = %v", err)
+	}
+}
+
+func TestEffectOnceMemory(t *testing.T) {
+	l := &memLedger{}
+	testEffectOnce(t, l, func() baton.EffectLedger { return l })
+}
+
+func TestEffectPending(t *testing.T) {
+	l := &memLedger{}
+	ctx := context.Background()
+	scope := baton.Scope{App: "app", User: "u"}
+	// A claim with no record: the process died mid-call.
+	if _, err := l.ClaimEffect(ctx, scope, "chat-1", "k"); err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	fn := func(context.Context) (baton.ToolResult, error) {
+		runs++
+		return baton.ToolResult{Status: "ok", Content: "again"}, nil
+	}
+	// Recent: it may still be running elsewhere.
+	if _, _, err := tool.Once(ctx, l, scope, "chat-1", "k", time.Hour, fn); baton.ErrorCode(err) != baton.ECONFLICT || runs != 0 {
+		t.Fatalf("recent pending: err = %v, runs = %d", err, runs)
+	}
+	// Older than the call could run: abandoned, run once more and record.
+	res, replayed, err := tool.Once(ctx, l, scope, "chat-1", "k", 0, fn)
+	if err != nil || replayed || res.Content != "again" || runs != 1 {
+		t.Fatalf("abandoned pending: %+v, %v, %v, runs %d", res, replayed, err, runs)
+	}
+	res, replayed, err = tool.Once(ctx, l, scope, "chat-1", "k", 0, fn)
+	if err != nil || !replayed || res.Content != "again" || runs != 1 {
+		t.Fatalf("after the re-run: %+v, %v, %v, runs %d", res, replayed, err, runs)
+	}
+}
