@@ -21,6 +21,7 @@ type node struct {
 	off   int64
 	num   string
 	keys  []string
+	koffs []int64 // where each key starts
 	vals  []*node
 	elems []*node
 }
@@ -162,6 +163,7 @@ func (p *parser) fromToken(tok json.Token, off int64, depth int) (*node, error) 
 					return nil, err
 				}
 				n.keys = append(n.keys, key)
+				n.koffs = append(n.koffs, koff)
 				n.vals = append(n.vals, v)
 			}
 		case '[':
@@ -193,12 +195,16 @@ func (p *parser) fromToken(tok json.Token, off int64, depth int) (*node, error) 
 	return n, nil
 }
 
-// index records the offset of every path in the tree.
+// index records the offset of every path in the tree: where its key starts
+// for an object member, where the value starts otherwise.
 func (f *file) index(n *node, path string) {
-	f.pos[path] = n.off
+	if _, ok := f.pos[path]; !ok {
+		f.pos[path] = n.off
+	}
 	switch n.kind {
 	case 'o':
 		for i, k := range n.keys {
+			f.pos[joinPath(path, k)] = n.koffs[i]
 			f.index(n.vals[i], joinPath(path, k))
 		}
 	case 'a':

@@ -88,7 +88,7 @@ func LoadAll(fsys fs.FS) ([]*Workflow, error) {
 func Load(fsys fs.FS, dir string) (*Workflow, error) {
 	dir = path.Clean(dir)
 	l := &loader{
-		w:     &Workflow{Dir: dir, FS: fsys, Name: path.Base(dir)},
+		w:      &Workflow{Dir: dir, FS: fsys, Name: path.Base(dir)},
 		files:  map[string]*file{},
 		broken: map[string]bool{},
 	}

@@ -169,9 +169,9 @@ func TestPositions(t *testing.T) {
 	if !errors.As(err, &ve) || len(ve) != 1 {
 		t.Fatalf("err = %v", err)
 	}
-	// agents.json is written by json.dumps with indent 2: the key is on line 4.
-	if ve[0].Line != 4 || ve[0].Col != 7 {
-		t.Errorf("position = %d:%d, want 4:7", ve[0].Line, ve[0].Col)
+	// agents.json is written by json.dumps with indent 2: the key is on line 5.
+	if ve[0].Line != 5 || ve[0].Col != 7 {
+		t.Errorf("position = %d:%d, want 5:7", ve[0].Line, ve[0].Col)
 	}
 }
 

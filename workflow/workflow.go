@@ -234,13 +234,13 @@ type MCPServer struct {
 // Agent is one entry of agents.json.
 type Agent struct {
 	// Name is the agent's key in agents.json.
-	Name                    string     `json:"-"`
-	Description             string     `json:"description"`
-	SystemMessage           string     `json:"system_message"`
-	MaxConsecutiveAutoReply int        `json:"max_consecutive_auto_reply"`
-	AutoToolMode            bool       `json:"auto_tool_mode"`
-	StructuredOutputsRequired bool     `json:"structured_outputs_required"`
-	LLM                     *LLMConfig `json:"llm"`
+	Name                      string     `json:"-"`
+	Description               string     `json:"description"`
+	SystemMessage             string     `json:"system_message"`
+	MaxConsecutiveAutoReply   int        `json:"max_consecutive_auto_reply"`
+	AutoToolMode              bool       `json:"auto_tool_mode"`
+	StructuredOutputsRequired bool       `json:"structured_outputs_required"`
+	LLM                       *LLMConfig `json:"llm"`
 	// Tools names tools of tools.json that this agent may call besides the
 	// ones whose agent is this agent (a way to share a tool).
 	Tools []string `json:"tools"`
