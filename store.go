@@ -1,0 +1,417 @@
+package baton
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// ChatStatus is where a chat stands. A chat in a waiting status holds no
+// goroutine: the next input resumes it from the store.
+type ChatStatus string
+
+// Chat statuses.
+const (
+	ChatRunning       ChatStatus = "running"
+	ChatWaitingInput  ChatStatus = "waiting_input"
+	ChatWaitingUITool ChatStatus = "waiting_ui_tool"
+	ChatWaitingSecret ChatStatus = "waiting_secret"
+	ChatCompleted     ChatStatus = "completed"
+	ChatFailed        ChatStatus = "failed"
+)
+
+// Valid reports whether s is one of the chat statuses.
+func (s ChatStatus) Valid() bool {
+	switch s {
+	case ChatRunning, ChatWaitingInput, ChatWaitingUITool, ChatWaitingSecret, ChatCompleted, ChatFailed:
+		return true
+	}
+	return false
+}
+
+// Kinds of a PendingRequest.
+const (
+	PendingUITool = "ui_tool"
+	PendingInput  = "input"
+	PendingSecret = "secret"
+)
+
+// Chat is one conversation of one workflow, owned by an app and a user. Its
+// state is everything a resume needs besides its events (invariant 4).
+type Chat struct {
+	ID, App, User, Workflow string
+	Status                  ChatStatus
+	// LastSequence is the sequence of the chat's latest event; 0 for none.
+	LastSequence int64
+	// Context is the context_snapshot: a JSON object of the chat's variables.
+	Context json.RawMessage
+	// TurnAgent is the current speaker (spec/synthetic-events.md).
+	TurnAgent string
+	// CacheSeed is one per chat, reused on resume and as the model's seed.
+	CacheSeed int64
+	// Pending holds the UI tool, input and secret requests the chat waits
+	// for, oldest first.
+	Pending []PendingRequest
+	// CreatedAt is when the chat was created; UpdatedAt is last_updated_at.
+	CreatedAt, UpdatedAt time.Time
+	// Deleted is true for a soft-deleted chat; the store never returns one.
+	Deleted bool
+}
+
+// PendingRequest is a request the chat waits for a person to answer.
+type PendingRequest struct {
+	UIEventID  string
+	Kind       string // PendingUITool, PendingInput or PendingSecret
+	ToolCallID string
+	ToolName   string
+	Agent      string
+	CreatedAt  time.Time
+}
+
+// ChatUpdate changes a chat. Given to Append, it is applied in the same
+// transaction as the appended events: both are written or neither is.
+type ChatUpdate struct {
+	Status    *ChatStatus
+	TurnAgent *string
+	// Context patches top-level keys of the context snapshot; a JSON null
+	// value deletes the key.
+	Context map[string]json.RawMessage
+	// AddPending adds requests the chat now waits for.
+	AddPending []PendingRequest
+	// ResolvePending removes answered requests by ui_event_id. Each must be
+	// pending in this chat, else the whole call fails with ECONFLICT (already
+	// answered) or ENOTFOUND (unknown, or another chat's) and nothing is
+	// written.
+	ResolvePending []string
+	// Fence, when > 0, must equal the chat's current lease token, else the
+	// call fails with ECONFLICT and nothing is written.
+	Fence int64
+}
+
+// ListOptions filters ListChats. Zero values mean no filter; Limit 0 means a
+// store default (100).
+type ListOptions struct {
+	Workflow string
+	Status   ChatStatus
+	Limit    int
+}
+
+// ChatStore keeps chats. Every method acts within scope: a chat of another
+// scope, or a deleted one, is ENOTFOUND.
+type ChatStore interface {
+	// CreateChat creates c in scope (c.App and c.User are taken from scope).
+	// c.ID is the caller's (baton.NewID()) or generated when empty; an ID in
+	// use is ECONFLICT. An empty Status is running, an empty Context is {},
+	// a zero CacheSeed is drawn at random.
+	CreateChat(ctx context.Context, scope Scope, c Chat) (Chat, error)
+	// GetChat returns the chat with its pending requests.
+	GetChat(ctx context.Context, scope Scope, id string) (Chat, error)
+	// ListChats returns the scope's chats, newest first. Pending is not filled.
+	ListChats(ctx context.Context, scope Scope, opts ListOptions) ([]Chat, error)
+	// DeleteChat soft-deletes the chat; afterwards every method says ENOTFOUND.
+	DeleteChat(ctx context.Context, scope Scope, id string) error
+	// UpdateChat applies u without appending events.
+	UpdateChat(ctx context.Context, scope Scope, id string, u ChatUpdate) (Chat, error)
+	// ChatsByStatus lists chats of every scope with the given status, oldest
+	// first, for recovery after a restart (e.g. resume the running ones). It
+	// is for the runtime itself and must never answer a client.
+	ChatsByStatus(ctx context.Context, status ChatStatus, limit int) ([]Chat, error)
+}
+
+// EventStore keeps each chat's chat.* events, append-only, numbered 1, 2, 3, …
+// without gap or repeat (invariant 2).
+//
+// Message fields: the store keeps each event as it is (id, type, timestamp,
+// metadata and payload verbatim); the message fields of
+// spec/runtime-lifecycle.md Phase 4 are read from an event with [MessageOf].
+type EventStore interface {
+	// Append assigns the chat's next sequences to events (chat.* only; an
+	// event's ID must be unique within the chat, else ECONFLICT), applies u
+	// when non-nil, and commits both atomically. It returns the events with
+	// Sequence (and metadata.trigger_session_id) set. On a nil error the
+	// events and the update are durable; on an error nothing was written.
+	Append(ctx context.Context, scope Scope, chatID string, events []Event, u *ChatUpdate) ([]Event, error)
+	// Events returns up to limit events with sequence > after, ascending.
+	// limit <= 0 means all.
+	Events(ctx context.Context, scope Scope, chatID string, after int64, limit int) ([]Event, error)
+}
+
+// UsageRecord is one model call's token use and cost.
+type UsageRecord struct {
+	ChatID   string
+	App      string // set from the scope by RecordUsage
+	Workflow string
+	Agent    string
+	Model    string
+	Usage
+	Cost float64
+	At   time.Time // zero means now
+}
+
+// UsageTotal sums usage records. Agent is "" for a chat's total.
+type UsageTotal struct {
+	Agent string
+	Calls int64
+	Usage
+	Cost float64
+}
+
+// UsageStore records one row per model call.
+type UsageStore interface {
+	// RecordUsage stores u for u.ChatID, which must be in scope.
+	RecordUsage(ctx context.Context, scope Scope, u UsageRecord) error
+	// ChatUsage returns the chat's total and its totals per agent (by agent name).
+	ChatUsage(ctx context.Context, scope Scope, chatID string) (total UsageTotal, perAgent []UsageTotal, err error)
+}
+
+// TaskStatus is where a background task stands.
+type TaskStatus string
+
+// Task statuses.
+const (
+	TaskQueued    TaskStatus = "queued"
+	TaskRunning   TaskStatus = "running"
+	TaskCompleted TaskStatus = "completed"
+	TaskFailed    TaskStatus = "failed"
+)
+
+// Task is a background task of a chat.
+type Task struct {
+	ID        string
+	ChatID    string
+	App, User string // the chat's scope, set by the store
+	Kind      string
+	Status    TaskStatus
+	Input     json.RawMessage
+	Result    json.RawMessage
+	Error     string
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// TaskStore keeps background tasks.
+type TaskStore interface {
+	// CreateTask stores t for t.ChatID, which must be in scope. An empty ID is
+	// generated, an empty Status is queued.
+	CreateTask(ctx context.Context, scope Scope, t Task) (Task, error)
+	// GetTask returns a task whose chat is in scope.
+	GetTask(ctx context.Context, scope Scope, id string) (Task, error)
+	// UpdateTask sets the task's status, result and error.
+	UpdateTask(ctx context.Context, scope Scope, id string, status TaskStatus, result json.RawMessage, errMsg string) (Task, error)
+	// TasksByStatus lists tasks of every scope with the given status, oldest
+	// first, so a restart can mark the running ones failed. Runtime use only.
+	TasksByStatus(ctx context.Context, status TaskStatus, limit int) ([]Task, error)
+}
+
+// Lease is the right to run a chat, held by one instance until Expires.
+// Token increases on every takeover and fences writes (ChatUpdate.Fence).
+type Lease struct {
+	Token   int64
+	Owner   string
+	Expires time.Time
+}
+
+// LeaseStore hands out one run-owner lease per chat. Expiry is judged by the
+// clock of the process that calls.
+type LeaseStore interface {
+	// AcquireLease takes the chat's lease for instanceID for ttl. A free or
+	// expired lease is taken over with a new, higher token; the owner's own
+	// live lease is extended with its token unchanged; a lease held by another
+	// live owner is ECONFLICT.
+	AcquireLease(ctx context.Context, chatID, instanceID string, ttl time.Duration) (Lease, error)
+	// RenewLease extends a lease still held with token; ECONFLICT if it was
+	// taken over or released.
+	RenewLease(ctx context.Context, chatID, instanceID string, token int64, ttl time.Duration) (Lease, error)
+	// ReleaseLease frees a lease held with token; ECONFLICT if it was taken over.
+	ReleaseLease(ctx context.Context, chatID, instanceID string, token int64) error
+}
+
+// Store is the durable state of baton: chats, their events, the effect
+// ledger, usage, background tasks and run leases. Implementations live in
+// store/sqlite and store/postgres and pass store/storetest. Every method
+// that involves a chat enforces the scope in its query (invariant 8).
+type Store interface {
+	ChatStore
+	EventStore
+	EffectLedger
+	UsageStore
+	TaskStore
+	LeaseStore
+	// Ping checks that the store can be reached.
+	Ping(ctx context.Context) error
+	// Close releases the store; later calls fail with an EUNAVAILABLE error.
+	Close() error
+}
+
+// MessageRecord is the message view of a recorded event
+// (spec/runtime-lifecycle.md Phase 4): what the seeds kept in a chat's
+// messages array.
+type MessageRecord struct {
+	Role           string // "user", "assistant", "tool" or "system"
+	Name           string // the agent, or "user"
+	Content        string
+	Timestamp      time.Time
+	Sequence       int64
+	EventType      string // the event's type, e.g. chat.text
+	AgentMessageID string
+	Tokens         int64
+	Cost           float64
+}
+
+// MessageOf reads the message fields of a recorded event from its type,
+// timestamp, sequence and payload keys: "agent" (or "name", else the
+// metadata's agent name) gives Name; "role" if present, else "user" when the
+// agent is "user", "tool" for a tool response, "system" for the agent
+// "system", else "assistant"; "content" (a string, or any JSON as its text);
+// "agent_message_id" (or "message_id"); "tokens" (or "total_tokens"); "cost".
+func MessageOf(e Event) MessageRecord {
+	var p struct {
+		Role           string          `json:"role"`
+		Agent          string          `json:"agent"`
+		Name           string          `json:"name"`
+		Content        json.RawMessage `json:"content"`
+		AgentMessageID string          `json:"agent_message_id"`
+		MessageID      string          `json:"message_id"`
+		Tokens         int64           `json:"tokens"`
+		TotalTokens    int64           `json:"total_tokens"`
+		Cost           float64         `json:"cost"`
+	}
+	if len(e.Payload) > 0 {
+		_ = json.Unmarshal(e.Payload, &p) // a payload of another shape yields empty fields
+	}
+	m := MessageRecord{
+		Name:           firstNonEmpty(p.Agent, p.Name, e.Metadata.TriggerAgentName),
+		Timestamp:      time.UnixMilli(e.Timestamp).UTC(),
+		Sequence:       e.Sequence,
+		EventType:      e.Type,
+		AgentMessageID: firstNonEmpty(p.AgentMessageID, p.MessageID),
+		Tokens:         p.Tokens,
+		Cost:           p.Cost,
+	}
+	if m.Tokens == 0 {
+		m.Tokens = p.TotalTokens
+	}
+	if c := bytes.TrimSpace(p.Content); len(c) > 0 && !bytes.Equal(c, []byte("null")) {
+		var s string
+		if json.Unmarshal(c, &s) == nil {
+			m.Content = s
+		} else {
+			m.Content = string(c)
+		}
+	}
+	switch {
+	case p.Role != "":
+		m.Role = p.Role
+	case m.Name == "user":
+		m.Role = "user"
+	case e.Type == TypeChatToolResponse:
+		m.Role = "tool"
+	case m.Name == "system":
+		m.Role = "system"
+	default:
+		m.Role = "assistant"
+	}
+	return m
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// Validate checks u's fields: a known status, JSON values in the context
+// patch, and complete pending requests.
+func (u *ChatUpdate) Validate() error {
+	if u == nil {
+		return nil
+	}
+	if u.Status != nil && !u.Status.Valid() {
+		return Errorf(EINVALID, "status: %q is not a chat status", *u.Status)
+	}
+	for k, v := range u.Context {
+		if k == "" {
+			return Errorf(EINVALID, "context: empty key")
+		}
+		if len(v) > 0 && !json.Valid(v) {
+			return Errorf(EINVALID, "context.%s: not valid JSON", k)
+		}
+	}
+	for _, p := range u.AddPending {
+		if err := validateID("pending.ui_event_id", p.UIEventID); err != nil {
+			return err
+		}
+		switch p.Kind {
+		case PendingUITool, PendingInput, PendingSecret:
+		default:
+			return Errorf(EINVALID, "pending.kind: %q is not ui_tool, input or secret", p.Kind)
+		}
+	}
+	for _, id := range u.ResolvePending {
+		if err := validateID("resolve_pending", id); err != nil {
+			return err
+		}
+	}
+	if u.Fence < 0 {
+		return Errorf(EINVALID, "fence: must not be negative")
+	}
+	return nil
+}
+
+// PatchContext returns snapshot (a JSON object; empty means {}) with the
+// top-level keys of patch set, a null (or empty) value deleting its key. The
+// result is compact JSON with sorted keys.
+func PatchContext(snapshot json.RawMessage, patch map[string]json.RawMessage) (json.RawMessage, error) {
+	m := map[string]json.RawMessage{}
+	if len(bytes.TrimSpace(snapshot)) > 0 {
+		if err := json.Unmarshal(snapshot, &m); err != nil {
+			return nil, Errorf(EINVALID, "context: not a JSON object: %w", err)
+		}
+		if m == nil {
+			m = map[string]json.RawMessage{}
+		}
+	}
+	for k, v := range patch {
+		if t := bytes.TrimSpace(v); len(t) == 0 || bytes.Equal(t, []byte("null")) {
+			delete(m, k)
+			continue
+		}
+		m[k] = v
+	}
+	out, err := json.Marshal(m)
+	if err != nil {
+		return nil, Errorf(EINVALID, "context: %w", err)
+	}
+	return out, nil
+}
+
+// PrepareEvents checks events for an append to chatID and returns copies
+// with metadata.trigger_session_id set to chatID. Every event must be valid
+// (Event.Validate), of a chat.* type, and belong to chatID or to no chat. It
+// is for Store implementations.
+func PrepareEvents(chatID string, events []Event) ([]Event, error) {
+	if err := validateID("chat_id", chatID); err != nil {
+		return nil, err
+	}
+	out := make([]Event, len(events))
+	for i, e := range events {
+		if e.Metadata.TriggerSessionID == "" {
+			e.Metadata.TriggerSessionID = chatID
+		} else if e.Metadata.TriggerSessionID != chatID {
+			return nil, Errorf(EINVALID, "events[%d]: belongs to chat %q, not %q", i, e.Metadata.TriggerSessionID, chatID)
+		}
+		if err := e.Validate(); err != nil {
+			return nil, Errorf(EINVALID, "events[%d]: %s", i, ErrorMessage(err))
+		}
+		if !IsChatType(e.Type) {
+			return nil, Errorf(EINVALID, "events[%d]: type %q is not a chat.* event; only chat.* events are stored", i, e.Type)
+		}
+		e.Sequence = 0
+		out[i] = e
+	}
+	return out, nil
+}

@@ -1,0 +1,302 @@
+package sqlite
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/batonhq/baton"
+)
+
+const defaultListLimit = 100
+
+func notFound(id string) error { return baton.Errorf(baton.ENOTFOUND, "chat %q not found", id) }
+
+// chatSeq returns the chat's last sequence, or ENOTFOUND when the chat is
+// not in scope or deleted. This is where every write enforces the scope.
+func chatSeq(ctx context.Context, w *wconn, scope baton.Scope, id string) (int64, error) {
+	var seq int64
+	err := w.queryRow(ctx, `SELECT last_sequence FROM chats WHERE id = ? AND app = ? AND user_id = ? AND deleted = 0`,
+		id, scope.App, scope.User).Scan(&seq)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, notFound(id)
+	}
+	if err != nil {
+		return 0, storeErr("chat", err)
+	}
+	return seq, nil
+}
+
+func randomSeed() int64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return int64(binary.LittleEndian.Uint32(b[:])) + 1
+}
+
+// CreateChat creates c in scope; see baton.ChatStore.
+func (s *Store) CreateChat(ctx context.Context, scope baton.Scope, c baton.Chat) (baton.Chat, error) {
+	if c.ID == "" {
+		c.ID = baton.NewID()
+	}
+	if c.Status == "" {
+		c.Status = baton.ChatRunning
+	}
+	if !c.Status.Valid() {
+		return baton.Chat{}, baton.Errorf(baton.EINVALID, "status: %q is not a chat status", c.Status)
+	}
+	if len(c.Context) == 0 {
+		c.Context = json.RawMessage(`{}`)
+	}
+	ctxJSON, err := baton.PatchContext(c.Context, nil)
+	if err != nil {
+		return baton.Chat{}, err
+	}
+	if c.CacheSeed == 0 {
+		c.CacheSeed = randomSeed()
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	c.App, c.User, c.Context, c.LastSequence, c.Deleted = scope.App, scope.User, ctxJSON, 0, false
+	c.CreatedAt, c.UpdatedAt = now, now
+	pending := c.Pending
+	c.Pending = nil
+	err = s.write(ctx, func(ctx context.Context, w *wconn) error {
+		_, err := w.exec(ctx, `INSERT INTO chats (id, app, user_id, workflow, status, context, turn_agent, cache_seed, created_at, updated_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			c.ID, c.App, c.User, c.Workflow, string(c.Status), string(c.Context), c.TurnAgent, c.CacheSeed, micros(now), micros(now))
+		if isUnique(err) {
+			return baton.Errorf(baton.ECONFLICT, "chat %q already exists", c.ID)
+		}
+		if err != nil {
+			return storeErr("create chat", err)
+		}
+		return addPending(ctx, w, c.ID, pending, now)
+	})
+	if err != nil {
+		return baton.Chat{}, err
+	}
+	for _, p := range pending {
+		if p.CreatedAt.IsZero() {
+			p.CreatedAt = now
+		}
+		c.Pending = append(c.Pending, p)
+	}
+	return c, nil
+}
+
+const chatCols = `id, app, user_id, workflow, status, last_sequence, context, turn_agent, cache_seed, created_at, updated_at`
+
+func scanChat(row interface{ Scan(...any) error }) (baton.Chat, error) {
+	var c baton.Chat
+	var status, ctxJSON string
+	var created, updated int64
+	err := row.Scan(&c.ID, &c.App, &c.User, &c.Workflow, &status, &c.LastSequence, &ctxJSON, &c.TurnAgent, &c.CacheSeed, &created, &updated)
+	c.Status, c.Context = baton.ChatStatus(status), json.RawMessage(ctxJSON)
+	c.CreatedAt, c.UpdatedAt = fromMicros(created), fromMicros(updated)
+	return c, err
+}
+
+// GetChat returns the chat and its pending requests; see baton.ChatStore.
+func (s *Store) GetChat(ctx context.Context, scope baton.Scope, id string) (baton.Chat, error) {
+	if s.closed.Load() {
+		return baton.Chat{}, baton.ErrClosed
+	}
+	c, err := scanChat(s.rdb.QueryRowContext(ctx, `SELECT `+chatCols+` FROM chats WHERE id = ? AND app = ? AND user_id = ? AND deleted = 0`,
+		id, scope.App, scope.User))
+	if errors.Is(err, sql.ErrNoRows) {
+		return baton.Chat{}, notFound(id)
+	}
+	if err != nil {
+		return baton.Chat{}, s.readErr("get chat", err)
+	}
+	rows, err := s.rdb.QueryContext(ctx, `SELECT ui_event_id, kind, tool_call_id, tool_name, agent, created_at FROM pending
+		WHERE chat_id = ? AND resolved_at IS NULL ORDER BY created_at, ui_event_id`, id)
+	if err != nil {
+		return baton.Chat{}, s.readErr("get chat pending", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var p baton.PendingRequest
+		var at int64
+		if err := rows.Scan(&p.UIEventID, &p.Kind, &p.ToolCallID, &p.ToolName, &p.Agent, &at); err != nil {
+			return baton.Chat{}, s.readErr("get chat pending", err)
+		}
+		p.CreatedAt = fromMicros(at)
+		c.Pending = append(c.Pending, p)
+	}
+	if err := rows.Err(); err != nil {
+		return baton.Chat{}, s.readErr("get chat pending", err)
+	}
+	return c, nil
+}
+
+// ListChats lists the scope's chats, newest first; see baton.ChatStore.
+func (s *Store) ListChats(ctx context.Context, scope baton.Scope, opts baton.ListOptions) ([]baton.Chat, error) {
+	q := `SELECT ` + chatCols + ` FROM chats WHERE app = ? AND user_id = ? AND deleted = 0`
+	args := []any{scope.App, scope.User}
+	if opts.Workflow != "" {
+		q += ` AND workflow = ?`
+		args = append(args, opts.Workflow)
+	}
+	if opts.Status != "" {
+		q += ` AND status = ?`
+		args = append(args, string(opts.Status))
+	}
+	if opts.Limit <= 0 {
+		opts.Limit = defaultListLimit
+	}
+	q += ` ORDER BY created_at DESC, id DESC LIMIT ?`
+	args = append(args, opts.Limit)
+	return s.listChats(ctx, q, args...)
+}
+
+// ChatsByStatus lists chats of every scope with status, oldest first; see
+// baton.ChatStore.
+func (s *Store) ChatsByStatus(ctx context.Context, status baton.ChatStatus, limit int) ([]baton.Chat, error) {
+	if limit <= 0 {
+		limit = defaultListLimit
+	}
+	return s.listChats(ctx, `SELECT `+chatCols+` FROM chats WHERE status = ? AND deleted = 0 ORDER BY created_at, id LIMIT ?`, string(status), limit)
+}
+
+func (s *Store) listChats(ctx context.Context, q string, args ...any) ([]baton.Chat, error) {
+	if s.closed.Load() {
+		return nil, baton.ErrClosed
+	}
+	rows, err := s.rdb.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, s.readErr("list chats", err)
+	}
+	defer rows.Close()
+	var out []baton.Chat
+	for rows.Next() {
+		c, err := scanChat(rows)
+		if err != nil {
+			return nil, s.readErr("list chats", err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.readErr("list chats", err)
+	}
+	return out, nil
+}
+
+// DeleteChat soft-deletes the chat; see baton.ChatStore.
+func (s *Store) DeleteChat(ctx context.Context, scope baton.Scope, id string) error {
+	now := micros(time.Now())
+	return s.write(ctx, func(ctx context.Context, w *wconn) error {
+		res, err := w.exec(ctx, `UPDATE chats SET deleted = 1, updated_at = ? WHERE id = ? AND app = ? AND user_id = ? AND deleted = 0`,
+			now, id, scope.App, scope.User)
+		if err != nil {
+			return storeErr("delete chat", err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return notFound(id)
+		}
+		return nil
+	})
+}
+
+// UpdateChat applies u; see baton.ChatStore.
+func (s *Store) UpdateChat(ctx context.Context, scope baton.Scope, id string, u baton.ChatUpdate) (baton.Chat, error) {
+	if err := u.Validate(); err != nil {
+		return baton.Chat{}, err
+	}
+	now := time.Now()
+	err := s.write(ctx, func(ctx context.Context, w *wconn) error {
+		seq, err := chatSeq(ctx, w, scope, id)
+		if err != nil {
+			return err
+		}
+		return applyUpdate(ctx, w, id, seq, &u, now)
+	})
+	if err != nil {
+		return baton.Chat{}, err
+	}
+	return s.GetChat(ctx, scope, id)
+}
+
+// applyUpdate writes u and the chat's new last sequence and updated time.
+// The chat must have been checked to be in scope. Checks come first, so a
+// failing update writes nothing even before the transaction rolls back.
+func applyUpdate(ctx context.Context, w *wconn, id string, seq int64, u *baton.ChatUpdate, now time.Time) error {
+	var status, turnAgent, ctxJSON any
+	if u != nil {
+		if u.Fence > 0 {
+			var token int64
+			err := w.queryRow(ctx, `SELECT token FROM leases WHERE chat_id = ?`, id).Scan(&token)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return storeErr("fence", err)
+			}
+			if token != u.Fence {
+				return baton.Errorf(baton.ECONFLICT, "chat %q: lease token %d is stale (current %d)", id, u.Fence, token)
+			}
+		}
+		for _, ev := range u.ResolvePending {
+			var chat string
+			var resolved sql.NullInt64
+			err := w.queryRow(ctx, `SELECT chat_id, resolved_at FROM pending WHERE ui_event_id = ?`, ev).Scan(&chat, &resolved)
+			if errors.Is(err, sql.ErrNoRows) || err == nil && chat != id {
+				return baton.Errorf(baton.ENOTFOUND, "ui_event_id %q: no such request in chat %q", ev, id)
+			}
+			if err != nil {
+				return storeErr("resolve pending", err)
+			}
+			if resolved.Valid {
+				return baton.Errorf(baton.ECONFLICT, "ui_event_id %q: already answered", ev)
+			}
+			if _, err := w.exec(ctx, `UPDATE pending SET resolved_at = ? WHERE ui_event_id = ?`, micros(now), ev); err != nil {
+				return storeErr("resolve pending", err)
+			}
+		}
+		if err := addPending(ctx, w, id, u.AddPending, now); err != nil {
+			return err
+		}
+		if u.Status != nil {
+			status = string(*u.Status)
+		}
+		if u.TurnAgent != nil {
+			turnAgent = *u.TurnAgent
+		}
+		if len(u.Context) > 0 {
+			var cur string
+			if err := w.queryRow(ctx, `SELECT context FROM chats WHERE id = ?`, id).Scan(&cur); err != nil {
+				return storeErr("context", err)
+			}
+			next, err := baton.PatchContext(json.RawMessage(cur), u.Context)
+			if err != nil {
+				return err
+			}
+			ctxJSON = string(next)
+		}
+	}
+	_, err := w.exec(ctx, `UPDATE chats SET last_sequence = ?, updated_at = ?, status = COALESCE(?, status),
+		turn_agent = COALESCE(?, turn_agent), context = COALESCE(?, context) WHERE id = ?`,
+		seq, micros(now), status, turnAgent, ctxJSON, id)
+	if err != nil {
+		return storeErr("update chat", err)
+	}
+	return nil
+}
+
+func addPending(ctx context.Context, w *wconn, chatID string, ps []baton.PendingRequest, now time.Time) error {
+	for _, p := range ps {
+		at := p.CreatedAt
+		if at.IsZero() {
+			at = now
+		}
+		_, err := w.exec(ctx, `INSERT INTO pending (ui_event_id, chat_id, kind, tool_call_id, tool_name, agent, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+			p.UIEventID, chatID, p.Kind, p.ToolCallID, p.ToolName, p.Agent, micros(at))
+		if isUnique(err) {
+			return baton.Errorf(baton.ECONFLICT, "ui_event_id %q: already used", p.UIEventID)
+		}
+		if err != nil {
+			return storeErr("add pending", err)
+		}
+	}
+	return nil
+}

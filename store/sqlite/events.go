@@ -1,0 +1,111 @@
+package sqlite
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/batonhq/baton"
+)
+
+// Append assigns the chat's next sequences to events and applies u in the
+// same transaction; see baton.EventStore. The writer is the only goroutine
+// that writes and it reads last_sequence inside the transaction, so two
+// appends can neither repeat nor skip a sequence; another process that
+// opens the same file serialises on BEGIN IMMEDIATE.
+func (s *Store) Append(ctx context.Context, scope baton.Scope, chatID string, events []baton.Event, u *baton.ChatUpdate) ([]baton.Event, error) {
+	evs, err := baton.PrepareEvents(chatID, events)
+	if err != nil {
+		return nil, err
+	}
+	if err := u.Validate(); err != nil {
+		return nil, err
+	}
+	mds := make([]string, len(evs))
+	for i, e := range evs {
+		md := e.Metadata
+		md.TriggerSessionID = "" // it is chat_id
+		b, err := md.MarshalJSON()
+		if err != nil {
+			return nil, baton.Errorf(baton.EINVALID, "events[%d].metadata: %w", i, err)
+		}
+		mds[i] = string(b)
+	}
+	now := time.Now()
+	err = s.write(ctx, func(ctx context.Context, w *wconn) error {
+		seq, err := chatSeq(ctx, w, scope, chatID)
+		if err != nil {
+			return err
+		}
+		for i := range evs {
+			seq++
+			e := &evs[i]
+			var payload any
+			if len(e.Payload) > 0 {
+				payload = string(e.Payload)
+			}
+			_, err := w.exec(ctx, `INSERT INTO events (chat_id, sequence, id, type, ts, metadata, payload) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+				chatID, seq, e.ID, e.Type, e.Timestamp, mds[i], payload)
+			if isUnique(err) {
+				return baton.Errorf(baton.ECONFLICT, "event %q: already recorded in chat %q", e.ID, chatID)
+			}
+			if err != nil {
+				return storeErr("append", err)
+			}
+			e.Sequence = seq
+		}
+		return applyUpdate(ctx, w, chatID, seq, u, now)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return evs, nil
+}
+
+// Events returns the chat's events after the given sequence; see
+// baton.EventStore.
+func (s *Store) Events(ctx context.Context, scope baton.Scope, chatID string, after int64, limit int) ([]baton.Event, error) {
+	if s.closed.Load() {
+		return nil, baton.ErrClosed
+	}
+	if limit <= 0 {
+		limit = -1 // SQLite: no limit
+	}
+	rows, err := s.rdb.QueryContext(ctx, `SELECT e.sequence, e.id, e.type, e.ts, e.metadata, e.payload
+		FROM chats c JOIN events e ON e.chat_id = c.id
+		WHERE c.id = ? AND c.app = ? AND c.user_id = ? AND c.deleted = 0 AND e.sequence > ?
+		ORDER BY e.sequence LIMIT ?`, chatID, scope.App, scope.User, after, limit)
+	if err != nil {
+		return nil, s.readErr("events", err)
+	}
+	defer rows.Close()
+	var out []baton.Event
+	for rows.Next() {
+		var e baton.Event
+		var md []byte
+		var payload []byte
+		if err := rows.Scan(&e.Sequence, &e.ID, &e.Type, &e.Timestamp, &md, &payload); err != nil {
+			return nil, s.readErr("events", err)
+		}
+		if len(md) > 2 {
+			if err := e.Metadata.UnmarshalJSON(md); err != nil {
+				return nil, storeErr("events metadata", err)
+			}
+		}
+		e.Metadata.TriggerSessionID = chatID
+		if len(payload) > 0 {
+			e.Payload = json.RawMessage(payload)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.readErr("events", err)
+	}
+	if len(out) == 0 {
+		// No events: tell an empty chat from one that is not in scope.
+		if _, err := s.GetChat(ctx, scope, chatID); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,331 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/batonhq/baton"
+)
+
+// ClaimEffect claims key for the chat; see baton.EffectLedger. Claims are
+// serialised by the writer, so exactly one of concurrent claims inserts the
+// row and gets EffectNew.
+func (s *Store) ClaimEffect(ctx context.Context, scope baton.Scope, chatID, key string) (baton.Effect, error) {
+	if key == "" {
+		return baton.Effect{}, baton.Errorf(baton.EINVALID, "effect key: required")
+	}
+	var eff baton.Effect
+	now := time.Now()
+	err := s.write(ctx, func(ctx context.Context, w *wconn) error {
+		if _, err := chatSeq(ctx, w, scope, chatID); err != nil {
+			return err
+		}
+		res, err := w.exec(ctx, `INSERT INTO effects (chat_id, key, claimed_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`, chatID, key, micros(now))
+		if err != nil {
+			return storeErr("claim effect", err)
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			eff = baton.Effect{Key: key, State: baton.EffectNew, ClaimedAt: fromMicros(micros(now))}
+			return nil
+		}
+		var done bool
+		var result sql.NullString
+		var at int64
+		if err := w.queryRow(ctx, `SELECT done, result, claimed_at FROM effects WHERE chat_id = ? AND key = ?`, chatID, key).Scan(&done, &result, &at); err != nil {
+			return storeErr("claim effect", err)
+		}
+		eff = baton.Effect{Key: key, State: baton.EffectPending, ClaimedAt: fromMicros(at)}
+		if done {
+			eff.State = baton.EffectDone
+			if result.Valid {
+				eff.Result = json.RawMessage(result.String)
+			}
+		}
+		return nil
+	})
+	return eff, err
+}
+
+// RecordEffect stores the result of a claimed effect; see baton.EffectLedger.
+// An unclaimed key is ENOTFOUND and a key whose result is already recorded
+// is ECONFLICT.
+func (s *Store) RecordEffect(ctx context.Context, scope baton.Scope, chatID, key string, result json.RawMessage) error {
+	if len(result) > 0 && !json.Valid(result) {
+		return baton.Errorf(baton.EINVALID, "effect result: not valid JSON")
+	}
+	var res any
+	if len(result) > 0 {
+		res = string(result)
+	}
+	return s.write(ctx, func(ctx context.Context, w *wconn) error {
+		if _, err := chatSeq(ctx, w, scope, chatID); err != nil {
+			return err
+		}
+		var done bool
+		err := w.queryRow(ctx, `SELECT done FROM effects WHERE chat_id = ? AND key = ?`, chatID, key).Scan(&done)
+		if errors.Is(err, sql.ErrNoRows) {
+			return baton.Errorf(baton.ENOTFOUND, "effect %q: not claimed", key)
+		}
+		if err != nil {
+			return storeErr("record effect", err)
+		}
+		if done {
+			return baton.Errorf(baton.ECONFLICT, "effect %q: result already recorded", key)
+		}
+		if _, err := w.exec(ctx, `UPDATE effects SET done = 1, result = ? WHERE chat_id = ? AND key = ?`, res, chatID, key); err != nil {
+			return storeErr("record effect", err)
+		}
+		return nil
+	})
+}
+
+// RecordUsage stores one model call's usage; see baton.UsageStore.
+func (s *Store) RecordUsage(ctx context.Context, scope baton.Scope, u baton.UsageRecord) error {
+	if u.At.IsZero() {
+		u.At = time.Now()
+	}
+	return s.write(ctx, func(ctx context.Context, w *wconn) error {
+		if _, err := chatSeq(ctx, w, scope, u.ChatID); err != nil {
+			return err
+		}
+		_, err := w.exec(ctx, `INSERT INTO usage (chat_id, app, workflow, agent, model, prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, cost, at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, u.ChatID, scope.App, u.Workflow, u.Agent, u.Model,
+			u.PromptTokens, u.CompletionTokens, u.CachedTokens, u.ReasoningTokens, u.Cost, micros(u.At))
+		return storeErr("record usage", err)
+	})
+}
+
+// ChatUsage sums the chat's usage in total and per agent; see baton.UsageStore.
+func (s *Store) ChatUsage(ctx context.Context, scope baton.Scope, chatID string) (baton.UsageTotal, []baton.UsageTotal, error) {
+	if _, err := s.GetChat(ctx, scope, chatID); err != nil {
+		return baton.UsageTotal{}, nil, err
+	}
+	rows, err := s.rdb.QueryContext(ctx, `SELECT u.agent, count(*), sum(u.prompt_tokens), sum(u.completion_tokens), sum(u.cached_tokens), sum(u.reasoning_tokens), sum(u.cost)
+		FROM chats c JOIN usage u ON u.chat_id = c.id
+		WHERE c.id = ? AND c.app = ? AND c.user_id = ? AND c.deleted = 0 GROUP BY u.agent ORDER BY u.agent`, chatID, scope.App, scope.User)
+	if err != nil {
+		return baton.UsageTotal{}, nil, s.readErr("chat usage", err)
+	}
+	defer rows.Close()
+	var total baton.UsageTotal
+	var per []baton.UsageTotal
+	for rows.Next() {
+		var t baton.UsageTotal
+		if err := rows.Scan(&t.Agent, &t.Calls, &t.PromptTokens, &t.CompletionTokens, &t.CachedTokens, &t.ReasoningTokens, &t.Cost); err != nil {
+			return baton.UsageTotal{}, nil, s.readErr("chat usage", err)
+		}
+		per = append(per, t)
+		total.Calls += t.Calls
+		total.Usage = total.Usage.Add(t.Usage)
+		total.Cost += t.Cost
+	}
+	return total, per, s.readErr("chat usage", rows.Err())
+}
+
+func validTaskStatus(st baton.TaskStatus) bool {
+	switch st {
+	case baton.TaskQueued, baton.TaskRunning, baton.TaskCompleted, baton.TaskFailed:
+		return true
+	}
+	return false
+}
+
+func nullJSON(b json.RawMessage) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return string(b)
+}
+
+// CreateTask stores a background task; see baton.TaskStore.
+func (s *Store) CreateTask(ctx context.Context, scope baton.Scope, t baton.Task) (baton.Task, error) {
+	if t.ID == "" {
+		t.ID = baton.NewID()
+	}
+	if t.Status == "" {
+		t.Status = baton.TaskQueued
+	}
+	if !validTaskStatus(t.Status) {
+		return baton.Task{}, baton.Errorf(baton.EINVALID, "task status: %q is not queued, running, completed or failed", t.Status)
+	}
+	if (len(t.Input) > 0 && !json.Valid(t.Input)) || (len(t.Result) > 0 && !json.Valid(t.Result)) {
+		return baton.Task{}, baton.Errorf(baton.EINVALID, "task input/result: not valid JSON")
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	t.App, t.User, t.CreatedAt, t.UpdatedAt = scope.App, scope.User, now, now
+	err := s.write(ctx, func(ctx context.Context, w *wconn) error {
+		if _, err := chatSeq(ctx, w, scope, t.ChatID); err != nil {
+			return err
+		}
+		_, err := w.exec(ctx, `INSERT INTO tasks (id, chat_id, kind, status, input, result, error, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			t.ID, t.ChatID, t.Kind, string(t.Status), nullJSON(t.Input), nullJSON(t.Result), t.Error, micros(now), micros(now))
+		if isUnique(err) {
+			return baton.Errorf(baton.ECONFLICT, "task %q already exists", t.ID)
+		}
+		return storeErr("create task", err)
+	})
+	if err != nil {
+		return baton.Task{}, err
+	}
+	return t, nil
+}
+
+const taskCols = `t.id, t.chat_id, c.app, c.user_id, t.kind, t.status, t.input, t.result, t.error, t.created_at, t.updated_at`
+
+func scanTask(row interface{ Scan(...any) error }) (baton.Task, error) {
+	var t baton.Task
+	var status string
+	var input, result sql.NullString
+	var created, updated int64
+	err := row.Scan(&t.ID, &t.ChatID, &t.App, &t.User, &t.Kind, &status, &input, &result, &t.Error, &created, &updated)
+	t.Status = baton.TaskStatus(status)
+	if input.Valid {
+		t.Input = json.RawMessage(input.String)
+	}
+	if result.Valid {
+		t.Result = json.RawMessage(result.String)
+	}
+	t.CreatedAt, t.UpdatedAt = fromMicros(created), fromMicros(updated)
+	return t, err
+}
+
+// GetTask returns a task of a chat in scope; see baton.TaskStore.
+func (s *Store) GetTask(ctx context.Context, scope baton.Scope, id string) (baton.Task, error) {
+	if s.closed.Load() {
+		return baton.Task{}, baton.ErrClosed
+	}
+	t, err := scanTask(s.rdb.QueryRowContext(ctx, `SELECT `+taskCols+` FROM tasks t JOIN chats c ON c.id = t.chat_id
+		WHERE t.id = ? AND c.app = ? AND c.user_id = ? AND c.deleted = 0`, id, scope.App, scope.User))
+	if errors.Is(err, sql.ErrNoRows) {
+		return baton.Task{}, baton.Errorf(baton.ENOTFOUND, "task %q not found", id)
+	}
+	if err != nil {
+		return baton.Task{}, s.readErr("get task", err)
+	}
+	return t, nil
+}
+
+// UpdateTask sets a task's status, result and error; see baton.TaskStore.
+func (s *Store) UpdateTask(ctx context.Context, scope baton.Scope, id string, status baton.TaskStatus, result json.RawMessage, errMsg string) (baton.Task, error) {
+	if !validTaskStatus(status) {
+		return baton.Task{}, baton.Errorf(baton.EINVALID, "task status: %q is not queued, running, completed or failed", status)
+	}
+	if len(result) > 0 && !json.Valid(result) {
+		return baton.Task{}, baton.Errorf(baton.EINVALID, "task result: not valid JSON")
+	}
+	now := time.Now()
+	err := s.write(ctx, func(ctx context.Context, w *wconn) error {
+		res, err := w.exec(ctx, `UPDATE tasks SET status = ?, result = ?, error = ?, updated_at = ?
+			WHERE id = ? AND chat_id IN (SELECT id FROM chats WHERE app = ? AND user_id = ? AND deleted = 0)`,
+			string(status), nullJSON(result), errMsg, micros(now), id, scope.App, scope.User)
+		if err != nil {
+			return storeErr("update task", err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return baton.Errorf(baton.ENOTFOUND, "task %q not found", id)
+		}
+		return nil
+	})
+	if err != nil {
+		return baton.Task{}, err
+	}
+	return s.GetTask(ctx, scope, id)
+}
+
+// TasksByStatus lists tasks of every scope with status, oldest first; see
+// baton.TaskStore.
+func (s *Store) TasksByStatus(ctx context.Context, status baton.TaskStatus, limit int) ([]baton.Task, error) {
+	if s.closed.Load() {
+		return nil, baton.ErrClosed
+	}
+	if limit <= 0 {
+		limit = defaultListLimit
+	}
+	rows, err := s.rdb.QueryContext(ctx, `SELECT `+taskCols+` FROM tasks t JOIN chats c ON c.id = t.chat_id
+		WHERE t.status = ? ORDER BY t.created_at, t.id LIMIT ?`, string(status), limit)
+	if err != nil {
+		return nil, s.readErr("tasks by status", err)
+	}
+	defer rows.Close()
+	var out []baton.Task
+	for rows.Next() {
+		t, err := scanTask(rows)
+		if err != nil {
+			return nil, s.readErr("tasks by status", err)
+		}
+		out = append(out, t)
+	}
+	return out, s.readErr("tasks by status", rows.Err())
+}
+
+// AcquireLease takes or extends the chat's run lease; see baton.LeaseStore.
+func (s *Store) AcquireLease(ctx context.Context, chatID, instanceID string, ttl time.Duration) (baton.Lease, error) {
+	if chatID == "" || instanceID == "" || ttl <= 0 {
+		return baton.Lease{}, baton.Errorf(baton.EINVALID, "lease: chat, instance and a positive ttl are required")
+	}
+	var l baton.Lease
+	err := s.write(ctx, func(ctx context.Context, w *wconn) error {
+		now := time.Now()
+		exp := micros(now.Add(ttl))
+		var owner string
+		var token, expires int64
+		err := w.queryRow(ctx, `SELECT owner, token, expires FROM leases WHERE chat_id = ?`, chatID).Scan(&owner, &token, &expires)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			token = 1
+			_, err = w.exec(ctx, `INSERT INTO leases (chat_id, owner, token, expires) VALUES (?, ?, ?, ?)`, chatID, instanceID, token, exp)
+		case err != nil:
+		case owner == instanceID && expires > micros(now):
+			_, err = w.exec(ctx, `UPDATE leases SET expires = ? WHERE chat_id = ?`, exp, chatID)
+		case owner == "" || expires <= micros(now):
+			token++
+			_, err = w.exec(ctx, `UPDATE leases SET owner = ?, token = ?, expires = ? WHERE chat_id = ?`, instanceID, token, exp, chatID)
+		default:
+			return baton.Errorf(baton.ECONFLICT, "chat %q: run lease held by %q", chatID, owner)
+		}
+		if err != nil {
+			return storeErr("acquire lease", err)
+		}
+		l = baton.Lease{Token: token, Owner: instanceID, Expires: fromMicros(exp)}
+		return nil
+	})
+	return l, err
+}
+
+// RenewLease extends a lease still held with token; see baton.LeaseStore.
+func (s *Store) RenewLease(ctx context.Context, chatID, instanceID string, token int64, ttl time.Duration) (baton.Lease, error) {
+	if ttl <= 0 {
+		return baton.Lease{}, baton.Errorf(baton.EINVALID, "lease: ttl must be positive")
+	}
+	var l baton.Lease
+	err := s.write(ctx, func(ctx context.Context, w *wconn) error {
+		exp := micros(time.Now().Add(ttl))
+		res, err := w.exec(ctx, `UPDATE leases SET expires = ? WHERE chat_id = ? AND owner = ? AND token = ?`, exp, chatID, instanceID, token)
+		if err != nil {
+			return storeErr("renew lease", err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return baton.Errorf(baton.ECONFLICT, "chat %q: lease %d is no longer held by %q", chatID, token, instanceID)
+		}
+		l = baton.Lease{Token: token, Owner: instanceID, Expires: fromMicros(exp)}
+		return nil
+	})
+	return l, err
+}
+
+// ReleaseLease frees a lease held with token; see baton.LeaseStore.
+func (s *Store) ReleaseLease(ctx context.Context, chatID, instanceID string, token int64) error {
+	return s.write(ctx, func(ctx context.Context, w *wconn) error {
+		res, err := w.exec(ctx, `UPDATE leases SET owner = '', expires = 0 WHERE chat_id = ? AND owner = ? AND token = ?`, chatID, instanceID, token)
+		if err != nil {
+			return storeErr("release lease", err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return baton.Errorf(baton.ECONFLICT, "chat %q: lease %d is no longer held by %q", chatID, token, instanceID)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,289 @@
+// Package sqlite is baton's default store: one SQLite file (modernc.org/sqlite,
+// no cgo) in WAL mode.
+//
+// All writes go through one writer goroutine on one connection, which takes
+// every write waiting at that moment and commits them in one transaction
+// (group commit): appends from many chats share one fsync. Reads use a
+// separate pool of read-only connections, which WAL lets run while the
+// writer writes. The schema is created and upgraded on Open by versioned
+// migrations embedded in the binary.
+//
+// Durability: the database runs with synchronous=FULL, so when a write
+// method returns nil its transaction is in the WAL on disk and survives a
+// crash of the process or of the machine. A write that returns an error was
+// not written at all.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/batonhq/baton"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// DefaultPath is where the store lives when no path is given.
+const DefaultPath = ".baton/baton.db"
+
+// DefaultMaxBatch is the most writes committed in one transaction.
+const DefaultMaxBatch = 512
+
+// Store is a baton.Store on one SQLite file. It is safe for concurrent use.
+type Store struct {
+	path     string
+	log      *slog.Logger
+	maxBatch int
+	sync     string
+
+	rdb *sql.DB // read-only pool
+	wdb *sql.DB // the writer's single connection
+	w   *wconn
+
+	reqs       chan *request
+	closing    chan struct{}
+	writerDone chan struct{}
+	closed     atomic.Bool
+	closeOnce  sync.Once
+
+	commits, ops atomic.Int64
+}
+
+var _ baton.Store = (*Store)(nil)
+
+// Option configures Open.
+type Option func(*Store)
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(s *Store) { s.log = l } }
+
+// WithMaxBatch sets the most writes one transaction commits (default
+// DefaultMaxBatch). 1 turns group commit off: every write is its own
+// transaction and its own fsync.
+func WithMaxBatch(n int) Option {
+	return func(s *Store) {
+		if n > 0 {
+			s.maxBatch = n
+		}
+	}
+}
+
+// WithSynchronous sets PRAGMA synchronous: "FULL" (the default; a returned
+// write survives power loss) or "NORMAL" (a returned write survives a crash
+// of the process but the last commits may be lost on power loss).
+func WithSynchronous(mode string) Option { return func(s *Store) { s.sync = mode } }
+
+// Open opens (creating when needed) the store at path, creating its
+// directory, and applies pending migrations. An empty path is DefaultPath.
+// It starts the writer goroutine, which Close stops.
+func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
+	if path == "" {
+		path = DefaultPath
+	}
+	s := &Store{path: path, log: slog.Default(), maxBatch: DefaultMaxBatch, sync: "FULL"}
+	for _, o := range opts {
+		o(s)
+	}
+	switch s.sync {
+	case "FULL", "NORMAL":
+	default:
+		return nil, baton.Errorf(baton.EINVALID, "sqlite: synchronous %q is not FULL or NORMAL", s.sync)
+	}
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, fmt.Errorf("sqlite: create directory %s: %w", dir, err)
+		}
+	}
+	dsn := func(extra ...string) string {
+		q := url.Values{}
+		q.Add("_pragma", "busy_timeout(10000)")
+		q.Add("_pragma", "journal_mode(WAL)")
+		q.Add("_pragma", "synchronous("+s.sync+")")
+		for _, e := range extra {
+			q.Add("_pragma", e)
+		}
+		return "file:" + path + "?" + q.Encode()
+	}
+	var err error
+	if s.wdb, err = sql.Open("sqlite", dsn()); err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	s.wdb.SetMaxOpenConns(1)
+	s.wdb.SetMaxIdleConns(1)
+	s.wdb.SetConnMaxLifetime(0)
+	conn, err := s.wdb.Conn(ctx)
+	if err != nil {
+		s.wdb.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	s.w = &wconn{conn: conn, stmts: map[string]*sql.Stmt{}}
+	if err := s.migrate(ctx); err != nil {
+		conn.Close()
+		s.wdb.Close()
+		return nil, err
+	}
+	if s.rdb, err = sql.Open("sqlite", dsn("query_only(1)")); err != nil {
+		conn.Close()
+		s.wdb.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	s.rdb.SetMaxOpenConns(8)
+	s.rdb.SetMaxIdleConns(8)
+	s.reqs = make(chan *request)
+	s.closing = make(chan struct{})
+	s.writerDone = make(chan struct{})
+	go s.run()
+	return s, nil
+}
+
+// migrate applies the embedded migrations not yet recorded in
+// schema_migrations, each in its own transaction, in version order.
+func (s *Store) migrate(ctx context.Context) error {
+	names, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil {
+		return fmt.Errorf("sqlite: migrations: %w", err)
+	}
+	sort.Strings(names)
+	c := s.w.conn
+	if _, err := c.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)`); err != nil {
+		return storeErr("migrate", err)
+	}
+	for _, name := range names {
+		base := filepath.Base(name)
+		v, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
+		if err != nil {
+			return fmt.Errorf("sqlite: migration %s: no version number", base)
+		}
+		body, err := migrations.ReadFile(name)
+		if err != nil {
+			return fmt.Errorf("sqlite: migration %s: %w", base, err)
+		}
+		if err := func() error {
+			if _, err := c.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+				return err
+			}
+			var n int
+			if err := c.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE version = ?`, v).Scan(&n); err != nil {
+				c.ExecContext(ctx, "ROLLBACK")
+				return err
+			}
+			if n > 0 {
+				_, err := c.ExecContext(ctx, "COMMIT")
+				return err
+			}
+			if _, err := c.ExecContext(ctx, string(body)); err != nil {
+				c.ExecContext(ctx, "ROLLBACK")
+				return err
+			}
+			if _, err := c.ExecContext(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`, v, time.Now().UnixMicro()); err != nil {
+				c.ExecContext(ctx, "ROLLBACK")
+				return err
+			}
+			_, err := c.ExecContext(ctx, "COMMIT")
+			return err
+		}(); err != nil {
+			return fmt.Errorf("sqlite: migration %s: %w", base, err)
+		}
+	}
+	return nil
+}
+
+// Path returns the database file's path.
+func (s *Store) Path() string { return s.path }
+
+// Stats counts the writer's work since Open.
+type Stats struct {
+	Commits int64 // transactions committed
+	Writes  int64 // writes committed; Writes/Commits is the mean batch
+}
+
+// Stats returns the writer's counters.
+func (s *Store) Stats() Stats { return Stats{Commits: s.commits.Load(), Writes: s.ops.Load()} }
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if s.closed.Load() {
+		return baton.ErrClosed
+	}
+	if err := s.rdb.PingContext(ctx); err != nil {
+		return storeErr("ping", err)
+	}
+	return nil
+}
+
+// Close stops the writer after the batch in progress and closes the
+// database. Writes accepted before Close are committed; later calls fail
+// with baton.ErrClosed.
+func (s *Store) Close() error {
+	var err error
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		close(s.closing)
+		<-s.writerDone
+		for _, st := range s.w.stmts {
+			st.Close()
+		}
+		err = errors.Join(s.w.conn.Close(), s.wdb.Close(), s.rdb.Close())
+	})
+	return err
+}
+
+// storeErr wraps a database error: EUNAVAILABLE for a closed database or a
+// busy one, EINTERNAL (no code) otherwise.
+func storeErr(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var be *baton.Error
+	if errors.As(err, &be) {
+		return err
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	if errors.Is(err, sql.ErrConnDone) || strings.Contains(err.Error(), "database is closed") {
+		return &baton.Error{Code: baton.EUNAVAILABLE, Message: "store closed", Err: err}
+	}
+	var se *sqlite.Error
+	if errors.As(err, &se) && (se.Code()&0xff == sqlite3.SQLITE_BUSY || se.Code()&0xff == sqlite3.SQLITE_LOCKED) {
+		return &baton.Error{Code: baton.EUNAVAILABLE, Message: "store busy", Err: err}
+	}
+	return fmt.Errorf("sqlite: %s: %w", what, err)
+}
+
+// isUnique reports whether err is a UNIQUE or PRIMARY KEY violation.
+func isUnique(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && (se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY)
+}
+
+func (s *Store) readErr(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if s.closed.Load() {
+		return baton.ErrClosed
+	}
+	return storeErr(what, err)
+}
+
+func micros(t time.Time) int64 { return t.UnixMicro() }
+
+func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
