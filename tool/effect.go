@@ -75,6 +75,16 @@ func Once(ctx context.Context, ledger baton.EffectLedger, scope baton.Scope, cha
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if err := ledger.RecordEffect(rctx, scope, chatID, key, raw); err != nil {
+		if baton.ErrorCode(err) == baton.ECONFLICT {
+			// Another process re-ran an abandoned effect and recorded first:
+			// its result is the one every replay sees, so return it.
+			if eff, cerr := ledger.ClaimEffect(rctx, scope, chatID, key); cerr == nil && eff.State == baton.EffectDone {
+				var recorded baton.ToolResult
+				if json.Unmarshal(eff.Result, &recorded) == nil {
+					return recorded, true, nil
+				}
+			}
+		}
 		return baton.ToolResult{}, false, fmt.Errorf("record effect %s: %w", key, err)
 	}
 	return res, false, nil

@@ -38,7 +38,13 @@ func (l *memLedger) ClaimEffect(_ context.Context, _ baton.Scope, chatID, key st
 func (l *memLedger) RecordEffect(_ context.Context, _ baton.Scope, chatID, key string, result json.RawMessage) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	e := l.effects[chatID+"|"+key]
+	e, ok := l.effects[chatID+"|"+key]
+	switch {
+	case !ok:
+		return baton.Errorf(baton.ENOTFOUND, "effect %q: not claimed", key)
+	case e.State == baton.EffectDone:
+		return baton.Errorf(baton.ECONFLICT, "effect %q: result already recorded", key)
+	}
 	e.State, e.Result = baton.EffectDone, result
 	return nil
 }
@@ -170,5 +176,21 @@ func TestEffectPending(t *testing.T) {
 	res, replayed, err = tool.Once(ctx, l, scope, "chat-1", "k", 0, fn)
 	if err != nil || !replayed || res.Content != "again" || runs != 1 {
 		t.Fatalf("after the re-run: %+v, %v, %v, runs %d", res, replayed, err, runs)
+	}
+
+	// Two processes re-run one abandoned effect; the one that records second
+	// returns the first one's result, so every caller sees the same.
+	if _, err := l.ClaimEffect(ctx, scope, "chat-1", "k2"); err != nil {
+		t.Fatal(err)
+	}
+	res, replayed, err = tool.Once(ctx, l, scope, "chat-1", "k2", 0, func(ctx context.Context) (baton.ToolResult, error) {
+		other, _ := json.Marshal(baton.ToolResult{Status: "ok", Content: "theirs"})
+		if err := l.RecordEffect(ctx, scope, "chat-1", "k2", other); err != nil {
+			t.Fatal(err)
+		}
+		return baton.ToolResult{Status: "ok", Content: "mine"}, nil
+	})
+	if err != nil || !replayed || res.Content != "theirs" {
+		t.Fatalf("losing the record race: %+v, %v, %v", res, replayed, err)
 	}
 }

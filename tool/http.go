@@ -25,6 +25,7 @@ type httpTool struct {
 	name, desc string
 	url        string
 	headers    map[string]string
+	fromEnv    map[string]string
 	params     json.RawMessage
 }
 
@@ -32,7 +33,7 @@ func newHTTPTool(r *Registry, s *Spec) (*httpTool, error) {
 	if s.URL == "" {
 		return nil, baton.Errorf(baton.EINVALID, "http tool needs a url")
 	}
-	return &httpTool{reg: r, name: s.toolName(), desc: s.Description, url: s.URL, headers: s.Headers, params: paramsOrAny(s.Parameters)}, nil
+	return &httpTool{reg: r, name: s.toolName(), desc: s.Description, url: s.URL, headers: s.Headers, fromEnv: s.HeadersFromEnv, params: paramsOrAny(s.Parameters)}, nil
 }
 
 func (t *httpTool) Name() string                { return t.name }
@@ -50,6 +51,13 @@ func (t *httpTool) Call(ctx context.Context, cc *baton.CallContext, args json.Ra
 	}
 	for k, v := range t.headers {
 		v, err := expandEnv(v, cc.Secrets)
+		if err != nil {
+			return errorResult("tool %s: header %s: %s", t.name, k, baton.ErrorMessage(err)), nil
+		}
+		req.Header.Set(k, v)
+	}
+	for k, name := range t.fromEnv {
+		v, err := lookupSecret(name, cc.Secrets)
 		if err != nil {
 			return errorResult("tool %s: header %s: %s", t.name, k, baton.ErrorMessage(err)), nil
 		}

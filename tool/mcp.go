@@ -100,7 +100,7 @@ func (c *mcpConn) transport() (mcp.Transport, *exec.Cmd, error) {
 	}
 	if c.srv.Command == "" {
 		hc := *c.hc
-		hc.Transport = headerTransport{base: c.hc.Transport, headers: c.srv.Headers}
+		hc.Transport = headerTransport{base: c.hc.Transport, headers: c.srv.Headers, fromEnv: c.srv.HeadersFromEnv}
 		return &mcp.StreamableClientTransport{Endpoint: c.srv.URL, HTTPClient: &hc, DisableStandaloneSSE: true}, nil, nil
 	}
 	path := c.srv.Command
@@ -273,13 +273,21 @@ func contentText(res *mcp.CallToolResult) string {
 type headerTransport struct {
 	base    http.RoundTripper
 	headers map[string]string
+	fromEnv map[string]string
 }
 
 func (h headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if len(h.headers) > 0 {
+	if len(h.headers)+len(h.fromEnv) > 0 {
 		req = req.Clone(req.Context())
 		for k, v := range h.headers {
 			v, err := expandEnv(v, nil)
+			if err != nil {
+				return nil, fmt.Errorf("header %s: %w", k, err)
+			}
+			req.Header.Set(k, v)
+		}
+		for k, name := range h.fromEnv {
+			v, err := lookupSecret(name, nil)
 			if err != nil {
 				return nil, fmt.Errorf("header %s: %w", k, err)
 			}

@@ -644,6 +644,18 @@ func expandEnv(s string, secrets map[string]string) (string, error) {
 	return out, nil
 }
 
+// lookupSecret returns the secret name or, failing that, the environment
+// variable name; an unset variable is an error.
+func lookupSecret(name string, secrets map[string]string) (string, error) {
+	if v, ok := secrets[name]; ok {
+		return v, nil
+	}
+	if v, ok := os.LookupEnv(name); ok {
+		return v, nil
+	}
+	return "", baton.Errorf(baton.EINVALID, "environment variable %s is not set", name)
+}
+
 // localPath resolves a path inside dir that may not leave it.
 func localPath(dir, rel string) (string, error) {
 	if !filepath.IsLocal(rel) {

@@ -67,12 +67,19 @@ type Spec struct {
 	// Trigger is a lifecycle tool's lifecycle point (for example
 	// "before_chat", "after_chat", "before_agent").
 	Trigger string
+	// Arguments are the fixed arguments the engine calls a lifecycle tool
+	// with; the registry keeps them for it (see Spec on a registry tool).
+	Arguments json.RawMessage
 	// URL is an http tool's endpoint. ${VAR} is replaced by the secret or
 	// environment variable VAR, so secrets never live in tools.json.
 	URL string
 	// Headers are sent with every request of an http tool, with ${VAR}
 	// expanded as in URL.
 	Headers map[string]string
+	// HeadersFromEnv maps a header of an http tool to the secret or
+	// environment variable holding its value (tools.json's
+	// headers_from_env); an unset variable fails the call.
+	HeadersFromEnv map[string]string
 	// Env lists environment variables of the baton process passed through to
 	// a command tool (which otherwise gets only PATH, HOME, TMPDIR, LANG,
 	// the BATON_* variables and the call's secrets).
@@ -107,6 +114,9 @@ type MCPServer struct {
 	URL string
 	// Headers are sent with every HTTP request, with ${VAR} expanded.
 	Headers map[string]string
+	// HeadersFromEnv maps a header to the environment variable holding its
+	// value (workflow.json's headers_from_env).
+	HeadersFromEnv map[string]string
 	// Transport, when set, connects to a server in the same program (for
 	// example over mcp.NewInMemoryTransports) instead of Command or URL. It
 	// is called for every new session.

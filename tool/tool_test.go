@@ -413,7 +413,8 @@ func TestHTTPTool(t *testing.T) {
 	t.Setenv("ORDERS_TOKEN", "tok-123")
 
 	spec := func(name, path string) tool.Spec {
-		return tool.Spec{Agent: "A", Name: name, URL: srv.URL + path, Headers: map[string]string{"Authorization": "Bearer ${ORDERS_TOKEN}"}, TimeoutSeconds: 5}
+		return tool.Spec{Agent: "A", Name: name, URL: srv.URL + path, Headers: map[string]string{"Authorization": "Bearer ${ORDERS_TOKEN}"},
+			HeadersFromEnv: map[string]string{"X-Api-Key": "ORDERS_TOKEN"}, TimeoutSeconds: 5}
 	}
 	slow := spec("slow", "/slow")
 	slow.TimeoutSeconds = 0.1
@@ -427,7 +428,7 @@ func TestHTTPTool(t *testing.T) {
 		t.Fatalf("ok = %+v", res)
 	}
 	got.Lock()
-	if got.header.Get("Authorization") != "Bearer tok-123" || got.header.Get("Idempotency-Key") != "chat-1/turn-1/call-9" ||
+	if got.header.Get("Authorization") != "Bearer tok-123" || got.header.Get("X-Api-Key") != "tok-123" || got.header.Get("Idempotency-Key") != "chat-1/turn-1/call-9" ||
 		got.header.Get("Content-Type") != "application/json" || got.header.Get("X-Baton-Chat-Id") != "chat-1" || got.body != `{"id": 7}` {
 		t.Errorf("request: headers %v, body %s", got.header, got.body)
 	}
