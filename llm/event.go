@@ -1,0 +1,165 @@
+package llm
+
+import (
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/batonhq/baton"
+)
+
+// StreamEvent returns the transient stream.* event for one delta of the
+// message messageID that agent is writing in chat chatID, and false for a
+// delta that is not published (usage, which the engine reports in
+// chat.usage_summary, and empty deltas). The event's metadata carries the
+// chat id (trigger_session_id), the agent (trigger_agent_name) and source
+// "llm"; its payload is
+//
+//	stream.text, stream.reasoning: {"message_id", "agent", "delta"}
+//	stream.tool_call:              {"message_id", "agent", "index", "id"?, "name"?, "delta"}
+//	stream.completed:              {"message_id", "agent", "finish_reason"}
+//
+// stream.* events are never stored (DESIGN.md, "Event types").
+func StreamEvent(chatID, agent, messageID string, d baton.Delta) (baton.Event, bool) {
+	var typ string
+	b := make([]byte, 0, 64+len(messageID)+len(agent)+len(d.Text)+len(d.ToolCall.Arguments)+len(d.ToolCall.Name)+len(d.ToolCall.ID))
+	b = append(b, `{"message_id":`...)
+	b = appendJSONString(b, messageID)
+	b = append(b, `,"agent":`...)
+	b = appendJSONString(b, agent)
+	switch d.Kind {
+	case baton.DeltaText, baton.DeltaReasoning:
+		if d.Text == "" {
+			return baton.Event{}, false
+		}
+		typ = baton.TypeStreamText
+		if d.Kind == baton.DeltaReasoning {
+			typ = baton.TypeStreamReasoning
+		}
+		b = append(b, `,"delta":`...)
+		b = appendJSONString(b, d.Text)
+	case baton.DeltaToolCall:
+		tc := d.ToolCall
+		if tc.ID == "" && tc.Name == "" && tc.Arguments == "" {
+			return baton.Event{}, false
+		}
+		typ = baton.TypeStreamToolCall
+		b = append(b, `,"index":`...)
+		b = strconv.AppendInt(b, int64(tc.Index), 10)
+		if tc.ID != "" {
+			b = append(b, `,"id":`...)
+			b = appendJSONString(b, tc.ID)
+		}
+		if tc.Name != "" {
+			b = append(b, `,"name":`...)
+			b = appendJSONString(b, tc.Name)
+		}
+		b = append(b, `,"delta":`...)
+		b = appendJSONString(b, tc.Arguments)
+	case baton.DeltaFinish:
+		typ = baton.TypeStreamCompleted
+		b = append(b, `,"finish_reason":`...)
+		b = appendJSONString(b, d.FinishReason)
+	default:
+		return baton.Event{}, false
+	}
+	b = append(b, '}')
+	return streamEvent(typ, chatID, agent, b), true
+}
+
+// StreamStartEvent returns the stream.start event that opens message messageID.
+func StreamStartEvent(chatID, agent, messageID string) baton.Event {
+	return streamEvent(baton.TypeStreamStart, chatID, agent, simplePayload(messageID, agent, "", ""))
+}
+
+// StreamErrorEvent returns the stream.error event that ends message messageID
+// when its model call fails. The message is err's client-safe message.
+func StreamErrorEvent(chatID, agent, messageID string, err error) baton.Event {
+	return streamEvent(baton.TypeStreamError, chatID, agent,
+		simplePayload(messageID, agent, "message", baton.ErrorMessage(err)))
+}
+
+func simplePayload(messageID, agent, key, value string) []byte {
+	b := make([]byte, 0, 48+len(messageID)+len(agent)+len(value))
+	b = append(b, `{"message_id":`...)
+	b = appendJSONString(b, messageID)
+	b = append(b, `,"agent":`...)
+	b = appendJSONString(b, agent)
+	if key != "" {
+		b = append(b, ',')
+		b = appendJSONString(b, key)
+		b = append(b, ':')
+		b = appendJSONString(b, value)
+	}
+	return append(b, '}')
+}
+
+func streamEvent(typ, chatID, agent string, payload []byte) baton.Event {
+	return baton.Event{
+		ID:        baton.NewID(),
+		Type:      typ,
+		Timestamp: time.Now().UnixMilli(),
+		Metadata: baton.Metadata{
+			TriggerSessionID: chatID,
+			TriggerAgentName: agent,
+			Source:           baton.SourceLLM,
+		},
+		Payload: payload,
+	}
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD,
+// as encoding/json does; <, > and & are escaped so the text is safe in HTML.
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}

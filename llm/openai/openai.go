@@ -1,0 +1,585 @@
+// Package openai is baton's model provider for OpenAI and every
+// OpenAI-compatible server (vLLM, Ollama, LM Studio, …), built on the
+// official SDK, github.com/openai/openai-go/v3. It streams Chat Completions
+// with usage, parallel tool calls, strict json_schema response formats and a
+// seed, retries failed calls before their first delta, and bounds each call
+// with a timeout.
+package openai
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/llm"
+	sdk "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/param"
+	"github.com/openai/openai-go/v3/packages/ssestream"
+	"github.com/openai/openai-go/v3/shared"
+)
+
+// DefaultBaseURL is OpenAI's API, used when neither the configuration nor
+// OPENAI_BASE_URL names another.
+const DefaultBaseURL = "https://api.openai.com/v1"
+
+// Defaults for the options.
+const (
+	DefaultTimeout    = 5 * time.Minute
+	DefaultMaxRetries = 3
+	DefaultMinBackoff = 500 * time.Millisecond
+	DefaultMaxBackoff = 30 * time.Second
+	// maxRetryAfter caps how long a Retry-After header may make a call wait.
+	maxRetryAfter = 2 * time.Minute
+)
+
+// Provider streams model replies from an OpenAI-compatible endpoint. It is
+// safe for concurrent use.
+type Provider struct {
+	baseURL    string
+	apiKey     string
+	httpClient *http.Client
+	timeout    time.Duration
+	maxRetries int
+	minBackoff time.Duration
+	maxBackoff time.Duration
+	log        *slog.Logger
+	client     sdk.Client
+}
+
+// Option configures a Provider.
+type Option func(*Provider)
+
+// WithBaseURL sets the endpoint, e.g. "http://localhost:11434/v1" for Ollama.
+// Without it the provider uses OPENAI_BASE_URL, or OpenAI's API.
+func WithBaseURL(u string) Option { return func(p *Provider) { p.baseURL = u } }
+
+// WithAPIKey sets the API key. Without it the provider uses OPENAI_API_KEY.
+func WithAPIKey(key string) Option { return func(p *Provider) { p.apiKey = key } }
+
+// WithHTTPClient sets the HTTP client (for proxies, TLS settings or tests).
+func WithHTTPClient(c *http.Client) Option { return func(p *Provider) { p.httpClient = c } }
+
+// WithTimeout bounds each call, streaming included, when the request does not
+// set its own; the default is DefaultTimeout.
+func WithTimeout(d time.Duration) Option { return func(p *Provider) { p.timeout = d } }
+
+// WithRetries sets how many times a call that failed before its first delta
+// is sent again (default DefaultMaxRetries; 0 disables retries).
+func WithRetries(n int) Option { return func(p *Provider) { p.maxRetries = max(n, 0) } }
+
+// WithBackoff sets the first and the longest wait between retries; the wait
+// doubles each time, with jitter, unless the server says Retry-After.
+func WithBackoff(minWait, maxWait time.Duration) Option {
+	return func(p *Provider) { p.minBackoff, p.maxBackoff = minWait, maxWait }
+}
+
+// WithLogger sets the logger for retries; the default is slog.Default().
+func WithLogger(l *slog.Logger) Option { return func(p *Provider) { p.log = l } }
+
+// New returns a provider. Configuration not given by options comes from the
+// environment (OPENAI_BASE_URL, OPENAI_API_KEY) and the defaults.
+func New(opts ...Option) *Provider {
+	p := &Provider{
+		timeout:    DefaultTimeout,
+		maxRetries: DefaultMaxRetries,
+		minBackoff: DefaultMinBackoff,
+		maxBackoff: DefaultMaxBackoff,
+	}
+	for _, o := range opts {
+		o(p)
+	}
+	if p.baseURL == "" {
+		p.baseURL = os.Getenv("OPENAI_BASE_URL")
+	}
+	if p.baseURL == "" {
+		p.baseURL = DefaultBaseURL
+	}
+	if p.apiKey == "" {
+		p.apiKey = os.Getenv("OPENAI_API_KEY")
+	}
+	if p.httpClient == nil {
+		p.httpClient = &http.Client{}
+	}
+	if p.log == nil {
+		p.log = slog.Default()
+	}
+	p.client = sdk.NewClient(
+		option.WithBaseURL(p.baseURL),
+		option.WithAPIKey(p.apiKey),
+		option.WithHTTPClient(p.httpClient),
+		// The SDK's own retries would re-send a call whose stream failed
+		// after it started; baton retries itself, only before the first delta.
+		option.WithMaxRetries(0),
+	)
+	return p
+}
+
+// BaseURL returns the endpoint the provider calls by default.
+func (p *Provider) BaseURL() string { return p.baseURL }
+
+var errCallTimeout = errors.New("model call timed out")
+
+// Stream sends req and yields the reply's deltas: text, reasoning (from the
+// reasoning_content or reasoning fields some servers add), tool-call
+// fragments by index, the finish reason and, last, the usage. A failure
+// before the first delta is retried for 408, 409, 429, 5xx and connection
+// errors, honouring Retry-After; after the first delta it ends the stream
+// with an error and is never retried. Every error is a *baton.ProviderError,
+// or ctx's error when ctx was cancelled.
+func (p *Provider) Stream(ctx context.Context, req *baton.Request) iter.Seq2[baton.Delta, error] {
+	return func(yield func(baton.Delta, error) bool) {
+		baseURL := p.baseURL
+		var reqOpts []option.RequestOption
+		if req.Params.BaseURL != "" {
+			baseURL = req.Params.BaseURL
+			reqOpts = append(reqOpts, option.WithBaseURL(baseURL))
+		}
+		if req.Params.APIKey != "" {
+			reqOpts = append(reqOpts, option.WithAPIKey(req.Params.APIKey))
+		}
+		c := call{p: p, endpoint: llm.Endpoint(baseURL), model: req.Params.Model}
+		params, err := buildParams(req, isOpenAI(baseURL))
+		if err != nil {
+			yield(baton.Delta{}, c.errorf(baton.ProviderBadRequest, err, "%v", err))
+			return
+		}
+		timeout := req.Params.Timeout
+		if timeout <= 0 {
+			timeout = p.timeout
+		}
+		ctx, cancel := context.WithTimeoutCause(ctx, timeout, errCallTimeout)
+		defer cancel()
+		c.run(ctx, params, reqOpts, yield)
+	}
+}
+
+// call is the state of one Stream call.
+type call struct {
+	p            *Provider
+	endpoint     string
+	model        string
+	started      bool // a delta has been yielded: never retry
+	finished     bool // a finish reason was received
+	finishReason string
+}
+
+func (c *call) run(ctx context.Context, params sdk.ChatCompletionNewParams, reqOpts []option.RequestOption, yield func(baton.Delta, error) bool) {
+	for attempt := 0; ; attempt++ {
+		stream := c.p.client.Chat.Completions.NewStreaming(ctx, params, reqOpts...)
+		ok, err := c.consume(stream, yield)
+		if !ok {
+			return // the consumer stopped
+		}
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			yield(baton.Delta{}, c.contextError(ctx, err))
+			return
+		}
+		var pe *baton.ProviderError
+		if !errors.As(err, &pe) {
+			pe = c.classify(err)
+		}
+		if c.started || attempt >= c.p.maxRetries || !llm.Retryable(pe) {
+			yield(baton.Delta{}, pe)
+			return
+		}
+		wait := c.p.backoff(attempt, pe.RetryAfter)
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+			yield(baton.Delta{}, pe) // waiting would outlast the call's timeout
+			return
+		}
+		c.p.log.LogAttrs(ctx, slog.LevelWarn, "model call failed before streaming; retrying",
+			slog.String("endpoint", c.endpoint), slog.String("model", c.model),
+			slog.Int("attempt", attempt+1), slog.Duration("wait", wait), slog.String("error", pe.Error()))
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			yield(baton.Delta{}, c.contextError(ctx, pe))
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// consume reads one response stream, yielding its deltas. It returns false
+// when the consumer stopped, and the stream's error otherwise.
+func (c *call) consume(stream *ssestream.Stream[sdk.ChatCompletionChunk], yield func(baton.Delta, error) bool) (bool, error) {
+	defer stream.Close()
+	for stream.Next() {
+		chunk := stream.Current()
+		if !c.emit(&chunk, yield) {
+			return false, nil
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return true, err
+	}
+	if !c.finished {
+		return true, c.errorf(baton.ProviderUnavailable, io.ErrUnexpectedEOF, "the stream ended before the model finished")
+	}
+	if c.finishReason == "content_filter" {
+		return true, c.errorf(baton.ProviderContentFilter, nil, "the reply was stopped by the provider's content filter")
+	}
+	return true, nil
+}
+
+// emit yields the deltas of one chunk. It allocates nothing: the strings are
+// the SDK's.
+func (c *call) emit(chunk *sdk.ChatCompletionChunk, yield func(baton.Delta, error) bool) bool {
+	for i := range chunk.Choices {
+		ch := &chunk.Choices[i]
+		if ch.Index != 0 {
+			continue // baton asks for one choice
+		}
+		d := &ch.Delta
+		if len(d.JSON.ExtraFields) > 0 {
+			if r := reasoningText(d); r != "" {
+				c.started = true
+				if !yield(baton.Delta{Kind: baton.DeltaReasoning, Text: r}, nil) {
+					return false
+				}
+			}
+		}
+		if d.Content != "" {
+			c.started = true
+			if !yield(baton.Delta{Kind: baton.DeltaText, Text: d.Content}, nil) {
+				return false
+			}
+		}
+		if d.Refusal != "" {
+			c.started = true
+			if !yield(baton.Delta{Kind: baton.DeltaText, Text: d.Refusal}, nil) {
+				return false
+			}
+		}
+		for j := range d.ToolCalls {
+			tc := &d.ToolCalls[j]
+			c.started = true
+			if !yield(baton.Delta{Kind: baton.DeltaToolCall, ToolCall: baton.ToolCallDelta{
+				Index: int(tc.Index), ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments,
+			}}, nil) {
+				return false
+			}
+		}
+		if ch.FinishReason != "" {
+			c.started = true
+			c.finished = true
+			c.finishReason = ch.FinishReason
+			if !yield(baton.Delta{Kind: baton.DeltaFinish, FinishReason: ch.FinishReason}, nil) {
+				return false
+			}
+		}
+	}
+	if chunk.JSON.Usage.Valid() {
+		u := &chunk.Usage
+		c.started = true
+		if !yield(baton.Delta{Kind: baton.DeltaUsage, Usage: baton.Usage{
+			PromptTokens:     u.PromptTokens,
+			CompletionTokens: u.CompletionTokens,
+			CachedTokens:     u.PromptTokensDetails.CachedTokens,
+			ReasoningTokens:  u.CompletionTokensDetails.ReasoningTokens,
+		}}, nil) {
+			return false
+		}
+	}
+	return true
+}
+
+// reasoningText returns the reasoning fragment some OpenAI-compatible servers
+// send beside the content: "reasoning_content" (vLLM, DeepSeek, LM Studio)
+// or "reasoning" (Ollama, OpenRouter).
+func reasoningText(d *sdk.ChatCompletionChunkChoiceDelta) string {
+	for _, key := range [...]string{"reasoning_content", "reasoning"} {
+		raw := d.JSON.ExtraFields[key].Raw()
+		if len(raw) < 2 || raw[0] != '"' {
+			continue // absent, null, or not a string
+		}
+		var s string
+		if json.Unmarshal([]byte(raw), &s) == nil && s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+// classify turns an SDK or transport error into a provider error.
+func (c *call) classify(err error) *baton.ProviderError {
+	var apiErr *sdk.Error
+	if errors.As(err, &apiErr) {
+		var retryAfter time.Duration
+		if apiErr.Response != nil {
+			retryAfter = parseRetryAfter(apiErr.Response.Header, time.Now())
+		}
+		msg := apiErr.Message
+		if msg == "" {
+			msg = strings.TrimSpace(http.StatusText(apiErr.StatusCode))
+		}
+		pe := llm.ErrorForStatus(apiErr.StatusCode, apiErr.Code, msg, c.endpoint, c.model, retryAfter)
+		pe.Err = err
+		return pe
+	}
+	var streamErr *ssestream.StreamError
+	if errors.As(err, &streamErr) {
+		// An {"error": …} event inside a 200 stream: classify by its code and message.
+		var body struct {
+			Error struct {
+				Code    any    `json:"code"`
+				Message string `json:"message"`
+				Type    string `json:"type"`
+			} `json:"error"`
+		}
+		_ = json.Unmarshal(streamErr.Event.Data, &body)
+		code := fmt.Sprint(body.Error.Code)
+		if body.Error.Code == nil {
+			code = body.Error.Type
+		}
+		status := 500
+		if n, convErr := strconv.Atoi(code); convErr == nil && n >= 400 && n < 600 {
+			status = n
+		}
+		pe := llm.ErrorForStatus(status, code, body.Error.Message, c.endpoint, c.model, 0)
+		pe.Status = 0
+		pe.Err = err
+		return pe
+	}
+	var syntaxErr *json.SyntaxError
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &syntaxErr) || errors.As(err, &typeErr) {
+		return c.errorf(baton.ProviderProtocol, err, "malformed chunk in the response stream: %v", err)
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
+		errors.Is(err, net.ErrClosed) || strings.Contains(err.Error(), "connection") {
+		return c.errorf(baton.ProviderUnavailable, err, "connection failed: %v", redact(err))
+	}
+	return c.errorf(baton.ProviderUnavailable, err, "%v", redact(err))
+}
+
+// contextError returns the error for a call ended by its context: a timeout
+// provider error for the call's own timeout, ctx's error otherwise.
+func (c *call) contextError(ctx context.Context, cause error) error {
+	if context.Cause(ctx) == errCallTimeout {
+		return c.errorf(baton.ProviderTimeout, cause, "no complete reply within the call's timeout")
+	}
+	return fmt.Errorf("model %q at %s: %w", c.model, c.endpoint, ctx.Err())
+}
+
+func (c *call) errorf(kind baton.ProviderErrorKind, cause error, format string, args ...any) *baton.ProviderError {
+	return &baton.ProviderError{Kind: kind, Message: fmt.Sprintf(format, args...),
+		Endpoint: c.endpoint, Model: c.model, Err: cause}
+}
+
+// redact returns err's message without the request URL that url.Error adds
+// (a URL may carry credentials).
+func redact(err error) string {
+	var ue interface{ Unwrap() error }
+	msg := err.Error()
+	if errors.As(err, &ue) {
+		if inner := ue.Unwrap(); inner != nil && strings.Contains(msg, "://") {
+			return inner.Error()
+		}
+	}
+	return msg
+}
+
+// backoff returns the wait before retry attempt+1: the server's Retry-After
+// when it gave one (capped), else exponential from minBackoff with jitter.
+func (p *Provider) backoff(attempt int, retryAfter time.Duration) time.Duration {
+	if retryAfter > 0 {
+		return min(retryAfter, maxRetryAfter)
+	}
+	d := p.minBackoff << min(attempt, 16)
+	if d <= 0 || d > p.maxBackoff {
+		d = p.maxBackoff
+	}
+	// Full jitter in [d/2, d): spreads retries of many chats apart.
+	return d/2 + rand.N(d/2+1)
+}
+
+// parseRetryAfter reads retry-after-ms (OpenAI) or Retry-After (seconds or an
+// HTTP date).
+func parseRetryAfter(h http.Header, now time.Time) time.Duration {
+	if v := h.Get("Retry-After-Ms"); v != "" {
+		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms > 0 {
+			return time.Duration(ms * float64(time.Millisecond))
+		}
+	}
+	v := h.Get("Retry-After")
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.ParseFloat(v, 64); err == nil {
+		if s <= 0 {
+			return 0
+		}
+		return time.Duration(s * float64(time.Second))
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+func isOpenAI(baseURL string) bool {
+	return strings.Contains(baseURL, "api.openai.com")
+}
+
+// buildParams translates a baton request into the SDK's parameters.
+func buildParams(req *baton.Request, openAI bool) (sdk.ChatCompletionNewParams, error) {
+	if req.Params.Model == "" {
+		return sdk.ChatCompletionNewParams{}, errors.New("no model configured")
+	}
+	params := sdk.ChatCompletionNewParams{
+		Model:         shared.ChatModel(req.Params.Model),
+		Messages:      make([]sdk.ChatCompletionMessageParamUnion, 0, len(req.Messages)),
+		StreamOptions: sdk.ChatCompletionStreamOptionsParam{IncludeUsage: param.NewOpt(true)},
+	}
+	for i := range req.Messages {
+		m, err := message(&req.Messages[i])
+		if err != nil {
+			return params, fmt.Errorf("messages[%d]: %w", i, err)
+		}
+		params.Messages = append(params.Messages, m)
+	}
+	for i, t := range req.Tools {
+		def := shared.FunctionDefinitionParam{Name: t.Name}
+		if t.Description != "" {
+			def.Description = param.NewOpt(t.Description)
+		}
+		if t.Strict {
+			def.Strict = param.NewOpt(true)
+		}
+		if len(t.Parameters) > 0 {
+			if err := json.Unmarshal(t.Parameters, &def.Parameters); err != nil {
+				return params, fmt.Errorf("tools[%d] %q: parameters: %w", i, t.Name, err)
+			}
+		}
+		params.Tools = append(params.Tools, sdk.ChatCompletionFunctionTool(def))
+	}
+	if len(req.Tools) > 0 {
+		params.ParallelToolCalls = param.NewOpt(true)
+	}
+	if rf := req.ResponseFormat; rf != nil {
+		if !json.Valid(rf.Schema) {
+			return params, fmt.Errorf("response format %q: schema is not valid JSON", rf.Name)
+		}
+		params.ResponseFormat = sdk.ChatCompletionNewParamsResponseFormatUnion{
+			OfJSONSchema: &shared.ResponseFormatJSONSchemaParam{
+				JSONSchema: shared.ResponseFormatJSONSchemaJSONSchemaParam{
+					Name:   rf.Name,
+					Schema: rf.Schema,
+					Strict: param.NewOpt(true),
+				},
+			},
+		}
+	}
+	if req.Params.Temperature != nil {
+		params.Temperature = param.NewOpt(*req.Params.Temperature)
+	}
+	if req.Params.Seed != nil {
+		params.Seed = param.NewOpt(*req.Params.Seed)
+	}
+	if n := req.Params.MaxTokens; n > 0 {
+		// OpenAI's reasoning models accept only max_completion_tokens; many
+		// compatible servers know only max_tokens.
+		if openAI {
+			params.MaxCompletionTokens = param.NewOpt(int64(n))
+		} else {
+			params.MaxTokens = param.NewOpt(int64(n))
+		}
+	}
+	return params, nil
+}
+
+func message(m *baton.Message) (sdk.ChatCompletionMessageParamUnion, error) {
+	name := speakerName(m.Name)
+	switch m.Role {
+	case baton.RoleSystem:
+		p := &sdk.ChatCompletionSystemMessageParam{}
+		p.Content.OfString = param.NewOpt(m.Content)
+		if name != "" {
+			p.Name = param.NewOpt(name)
+		}
+		return sdk.ChatCompletionMessageParamUnion{OfSystem: p}, nil
+	case baton.RoleUser:
+		p := &sdk.ChatCompletionUserMessageParam{}
+		p.Content.OfString = param.NewOpt(m.Content)
+		if name != "" {
+			p.Name = param.NewOpt(name)
+		}
+		return sdk.ChatCompletionMessageParamUnion{OfUser: p}, nil
+	case baton.RoleAssistant:
+		p := &sdk.ChatCompletionAssistantMessageParam{}
+		if m.Content != "" || len(m.ToolCalls) == 0 {
+			p.Content.OfString = param.NewOpt(m.Content)
+		}
+		if name != "" {
+			p.Name = param.NewOpt(name)
+		}
+		for _, tc := range m.ToolCalls {
+			args := tc.Arguments
+			if args == "" {
+				args = "{}"
+			}
+			p.ToolCalls = append(p.ToolCalls, sdk.ChatCompletionMessageToolCallUnionParam{
+				OfFunction: &sdk.ChatCompletionMessageFunctionToolCallParam{
+					ID:       tc.ID,
+					Function: sdk.ChatCompletionMessageFunctionToolCallFunctionParam{Name: tc.Name, Arguments: args},
+				},
+			})
+		}
+		return sdk.ChatCompletionMessageParamUnion{OfAssistant: p}, nil
+	case baton.RoleTool:
+		if m.ToolCallID == "" {
+			return sdk.ChatCompletionMessageParamUnion{}, errors.New("tool message without tool_call_id")
+		}
+		p := &sdk.ChatCompletionToolMessageParam{ToolCallID: m.ToolCallID}
+		p.Content.OfString = param.NewOpt(m.Content)
+		return sdk.ChatCompletionMessageParamUnion{OfTool: p}, nil
+	}
+	return sdk.ChatCompletionMessageParamUnion{}, fmt.Errorf("unknown role %q", m.Role)
+}
+
+// speakerName makes a speaker's name fit OpenAI's `name` field
+// (^[a-zA-Z0-9_-]{1,64}$): other characters become '_'.
+func speakerName(s string) string {
+	if s == "" {
+		return ""
+	}
+	ok := len(s) <= 64
+	for i := 0; ok && i < len(s); i++ {
+		ok = isNameByte(s[i])
+	}
+	if ok {
+		return s
+	}
+	b := make([]byte, 0, min(len(s), 64))
+	for i := 0; i < len(s) && len(b) < 64; i++ {
+		if isNameByte(s[i]) {
+			b = append(b, s[i])
+		} else if s[i] < 0x80 || s[i] >= 0xC0 { // one '_' per rune
+			b = append(b, '_')
+		}
+	}
+	return string(b)
+}
+
+func isNameByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
+}

@@ -1,0 +1,497 @@
+package openai
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/llm"
+)
+
+// fakeServer is an OpenAI-compatible endpoint speaking the real Chat
+// Completions SSE format. Each request gets the next handler of its script
+// (the last one repeats); every request body is recorded.
+type fakeServer struct {
+	*httptest.Server
+	mu       sync.Mutex
+	bodies   [][]byte
+	headers  []http.Header
+	handlers []http.HandlerFunc
+	calls    atomic.Int32
+}
+
+func newFake(t *testing.T, handlers ...http.HandlerFunc) *fakeServer {
+	t.Helper()
+	f := &fakeServer{handlers: handlers}
+	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != "/v1/chat/completions" {
+			http.Error(w, "unexpected "+r.Method+" "+r.URL.Path, http.StatusNotFound)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		n := int(f.calls.Add(1)) - 1
+		f.mu.Lock()
+		f.bodies = append(f.bodies, body)
+		f.headers = append(f.headers, r.Header.Clone())
+		f.mu.Unlock()
+		f.handlers[min(n, len(f.handlers)-1)](w, r)
+	}))
+	t.Cleanup(f.Close)
+	return f
+}
+
+func (f *fakeServer) body(t *testing.T, i int) map[string]any {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var m map[string]any
+	if err := json.Unmarshal(f.bodies[i], &m); err != nil {
+		t.Fatalf("request %d body: %v", i, err)
+	}
+	return m
+}
+
+func (f *fakeServer) provider(opts ...Option) *Provider {
+	return New(append([]Option{WithBaseURL(f.URL + "/v1"), WithAPIKey("sk-test-secret"), WithBackoff(time.Millisecond, 5*time.Millisecond),
+		WithLogger(slog.New(slog.DiscardHandler))}, opts...)...)
+}
+
+// sse writes an SSE stream of the given data payloads then [DONE].
+func sse(chunks ...string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, c := range chunks {
+			fmt.Fprintf(w, "data: %s\n\n", c)
+			w.(http.Flusher).Flush()
+		}
+		fmt.Fprint(w, "data: [DONE]\n\n")
+	}
+}
+
+func chunk(delta string, finish string) string {
+	f := "null"
+	if finish != "" {
+		f = `"` + finish + `"`
+	}
+	return `{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1700000000,"model":"gpt-4o-mini","choices":[{"index":0,"delta":` + delta + `,"logprobs":null,"finish_reason":` + f + `}]}`
+}
+
+func textChunk(s string) string {
+	b, _ := json.Marshal(s)
+	return chunk(`{"content":`+string(b)+`}`, "")
+}
+
+const usageChunk = `{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1700000000,"model":"gpt-4o-mini","choices":[],"usage":{"prompt_tokens":50,"completion_tokens":7,"total_tokens":57,"prompt_tokens_details":{"cached_tokens":32},"completion_tokens_details":{"reasoning_tokens":2}}}`
+
+func jsonError(status int, code, msg string, header map[string]string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		for k, v := range header {
+			w.Header().Set(k, v)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		fmt.Fprintf(w, `{"error":{"message":%q,"type":"invalid_request_error","param":null,"code":%q}}`, msg, code)
+	}
+}
+
+func request() *baton.Request {
+	return &baton.Request{ChatID: "chat-1", Agent: "Writer", MessageID: "m-1",
+		Messages: []baton.Message{{Role: baton.RoleUser, Name: "user", Content: "hi"}},
+		Params:   baton.ModelParams{Model: "gpt-4o-mini"}}
+}
+
+// collect runs a stream to its end.
+func collect(t *testing.T, ctx context.Context, p baton.Provider, req *baton.Request) ([]baton.Delta, *llm.Accumulator, error) {
+	t.Helper()
+	var ds []baton.Delta
+	acc := &llm.Accumulator{}
+	for d, err := range p.Stream(ctx, req) {
+		if err != nil {
+			return ds, acc, err
+		}
+		ds = append(ds, d)
+		acc.Add(d)
+	}
+	return ds, acc, nil
+}
+
+func TestStreamText(t *testing.T) {
+	f := newFake(t, sse(chunk(`{"role":"assistant","content":""}`, ""), textChunk("Hel"), textChunk("lo, "), textChunk("world"), chunk(`{}`, "stop"), usageChunk))
+	ds, acc, err := collect(t, t.Context(), f.provider(), request())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []baton.Delta{
+		{Kind: baton.DeltaText, Text: "Hel"}, {Kind: baton.DeltaText, Text: "lo, "}, {Kind: baton.DeltaText, Text: "world"},
+		{Kind: baton.DeltaFinish, FinishReason: "stop"},
+		{Kind: baton.DeltaUsage, Usage: baton.Usage{PromptTokens: 50, CompletionTokens: 7, CachedTokens: 32, ReasoningTokens: 2}},
+	}
+	if fmt.Sprint(ds) != fmt.Sprint(want) {
+		t.Fatalf("deltas\n got %+v\nwant %+v", ds, want)
+	}
+	if acc.FinalText() != "Hello, world" || acc.FinishReason() != "stop" {
+		t.Fatalf("accumulated %q finish %q", acc.FinalText(), acc.FinishReason())
+	}
+}
+
+func TestRequestBody(t *testing.T) {
+	f := newFake(t, sse(textChunk("ok"), chunk(`{}`, "stop")))
+	temp, seed := 0.2, int64(42)
+	req := &baton.Request{
+		ChatID: "c", Agent: "Planner", MessageID: "m",
+		Messages: []baton.Message{
+			{Role: baton.RoleSystem, Content: "You plan."},
+			{Role: baton.RoleUser, Name: "user", Content: "plan a trip"},
+			{Role: baton.RoleAssistant, Name: "Planner", ToolCalls: []baton.ToolCall{{ID: "call_1", Name: "get_time", Arguments: `{"tz":"UTC"}`}}},
+			{Role: baton.RoleTool, ToolCallID: "call_1", Content: "12:00"},
+			{Role: baton.RoleAssistant, Name: "Travel Agent", Content: "It is noon."},
+		},
+		Tools: []baton.ToolDef{{Name: "get_time", Description: "Current time", Strict: true,
+			Parameters: json.RawMessage(`{"type":"object","properties":{"tz":{"type":"string"}},"required":["tz"],"additionalProperties":false}`)}},
+		ResponseFormat: &baton.ResponseFormat{Name: "Plan", Schema: json.RawMessage(`{"type":"object","properties":{"steps":{"type":"array","items":{"type":"string"}}},"required":["steps"],"additionalProperties":false}`)},
+		Params:         baton.ModelParams{Model: "gpt-4.1", Temperature: &temp, Seed: &seed, MaxTokens: 256},
+	}
+	if _, _, err := collect(t, t.Context(), f.provider(), req); err != nil {
+		t.Fatal(err)
+	}
+	got := f.body(t, 0)
+	want := map[string]any{
+		"model":               "gpt-4.1",
+		"stream":              true,
+		"stream_options":      map[string]any{"include_usage": true},
+		"temperature":         0.2,
+		"seed":                42.0,
+		"max_tokens":          256.0,
+		"parallel_tool_calls": true,
+		"messages": []any{
+			map[string]any{"role": "system", "content": "You plan."},
+			map[string]any{"role": "user", "name": "user", "content": "plan a trip"},
+			map[string]any{"role": "assistant", "name": "Planner", "tool_calls": []any{map[string]any{
+				"id": "call_1", "type": "function", "function": map[string]any{"name": "get_time", "arguments": `{"tz":"UTC"}`}}}},
+			map[string]any{"role": "tool", "tool_call_id": "call_1", "content": "12:00"},
+			map[string]any{"role": "assistant", "name": "Travel_Agent", "content": "It is noon."},
+		},
+		"tools": []any{map[string]any{"type": "function", "function": map[string]any{
+			"name": "get_time", "description": "Current time", "strict": true,
+			"parameters": map[string]any{"type": "object", "properties": map[string]any{"tz": map[string]any{"type": "string"}},
+				"required": []any{"tz"}, "additionalProperties": false}}}},
+		"response_format": map[string]any{"type": "json_schema", "json_schema": map[string]any{
+			"name": "Plan", "strict": true, "schema": map[string]any{"type": "object",
+				"properties": map[string]any{"steps": map[string]any{"type": "array", "items": map[string]any{"type": "string"}}},
+				"required": []any{"steps"}, "additionalProperties": false}}},
+	}
+	gj, _ := json.MarshalIndent(got, "", " ")
+	wj, _ := json.MarshalIndent(want, "", " ")
+	if string(gj) != string(wj) {
+		t.Fatalf("request body\n got %s\nwant %s", gj, wj)
+	}
+	if h := f.headers[0].Get("Authorization"); h != "Bearer sk-test-secret" {
+		t.Fatalf("Authorization = %q", h)
+	}
+}
+
+func TestParallelToolCalls(t *testing.T) {
+	// Two calls, their fragments split across chunks and interleaved.
+	f := newFake(t, sse(
+		chunk(`{"role":"assistant","content":null,"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"get_time","arguments":""}}]}`, ""),
+		chunk(`{"tool_calls":[{"index":1,"id":"call_b","type":"function","function":{"name":"get_weather","arguments":"{\"ci"}}]}`, ""),
+		chunk(`{"tool_calls":[{"index":0,"function":{"arguments":"{\"tz\":"}}]}`, ""),
+		chunk(`{"tool_calls":[{"index":1,"function":{"arguments":"ty\":\"Oslo\"}"}},{"index":0,"function":{"arguments":"\"UTC\"}"}}]}`, ""),
+		chunk(`{}`, "tool_calls"), usageChunk))
+	_, acc, err := collect(t, t.Context(), f.provider(), request())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []baton.ToolCall{{ID: "call_a", Name: "get_time", Arguments: `{"tz":"UTC"}`}, {ID: "call_b", Name: "get_weather", Arguments: `{"city":"Oslo"}`}}
+	if fmt.Sprint(acc.ToolCalls()) != fmt.Sprint(want) {
+		t.Fatalf("tool calls %+v, want %+v", acc.ToolCalls(), want)
+	}
+	if got := acc.FinalText(); got != "Action completed (Tool Calls: get_time, get_weather)" {
+		t.Fatalf("final text %q", got)
+	}
+	if acc.FinishReason() != "tool_calls" || acc.Usage().PromptTokens != 50 {
+		t.Fatalf("finish %q usage %+v", acc.FinishReason(), acc.Usage())
+	}
+}
+
+func TestReasoningField(t *testing.T) {
+	f := newFake(t, sse(chunk(`{"reasoning_content":"think "}`, ""), chunk(`{"reasoning":"more"}`, ""), textChunk("answer"), chunk(`{}`, "stop")))
+	_, acc, err := collect(t, t.Context(), f.provider(), request())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if acc.Reasoning() != "think more" || acc.Text() != "answer" {
+		t.Fatalf("reasoning %q text %q", acc.Reasoning(), acc.Text())
+	}
+}
+
+func TestRetryAfter429ThenSuccess(t *testing.T) {
+	f := newFake(t, jsonError(429, "rate_limit_exceeded", "Rate limit reached", map[string]string{"Retry-After": "1"}), sse(textChunk("ok"), chunk(`{}`, "stop")))
+	start := time.Now()
+	_, acc, err := collect(t, t.Context(), f.provider(), request())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el < 900*time.Millisecond {
+		t.Fatalf("retried after %v, want Retry-After's 1s honoured", el)
+	}
+	if f.calls.Load() != 2 || acc.Text() != "ok" {
+		t.Fatalf("calls %d text %q", f.calls.Load(), acc.Text())
+	}
+}
+
+func Test500ThenSuccess(t *testing.T) {
+	f := newFake(t, jsonError(500, "server_error", "boom", nil), jsonError(503, "", "overloaded", nil), sse(textChunk("ok"), chunk(`{}`, "stop")))
+	_, acc, err := collect(t, t.Context(), f.provider(), request())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.calls.Load() != 3 || acc.Text() != "ok" {
+		t.Fatalf("calls %d text %q", f.calls.Load(), acc.Text())
+	}
+}
+
+func TestRetriesExhausted(t *testing.T) {
+	f := newFake(t, jsonError(502, "", "bad gateway", nil))
+	_, _, err := collect(t, t.Context(), f.provider(WithRetries(2)), request())
+	if !baton.IsProviderError(err, baton.ProviderUnavailable) {
+		t.Fatalf("err = %v", err)
+	}
+	if f.calls.Load() != 3 {
+		t.Fatalf("calls %d, want 1 + 2 retries", f.calls.Load())
+	}
+}
+
+// dropAfter streams the chunks, then cuts the connection without [DONE].
+func dropAfter(chunks ...string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, c := range chunks {
+			fmt.Fprintf(w, "data: %s\n\n", c)
+		}
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler)
+	}
+}
+
+func TestDroppedMidStreamNoRetry(t *testing.T) {
+	f := newFake(t, dropAfter(textChunk("partial "), textChunk("text")), sse(textChunk("second attempt"), chunk(`{}`, "stop")))
+	_, acc, err := collect(t, t.Context(), f.provider(), request())
+	if !baton.IsProviderError(err, baton.ProviderUnavailable) {
+		t.Fatalf("err = %v, want unavailable", err)
+	}
+	if f.calls.Load() != 1 {
+		t.Fatalf("calls %d: a partly streamed turn was sent again", f.calls.Load())
+	}
+	if acc.Text() != "partial text" {
+		t.Fatalf("partial text %q", acc.Text())
+	}
+}
+
+func TestEndedWithoutFinish(t *testing.T) {
+	f := newFake(t, sse(textChunk("cut")))
+	_, acc, err := collect(t, t.Context(), f.provider(), request())
+	if !baton.IsProviderError(err, baton.ProviderUnavailable) || acc.Text() != "cut" || f.calls.Load() != 1 {
+		t.Fatalf("err = %v text %q calls %d", err, acc.Text(), f.calls.Load())
+	}
+}
+
+func TestErrorKinds(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		h         http.HandlerFunc
+		kind      baton.ProviderErrorKind
+		code      string
+		calls     int32
+		inMessage string
+	}{
+		{"401", jsonError(401, "invalid_api_key", "Incorrect API key provided: sk-test-secret", nil), baton.ProviderAuth, baton.EUNAUTHORIZED, 1, "Incorrect API key"},
+		{"400", jsonError(400, "", "Invalid value for 'temperature'", nil), baton.ProviderBadRequest, baton.EINVALID, 1, "Invalid value for 'temperature'"},
+		{"context length", jsonError(400, "context_length_exceeded", "This model's maximum context length is 128000 tokens.", nil), baton.ProviderContextLength, baton.EINVALID, 1, "maximum context length"},
+		{"content filter 400", jsonError(400, "content_filter", "The response was filtered", nil), baton.ProviderContentFilter, baton.EINVALID, 1, "filtered"},
+		{"content filter finish", sse(textChunk("I"), chunk(`{}`, "content_filter")), baton.ProviderContentFilter, baton.EINVALID, 1, "content filter"},
+		{"quota", jsonError(429, "insufficient_quota", "You exceeded your current quota", nil), baton.ProviderRateLimit, baton.EUNAVAILABLE, 1, "quota"},
+		{"rate limit exhausted", jsonError(429, "rate_limit_exceeded", "Rate limit reached", nil), baton.ProviderRateLimit, baton.EUNAVAILABLE, 4, "Rate limit"},
+		{"malformed chunk", sse(textChunk("a"), `{"id":"x","choices":[{"index":0,"delta":{"content":`), baton.ProviderProtocol, baton.EUNAVAILABLE, 1, "malformed"},
+		{"error event", sse(`{"error":{"message":"server overloaded","type":"server_error","code":null}}`), baton.ProviderUnavailable, baton.EUNAVAILABLE, 4, "overloaded"}, // before the first delta: retried
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFake(t, tc.h)
+			_, _, err := collect(t, t.Context(), f.provider(), request())
+			var pe *baton.ProviderError
+			if !errors.As(err, &pe) || pe.Kind != tc.kind {
+				t.Fatalf("err = %#v, want kind %s", err, tc.kind)
+			}
+			if baton.ErrorCode(err) != tc.code {
+				t.Fatalf("code %q, want %q", baton.ErrorCode(err), tc.code)
+			}
+			msg := baton.ErrorMessage(err)
+			if !strings.Contains(msg, tc.inMessage) || !strings.Contains(msg, f.URL+"/v1") || !strings.Contains(msg, `"gpt-4o-mini"`) {
+				t.Fatalf("message %q should contain %q, the base URL and the model", msg, tc.inMessage)
+			}
+			if tc.name != "401" && strings.Contains(err.Error(), "sk-test-secret") {
+				t.Fatalf("error leaks the key: %v", err)
+			}
+			if f.calls.Load() != tc.calls {
+				t.Fatalf("calls %d, want %d", f.calls.Load(), tc.calls)
+			}
+		})
+	}
+}
+
+// hang waits until the client goes away, after sending the given chunks.
+func hang(chunks ...string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, c := range chunks {
+			fmt.Fprintf(w, "data: %s\n\n", c)
+		}
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}
+}
+
+func TestTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		h    http.HandlerFunc
+	}{
+		{"before headers", func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }},
+		{"mid stream", hang(textChunk("slow"))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFake(t, tc.h)
+			start := time.Now()
+			_, _, err := collect(t, t.Context(), f.provider(WithTimeout(150*time.Millisecond)), request())
+			if !baton.IsProviderError(err, baton.ProviderTimeout) {
+				t.Fatalf("err = %v, want timeout", err)
+			}
+			if el := time.Since(start); el > 2*time.Second {
+				t.Fatalf("timeout took %v", el)
+			}
+		})
+	}
+}
+
+func TestCancelStopsWithin100ms(t *testing.T) {
+	disconnected := make(chan struct{})
+	f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+		hang(textChunk("first"))(w, r)
+		close(disconnected)
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var cancelled time.Time
+	var err error
+	for d, e := range f.provider().Stream(ctx, request()) {
+		if e != nil {
+			err = e
+			break
+		}
+		if d.Text == "first" {
+			cancelled = time.Now()
+			cancel()
+		}
+	}
+	if el := time.Since(cancelled); cancelled.IsZero() || el > 100*time.Millisecond {
+		t.Fatalf("stream ended %v after cancel (cancelled=%v)", el, !cancelled.IsZero())
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	select {
+	case <-disconnected:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the response body was not closed: the server never saw the client go")
+	}
+}
+
+func TestBreakClosesBody(t *testing.T) {
+	disconnected := make(chan struct{})
+	f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+		hang(textChunk("a"), textChunk("b"))(w, r)
+		close(disconnected)
+	})
+	for d := range f.provider().Stream(t.Context(), request()) {
+		if d.Text == "a" {
+			break
+		}
+	}
+	select {
+	case <-disconnected:
+	case <-time.After(5 * time.Second):
+		t.Fatal("stopping the loop did not close the response body")
+	}
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		h    http.Header
+		want time.Duration
+	}{
+		{http.Header{"Retry-After": {"3"}}, 3 * time.Second},
+		{http.Header{"Retry-After-Ms": {"250"}, "Retry-After": {"3"}}, 250 * time.Millisecond},
+		{http.Header{"Retry-After": {now.Add(10 * time.Second).Format(http.TimeFormat)}}, 10 * time.Second},
+		{http.Header{"Retry-After": {"soon"}}, 0},
+		{http.Header{}, 0},
+	} {
+		if got := parseRetryAfter(tc.h, now); got != tc.want {
+			t.Errorf("parseRetryAfter(%v) = %v, want %v", tc.h, got, tc.want)
+		}
+	}
+}
+
+func TestNoModel(t *testing.T) {
+	f := newFake(t, sse(textChunk("x"), chunk(`{}`, "stop")))
+	req := request()
+	req.Params.Model = ""
+	_, _, err := collect(t, t.Context(), f.provider(), req)
+	if !baton.IsProviderError(err, baton.ProviderBadRequest) || f.calls.Load() != 0 {
+		t.Fatalf("err = %v calls %d", err, f.calls.Load())
+	}
+}
+
+func TestEnvironmentAndNoKey(t *testing.T) {
+	// A local server (Ollama, vLLM) needs no key: none is sent.
+	f := newFake(t, sse(textChunk("local"), chunk(`{}`, "stop")))
+	t.Setenv("OPENAI_BASE_URL", f.URL+"/v1")
+	t.Setenv("OPENAI_API_KEY", "")
+	p := New(WithLogger(slog.New(slog.DiscardHandler)))
+	if p.BaseURL() != f.URL+"/v1" {
+		t.Fatalf("base URL %q", p.BaseURL())
+	}
+	_, acc, err := collect(t, t.Context(), p, request())
+	if err != nil || acc.Text() != "local" {
+		t.Fatalf("err %v text %q", err, acc.Text())
+	}
+	if h := f.headers[0].Get("Authorization"); h != "" && h != "Bearer " {
+		t.Fatalf("Authorization = %q, want none", h)
+	}
+}
+
+func TestPerRequestEndpoint(t *testing.T) {
+	f := newFake(t, sse(textChunk("routed"), chunk(`{}`, "stop")))
+	p := New(WithBaseURL("http://127.0.0.1:1/v1"), WithAPIKey("default-key"), WithLogger(slog.New(slog.DiscardHandler)))
+	req := request()
+	req.Params.BaseURL = f.URL + "/v1"
+	req.Params.APIKey = "workflow-key"
+	_, acc, err := collect(t, t.Context(), p, req)
+	if err != nil || acc.Text() != "routed" {
+		t.Fatalf("err %v text %q", err, acc.Text())
+	}
+	if h := f.headers[0].Get("Authorization"); h != "Bearer workflow-key" {
+		t.Fatalf("Authorization = %q", h)
+	}
+}

@@ -1,0 +1,249 @@
+package baton
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"iter"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Role is the author of a message sent to a model.
+type Role string
+
+// Message roles, as the Chat Completions API names them.
+const (
+	RoleSystem    Role = "system"
+	RoleUser      Role = "user"
+	RoleAssistant Role = "assistant"
+	RoleTool      Role = "tool"
+)
+
+// Message is one entry of the conversation a model sees.
+type Message struct {
+	Role Role
+	// Name is the speaker: an agent's name, or "user". Providers send it as
+	// the OpenAI `name` field where the role allows one.
+	Name    string
+	Content string
+	// ToolCalls are the calls an assistant message made.
+	ToolCalls []ToolCall
+	// ToolCallID links a tool-role message (a tool result) to its call.
+	ToolCallID string
+}
+
+// ToolCall is one call a model made to a tool.
+type ToolCall struct {
+	ID   string
+	Name string
+	// Arguments is the JSON text of the arguments exactly as the model
+	// produced it; it may be invalid JSON, which the caller must check.
+	Arguments string
+}
+
+// ToolDef describes a tool a model may call.
+type ToolDef struct {
+	Name        string
+	Description string
+	// Parameters is the JSON Schema of the arguments; nil means none.
+	Parameters json.RawMessage
+	// Strict asks the provider to enforce the schema exactly.
+	Strict bool
+}
+
+// ResponseFormat asks for a reply that is a JSON document matching Schema,
+// enforced strictly (OpenAI's json_schema response format).
+type ResponseFormat struct {
+	Name   string
+	Schema json.RawMessage
+}
+
+// ModelParams are the model and its sampling and connection settings for one
+// call. Zero values mean the provider's defaults.
+type ModelParams struct {
+	Model       string
+	Temperature *float64
+	MaxTokens   int
+	// Seed makes sampling reproducible where the provider supports it; the
+	// engine passes the chat's cache_seed.
+	Seed *int64
+	// Timeout bounds the whole call, streaming included.
+	Timeout time.Duration
+	// BaseURL and APIKey override the provider's configured endpoint.
+	BaseURL string
+	APIKey  string
+}
+
+// Request is one model call.
+type Request struct {
+	// ChatID, Agent and MessageID attribute the call: they name the stream.*
+	// events built from its deltas, and the scripted provider uses them to
+	// choose and identify its answers.
+	ChatID    string
+	Agent     string
+	MessageID string
+
+	Messages       []Message
+	Tools          []ToolDef
+	ResponseFormat *ResponseFormat
+	Params         ModelParams
+}
+
+// DeltaKind says which field of a Delta is set.
+type DeltaKind uint8
+
+// Delta kinds.
+const (
+	DeltaText      DeltaKind = iota + 1 // Text holds a fragment of the reply
+	DeltaReasoning                      // Text holds a fragment of the model's reasoning
+	DeltaToolCall                       // ToolCall holds a fragment of a tool call
+	DeltaFinish                         // FinishReason says why the model stopped
+	DeltaUsage                          // Usage holds the token counts of the call
+)
+
+// String returns the kind's name.
+func (k DeltaKind) String() string {
+	switch k {
+	case DeltaText:
+		return "text"
+	case DeltaReasoning:
+		return "reasoning"
+	case DeltaToolCall:
+		return "tool_call"
+	case DeltaFinish:
+		return "finish"
+	case DeltaUsage:
+		return "usage"
+	}
+	return "DeltaKind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Delta is one piece of a streamed model reply. It is a value type: a
+// provider yields it without allocating.
+type Delta struct {
+	Kind         DeltaKind
+	Text         string
+	ToolCall     ToolCallDelta
+	FinishReason string
+	Usage        Usage
+}
+
+// ToolCallDelta is a fragment of the tool call at position Index of the
+// reply. ID and Name usually come in the first fragment of a call, Arguments
+// in pieces to be concatenated.
+type ToolCallDelta struct {
+	Index     int
+	ID        string
+	Name      string
+	Arguments string
+}
+
+// Usage counts the tokens of a model call. CachedTokens are part of
+// PromptTokens; ReasoningTokens are part of CompletionTokens.
+type Usage struct {
+	PromptTokens     int64
+	CompletionTokens int64
+	CachedTokens     int64
+	ReasoningTokens  int64
+}
+
+// Add returns the sum of u and v.
+func (u Usage) Add(v Usage) Usage {
+	return Usage{
+		PromptTokens:     u.PromptTokens + v.PromptTokens,
+		CompletionTokens: u.CompletionTokens + v.CompletionTokens,
+		CachedTokens:     u.CachedTokens + v.CachedTokens,
+		ReasoningTokens:  u.ReasoningTokens + v.ReasoningTokens,
+	}
+}
+
+// Provider is a model: it streams the reply to a request as deltas. The
+// iterator yields a non-nil error at most once, as its last element. Stopping
+// the loop or cancelling ctx ends the call and releases its connection. A
+// provider never sends a request again after it has yielded a delta, so a
+// partly streamed turn is never duplicated.
+type Provider interface {
+	Stream(ctx context.Context, req *Request) iter.Seq2[Delta, error]
+}
+
+// ProviderErrorKind classifies a failed model call.
+type ProviderErrorKind string
+
+// Provider error kinds.
+const (
+	ProviderAuth          ProviderErrorKind = "auth"           // 401/403: bad or missing API key
+	ProviderRateLimit     ProviderErrorKind = "rate_limit"     // 429: rate limit or quota
+	ProviderBadRequest    ProviderErrorKind = "bad_request"    // 400/404/422: the provider rejected the request
+	ProviderContextLength ProviderErrorKind = "context_length" // the conversation is longer than the model's context
+	ProviderContentFilter ProviderErrorKind = "content_filter" // the provider's content filter stopped the reply
+	ProviderTimeout       ProviderErrorKind = "timeout"        // the call's timeout elapsed
+	ProviderUnavailable   ProviderErrorKind = "unavailable"    // 408/409/5xx, connection errors, a stream cut short
+	ProviderProtocol      ProviderErrorKind = "protocol"       // the provider sent something that is not the API's format
+)
+
+// ProviderError is a failed model call. Its message names the endpoint and
+// the model, never the API key. errors.As finds, besides it, an *Error whose
+// code follows the kind (auth: EUNAUTHORIZED; bad request, context length
+// and content filter: EINVALID; the rest: EUNAVAILABLE), so ErrorCode and
+// ErrorMessage work on it.
+type ProviderError struct {
+	Kind     ProviderErrorKind
+	Status   int    // the HTTP status, or 0
+	Code     string // the provider's error code (e.g. "context_length_exceeded"), or ""
+	Message  string // the provider's message, or a description of the failure
+	Endpoint string // the base URL (without credentials), or "scripted:PATH"
+	Model    string
+	// RetryAfter is how long the provider asked to wait, or 0.
+	RetryAfter time.Duration
+	Err        error // the cause, for logs
+}
+
+// Error returns a one-line description.
+func (e *ProviderError) Error() string {
+	var b strings.Builder
+	b.WriteString("model ")
+	b.WriteString(strconv.Quote(e.Model))
+	b.WriteString(" at ")
+	b.WriteString(e.Endpoint)
+	b.WriteString(": ")
+	b.WriteString(string(e.Kind))
+	if e.Status != 0 {
+		b.WriteString(" (HTTP ")
+		b.WriteString(strconv.Itoa(e.Status))
+		b.WriteString(")")
+	}
+	if e.Message != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Message)
+	}
+	return b.String()
+}
+
+// Unwrap returns the coded *Error that describes e to clients, and the cause.
+func (e *ProviderError) Unwrap() []error {
+	coded := &Error{Code: e.ErrorCode(), Message: e.Error()}
+	if e.Err == nil {
+		return []error{coded}
+	}
+	return []error{coded, e.Err}
+}
+
+// ErrorCode returns the baton error code for e's kind.
+func (e *ProviderError) ErrorCode() string {
+	switch e.Kind {
+	case ProviderAuth:
+		return EUNAUTHORIZED
+	case ProviderBadRequest, ProviderContextLength, ProviderContentFilter:
+		return EINVALID
+	default:
+		return EUNAVAILABLE
+	}
+}
+
+// IsProviderError reports whether err is a *ProviderError of the given kind.
+func IsProviderError(err error, kind ProviderErrorKind) bool {
+	var pe *ProviderError
+	return errors.As(err, &pe) && pe.Kind == kind
+}
