@@ -109,7 +109,7 @@ func TestMCPInMemory(t *testing.T) {
 func TestMCPStreamableHTTP(t *testing.T) {
 	srv := newMCPServer()
 	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
-	defer hs.Close()
+	t.Cleanup(hs.Close) // after the registry's Close (cleanups run last-first), which ends the session
 	r := newRegistry(t, []tool.Spec{{Agent: "A", Kind: tool.KindMCP, Server: "web", Tools: []string{"greet"}}},
 		tool.WithMCPServers(map[string]tool.MCPServer{"web": {URL: hs.URL}}))
 	checkGreet(t, r, "greet")

@@ -21,6 +21,7 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
 	"github.com/batonhq/baton/tool"
+	"go.uber.org/goleak"
 )
 
 var _ tool.Publisher = (*bus.Bus)(nil)
@@ -30,7 +31,9 @@ func TestMain(m *testing.M) {
 		runMCPServer() // the test binary re-executed as a stdio MCP server
 		return
 	}
-	os.Exit(m.Run())
+	// Every goroutine the registry starts (MCP session watchers, command
+	// pipes) must have ended when the tests have.
+	goleak.VerifyTestMain(m)
 }
 
 const wfDir = "testdata/wf"
