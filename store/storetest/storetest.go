@@ -54,7 +54,9 @@ func Run(t *testing.T, newStore func(t *testing.T) baton.Store) {
 }
 
 // NewScope returns a scope no other test uses.
-func NewScope() baton.Scope { return baton.Scope{App: "app-" + baton.NewID(), User: "user-" + baton.NewID()} }
+func NewScope() baton.Scope {
+	return baton.Scope{App: "app-" + baton.NewID(), User: "user-" + baton.NewID()}
+}
 
 // TextEvent returns a chat.text event with the given content.
 func TextEvent(agent, content string) baton.Event {
@@ -405,8 +407,11 @@ func testAtomicAppend(t *testing.T, s baton.Store) {
 	}
 }
 
-func withResolve(u baton.ChatUpdate, ids ...string) baton.ChatUpdate { u.ResolvePending = ids; return u }
-func withFence(u baton.ChatUpdate, f int64) baton.ChatUpdate        { u.Fence = f; return u }
+func withResolve(u baton.ChatUpdate, ids ...string) baton.ChatUpdate {
+	u.ResolvePending = ids
+	return u
+}
+func withFence(u baton.ChatUpdate, f int64) baton.ChatUpdate { u.Fence = f; return u }
 
 func testPending(t *testing.T, s baton.Store) {
 	ctx := ctxT(t)

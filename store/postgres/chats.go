@@ -1,0 +1,243 @@
+package postgres
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/jackc/pgx/v5"
+)
+
+const defaultListLimit = 100
+
+func notFound(id string) error { return baton.Errorf(baton.ENOTFOUND, "chat %q not found", id) }
+
+func randomSeed() int64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return int64(binary.LittleEndian.Uint32(b[:])) + 1
+}
+
+// CreateChat creates c in scope; see baton.ChatStore.
+func (s *Store) CreateChat(ctx context.Context, scope baton.Scope, c baton.Chat) (baton.Chat, error) {
+	if err := s.check(); err != nil {
+		return baton.Chat{}, err
+	}
+	if c.ID == "" {
+		c.ID = baton.NewID()
+	}
+	if c.Status == "" {
+		c.Status = baton.ChatRunning
+	}
+	if !c.Status.Valid() {
+		return baton.Chat{}, baton.Errorf(baton.EINVALID, "status: %q is not a chat status", c.Status)
+	}
+	ctxJSON, err := baton.PatchContext(c.Context, nil)
+	if err != nil {
+		return baton.Chat{}, err
+	}
+	if c.CacheSeed == 0 {
+		c.CacheSeed = randomSeed()
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	c.App, c.User, c.Context, c.LastSequence, c.Deleted = scope.App, scope.User, ctxJSON, 0, false
+	c.CreatedAt, c.UpdatedAt = now, now
+	pending := c.Pending
+	c.Pending = nil
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO chats (id, app, user_id, workflow, status, context, turn_agent, cache_seed, created_at, updated_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9)`,
+			c.ID, c.App, c.User, c.Workflow, string(c.Status), []byte(c.Context), c.TurnAgent, c.CacheSeed, now)
+		if _, ok := isUnique(err); ok {
+			return baton.Errorf(baton.ECONFLICT, "chat %q already exists", c.ID)
+		}
+		if err != nil {
+			return err
+		}
+		return addPending(ctx, tx, c.ID, pending, now)
+	})
+	if err != nil {
+		return baton.Chat{}, s.dbErr("create chat", err)
+	}
+	for _, p := range pending {
+		if p.CreatedAt.IsZero() {
+			p.CreatedAt = now
+		}
+		c.Pending = append(c.Pending, p)
+	}
+	return c, nil
+}
+
+const chatCols = `id, app, user_id, workflow, status, last_sequence, context, turn_agent, cache_seed, created_at, updated_at`
+
+func scanChat(row pgx.Row) (baton.Chat, error) {
+	var c baton.Chat
+	var status string
+	var ctxJSON []byte
+	err := row.Scan(&c.ID, &c.App, &c.User, &c.Workflow, &status, &c.LastSequence, &ctxJSON, &c.TurnAgent, &c.CacheSeed, &c.CreatedAt, &c.UpdatedAt)
+	c.Status, c.Context = baton.ChatStatus(status), json.RawMessage(ctxJSON)
+	c.CreatedAt, c.UpdatedAt = c.CreatedAt.UTC(), c.UpdatedAt.UTC()
+	return c, err
+}
+
+// GetChat returns the chat and its pending requests; see baton.ChatStore.
+func (s *Store) GetChat(ctx context.Context, scope baton.Scope, id string) (baton.Chat, error) {
+	if err := s.check(); err != nil {
+		return baton.Chat{}, err
+	}
+	c, err := scanChat(s.pool.QueryRow(ctx, `SELECT `+chatCols+` FROM chats WHERE id = $1 AND app = $2 AND user_id = $3 AND NOT deleted`,
+		id, scope.App, scope.User))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return baton.Chat{}, notFound(id)
+	}
+	if err != nil {
+		return baton.Chat{}, s.dbErr("get chat", err)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT ui_event_id, kind, tool_call_id, tool_name, agent, created_at FROM pending
+		WHERE chat_id = $1 AND resolved_at IS NULL ORDER BY created_at, ui_event_id`, id)
+	if err != nil {
+		return baton.Chat{}, s.dbErr("get chat pending", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var p baton.PendingRequest
+		if err := rows.Scan(&p.UIEventID, &p.Kind, &p.ToolCallID, &p.ToolName, &p.Agent, &p.CreatedAt); err != nil {
+			return baton.Chat{}, s.dbErr("get chat pending", err)
+		}
+		p.CreatedAt = p.CreatedAt.UTC()
+		c.Pending = append(c.Pending, p)
+	}
+	if err := rows.Err(); err != nil {
+		return baton.Chat{}, s.dbErr("get chat pending", err)
+	}
+	return c, nil
+}
+
+// ListChats lists the scope's chats, newest first; see baton.ChatStore.
+func (s *Store) ListChats(ctx context.Context, scope baton.Scope, opts baton.ListOptions) ([]baton.Chat, error) {
+	if opts.Limit <= 0 {
+		opts.Limit = defaultListLimit
+	}
+	return s.listChats(ctx, `SELECT `+chatCols+` FROM chats WHERE app = $1 AND user_id = $2 AND NOT deleted
+		AND ($3 = '' OR workflow = $3) AND ($4 = '' OR status = $4) ORDER BY created_at DESC, id DESC LIMIT $5`,
+		scope.App, scope.User, opts.Workflow, string(opts.Status), opts.Limit)
+}
+
+// ChatsByStatus lists chats of every scope with status, oldest first; see
+// baton.ChatStore.
+func (s *Store) ChatsByStatus(ctx context.Context, status baton.ChatStatus, limit int) ([]baton.Chat, error) {
+	if limit <= 0 {
+		limit = defaultListLimit
+	}
+	return s.listChats(ctx, `SELECT `+chatCols+` FROM chats WHERE status = $1 AND NOT deleted ORDER BY created_at, id LIMIT $2`, string(status), limit)
+}
+
+func (s *Store) listChats(ctx context.Context, q string, args ...any) ([]baton.Chat, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, s.dbErr("list chats", err)
+	}
+	defer rows.Close()
+	var out []baton.Chat
+	for rows.Next() {
+		c, err := scanChat(rows)
+		if err != nil {
+			return nil, s.dbErr("list chats", err)
+		}
+		out = append(out, c)
+	}
+	return out, s.dbErr("list chats", rows.Err())
+}
+
+// DeleteChat soft-deletes the chat; see baton.ChatStore.
+func (s *Store) DeleteChat(ctx context.Context, scope baton.Scope, id string) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE chats SET deleted = true, updated_at = $4 WHERE id = $1 AND app = $2 AND user_id = $3 AND NOT deleted`,
+		id, scope.App, scope.User, time.Now())
+	if err != nil {
+		return s.dbErr("delete chat", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return notFound(id)
+	}
+	return nil
+}
+
+// UpdateChat applies u; see baton.ChatStore.
+func (s *Store) UpdateChat(ctx context.Context, scope baton.Scope, id string, u baton.ChatUpdate) (baton.Chat, error) {
+	if _, err := s.Append(ctx, scope, id, nil, &u); err != nil {
+		return baton.Chat{}, err
+	}
+	return s.GetChat(ctx, scope, id)
+}
+
+// lockChat locks the chat row for the transaction, checking the scope.
+func lockChat(ctx context.Context, tx pgx.Tx, scope baton.Scope, id string) error {
+	var one int
+	err := tx.QueryRow(ctx, `SELECT 1 FROM chats WHERE id = $1 AND app = $2 AND user_id = $3 AND NOT deleted FOR UPDATE`,
+		id, scope.App, scope.User).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return notFound(id)
+	}
+	return err
+}
+
+// checkUpdate runs the parts of u that need checks (fence, pending) inside
+// tx, after the chat row is locked.
+func checkUpdate(ctx context.Context, tx pgx.Tx, id string, u *baton.ChatUpdate, now time.Time) error {
+	if u.Fence > 0 {
+		var token int64
+		err := tx.QueryRow(ctx, `SELECT token FROM leases WHERE chat_id = $1 FOR SHARE`, id).Scan(&token)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		if token != u.Fence {
+			return baton.Errorf(baton.ECONFLICT, "chat %q: lease token %d is stale (current %d)", id, u.Fence, token)
+		}
+	}
+	for _, ev := range u.ResolvePending {
+		var chat string
+		var resolved *time.Time
+		err := tx.QueryRow(ctx, `SELECT chat_id, resolved_at FROM pending WHERE ui_event_id = $1 FOR UPDATE`, ev).Scan(&chat, &resolved)
+		if errors.Is(err, pgx.ErrNoRows) || err == nil && chat != id {
+			return baton.Errorf(baton.ENOTFOUND, "ui_event_id %q: no such request in chat %q", ev, id)
+		}
+		if err != nil {
+			return err
+		}
+		if resolved != nil {
+			return baton.Errorf(baton.ECONFLICT, "ui_event_id %q: already answered", ev)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE pending SET resolved_at = $2 WHERE ui_event_id = $1`, ev, now); err != nil {
+			return err
+		}
+	}
+	return addPending(ctx, tx, id, u.AddPending, now)
+}
+
+func addPending(ctx context.Context, tx pgx.Tx, chatID string, ps []baton.PendingRequest, now time.Time) error {
+	for _, p := range ps {
+		at := p.CreatedAt
+		if at.IsZero() {
+			at = now
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO pending (ui_event_id, chat_id, kind, tool_call_id, tool_name, agent, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+			p.UIEventID, chatID, p.Kind, p.ToolCallID, p.ToolName, p.Agent, at)
+		if _, ok := isUnique(err); ok {
+			return baton.Errorf(baton.ECONFLICT, "ui_event_id %q: already used", p.UIEventID)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,200 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/jackc/pgx/v5"
+)
+
+// appendSQL moves the chat's counter and inserts the events in one statement.
+// The UPDATE locks the chat row until commit; a concurrent append waits and
+// then reads the counter this one left, so sequences neither repeat nor skip.
+const appendSQL = `WITH c AS (
+	UPDATE chats SET last_sequence = last_sequence + $4, updated_at = $5,
+		status = COALESCE($6, status), turn_agent = COALESCE($7, turn_agent),
+		context = CASE WHEN $8::jsonb IS NULL THEN context ELSE (context || $8::jsonb) - $9::text[] END
+	WHERE id = $1 AND app = $2 AND user_id = $3 AND NOT deleted
+	RETURNING last_sequence - $4 AS base
+)
+INSERT INTO events (chat_id, sequence, id, type, ts, metadata, payload)
+SELECT $1, c.base + t.ord, t.id, t.type, t.ts, t.md, t.payload
+FROM c, unnest($10::text[], $11::text[], $12::bigint[], $13::text[], $14::text[]) WITH ORDINALITY AS t(id, type, ts, md, payload, ord)
+RETURNING sequence`
+
+const updateSQL = `UPDATE chats SET updated_at = $2, status = COALESCE($3, status), turn_agent = COALESCE($4, turn_agent),
+	context = CASE WHEN $5::jsonb IS NULL THEN context ELSE (context || $5::jsonb) - $6::text[] END
+	WHERE id = $1`
+
+// Append assigns the chat's next sequences to events and applies u in the
+// same transaction; see baton.EventStore and the package comment. An append
+// with no fence and no pending changes is one statement (one round trip); one
+// with them runs in a transaction that locks the chat row first.
+func (s *Store) Append(ctx context.Context, scope baton.Scope, chatID string, events []baton.Event, u *baton.ChatUpdate) ([]baton.Event, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	evs, err := baton.PrepareEvents(chatID, events)
+	if err != nil {
+		return nil, err
+	}
+	if err := u.Validate(); err != nil {
+		return nil, err
+	}
+	n := len(evs)
+	ids, types, mds := make([]string, n), make([]string, n), make([]string, n)
+	ts, payloads := make([]int64, n), make([]*string, n)
+	for i, e := range evs {
+		md := e.Metadata
+		md.TriggerSessionID = "" // it is chat_id
+		b, err := md.MarshalJSON()
+		if err != nil {
+			return nil, baton.Errorf(baton.EINVALID, "events[%d].metadata: %w", i, err)
+		}
+		ids[i], types[i], ts[i], mds[i] = e.ID, e.Type, e.Timestamp, string(b)
+		if len(e.Payload) > 0 {
+			p := string(e.Payload)
+			payloads[i] = &p
+		}
+	}
+	var status, turn *string
+	var set []byte
+	del := []string{}
+	slow := n == 0
+	if u != nil {
+		if u.Status != nil {
+			st := string(*u.Status)
+			status = &st
+		}
+		turn = u.TurnAgent
+		if len(u.Context) > 0 {
+			m := map[string]json.RawMessage{}
+			for k, v := range u.Context {
+				if t := bytes.TrimSpace(v); len(t) == 0 || bytes.Equal(t, []byte("null")) {
+					del = append(del, k)
+				} else {
+					m[k] = v
+				}
+			}
+			if set, err = json.Marshal(m); err != nil {
+				return nil, baton.Errorf(baton.EINVALID, "context: %w", err)
+			}
+		}
+		slow = slow || u.Fence > 0 || len(u.AddPending) > 0 || len(u.ResolvePending) > 0
+	}
+	now := time.Now()
+	insert := func(q interface {
+		Query(context.Context, string, ...any) (pgx.Rows, error)
+	}) error {
+		rows, err := q.Query(ctx, appendSQL, chatID, scope.App, scope.User, int64(n), now, status, turn, set, del, ids, types, ts, mds, payloads)
+		if err != nil {
+			return err
+		}
+		var base int64 = -1
+		count := 0
+		for rows.Next() {
+			var seq int64
+			if err := rows.Scan(&seq); err != nil {
+				rows.Close()
+				return err
+			}
+			if base < 0 || seq-1 < base {
+				base = seq - 1
+			}
+			count++
+		}
+		if err := rows.Err(); err != nil {
+			if c, ok := isUnique(err); ok && c != "events_pkey" {
+				return baton.Errorf(baton.ECONFLICT, "chat %q: an event id is already recorded", chatID)
+			}
+			return err
+		}
+		if count == 0 {
+			return notFound(chatID)
+		}
+		if count != n {
+			return baton.Errorf(baton.EINTERNAL, "chat %q: inserted %d of %d events", chatID, count, n)
+		}
+		for i := range evs {
+			evs[i].Sequence = base + int64(i) + 1
+		}
+		return nil
+	}
+	if !slow {
+		if err := insert(s.pool); err != nil {
+			return nil, s.dbErr("append", err)
+		}
+		return evs, nil
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := lockChat(ctx, tx, scope, chatID); err != nil {
+			return err
+		}
+		if u != nil {
+			if err := checkUpdate(ctx, tx, chatID, u, now); err != nil {
+				return err
+			}
+		}
+		if n > 0 {
+			return insert(tx)
+		}
+		_, err := tx.Exec(ctx, updateSQL, chatID, now, status, turn, set, del)
+		return err
+	})
+	if err != nil {
+		return nil, s.dbErr("append", err)
+	}
+	return evs, nil
+}
+
+// Events returns the chat's events after the given sequence; see
+// baton.EventStore.
+func (s *Store) Events(ctx context.Context, scope baton.Scope, chatID string, after int64, limit int) ([]baton.Event, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	var lim *int
+	if limit > 0 {
+		lim = &limit
+	}
+	rows, err := s.pool.Query(ctx, `SELECT e.sequence, e.id, e.type, e.ts, e.metadata, e.payload
+		FROM chats c JOIN events e ON e.chat_id = c.id
+		WHERE c.id = $1 AND c.app = $2 AND c.user_id = $3 AND NOT c.deleted AND e.sequence > $4
+		ORDER BY e.sequence LIMIT $5`, chatID, scope.App, scope.User, after, lim)
+	if err != nil {
+		return nil, s.dbErr("events", err)
+	}
+	defer rows.Close()
+	var out []baton.Event
+	for rows.Next() {
+		var e baton.Event
+		var md, payload []byte
+		if err := rows.Scan(&e.Sequence, &e.ID, &e.Type, &e.Timestamp, &md, &payload); err != nil {
+			return nil, s.dbErr("events", err)
+		}
+		if len(md) > 2 {
+			if err := e.Metadata.UnmarshalJSON(md); err != nil {
+				return nil, s.dbErr("events metadata", err)
+			}
+		}
+		e.Metadata.TriggerSessionID = chatID
+		if len(payload) > 0 {
+			e.Payload = json.RawMessage(payload)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.dbErr("events", err)
+	}
+	if len(out) == 0 {
+		if _, err := s.GetChat(ctx, scope, chatID); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+

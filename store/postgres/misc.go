@@ -1,0 +1,334 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/jackc/pgx/v5"
+)
+
+// inScope is the condition, on $1 = chat id, $2 = app, $3 = user, that every
+// chat-scoped write checks in its own statement.
+const inScope = `EXISTS (SELECT 1 FROM chats WHERE id = $1 AND app = $2 AND user_id = $3 AND NOT deleted)`
+
+// ClaimEffect claims key for the chat; see baton.EffectLedger. The insert
+// either creates the row or, for a key already claimed (also by a
+// concurrent claim, which the unique key makes wait), does nothing, so
+// exactly one claim gets EffectNew.
+func (s *Store) ClaimEffect(ctx context.Context, scope baton.Scope, chatID, key string) (baton.Effect, error) {
+	if err := s.check(); err != nil {
+		return baton.Effect{}, err
+	}
+	if key == "" {
+		return baton.Effect{}, baton.Errorf(baton.EINVALID, "effect key: required")
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	tag, err := s.pool.Exec(ctx, `INSERT INTO effects (chat_id, key, claimed_at) SELECT $1, $4, $5 WHERE `+inScope+` ON CONFLICT DO NOTHING`,
+		chatID, scope.App, scope.User, key, now)
+	if err != nil {
+		return baton.Effect{}, s.dbErr("claim effect", err)
+	}
+	if tag.RowsAffected() == 1 {
+		return baton.Effect{Key: key, State: baton.EffectNew, ClaimedAt: now}, nil
+	}
+	var done bool
+	var result *string
+	var at time.Time
+	err = s.pool.QueryRow(ctx, `SELECT done, result, claimed_at FROM effects WHERE chat_id = $1 AND key = $4 AND `+inScope,
+		chatID, scope.App, scope.User, key).Scan(&done, &result, &at)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return baton.Effect{}, notFound(chatID)
+	}
+	if err != nil {
+		return baton.Effect{}, s.dbErr("claim effect", err)
+	}
+	e := baton.Effect{Key: key, State: baton.EffectPending, ClaimedAt: at.UTC()}
+	if done {
+		e.State = baton.EffectDone
+		if result != nil {
+			e.Result = json.RawMessage(*result)
+		}
+	}
+	return e, nil
+}
+
+// RecordEffect stores the result of a claimed effect; see baton.EffectLedger.
+// An unclaimed key is ENOTFOUND and a key whose result is already recorded
+// is ECONFLICT.
+func (s *Store) RecordEffect(ctx context.Context, scope baton.Scope, chatID, key string, result json.RawMessage) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	if len(result) > 0 && !json.Valid(result) {
+		return baton.Errorf(baton.EINVALID, "effect result: not valid JSON")
+	}
+	var res *string
+	if len(result) > 0 {
+		r := string(result)
+		res = &r
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE effects SET done = true, result = $5 WHERE chat_id = $1 AND key = $4 AND NOT done AND `+inScope,
+		chatID, scope.App, scope.User, key, res)
+	if err != nil {
+		return s.dbErr("record effect", err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	var done bool
+	err = s.pool.QueryRow(ctx, `SELECT done FROM effects WHERE chat_id = $1 AND key = $4 AND `+inScope, chatID, scope.App, scope.User, key).Scan(&done)
+	if errors.Is(err, pgx.ErrNoRows) {
+		if _, gerr := s.GetChat(ctx, scope, chatID); gerr != nil {
+			return gerr
+		}
+		return baton.Errorf(baton.ENOTFOUND, "effect %q: not claimed", key)
+	}
+	if err != nil {
+		return s.dbErr("record effect", err)
+	}
+	return baton.Errorf(baton.ECONFLICT, "effect %q: result already recorded", key)
+}
+
+// RecordUsage stores one model call's usage; see baton.UsageStore.
+func (s *Store) RecordUsage(ctx context.Context, scope baton.Scope, u baton.UsageRecord) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	if u.At.IsZero() {
+		u.At = time.Now()
+	}
+	tag, err := s.pool.Exec(ctx, `INSERT INTO usage (chat_id, app, workflow, agent, model, prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, cost, at)
+		SELECT $1, $2, $4, $5, $6, $7, $8, $9, $10, $11, $12 WHERE `+inScope,
+		u.ChatID, scope.App, scope.User, u.Workflow, u.Agent, u.Model, u.PromptTokens, u.CompletionTokens, u.CachedTokens, u.ReasoningTokens, u.Cost, u.At)
+	if err != nil {
+		return s.dbErr("record usage", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return notFound(u.ChatID)
+	}
+	return nil
+}
+
+// ChatUsage sums the chat's usage in total and per agent; see baton.UsageStore.
+func (s *Store) ChatUsage(ctx context.Context, scope baton.Scope, chatID string) (baton.UsageTotal, []baton.UsageTotal, error) {
+	if _, err := s.GetChat(ctx, scope, chatID); err != nil {
+		return baton.UsageTotal{}, nil, err
+	}
+	rows, err := s.pool.Query(ctx, `SELECT u.agent, count(*), sum(u.prompt_tokens)::bigint, sum(u.completion_tokens)::bigint, sum(u.cached_tokens)::bigint, sum(u.reasoning_tokens)::bigint, sum(u.cost)
+		FROM chats c JOIN usage u ON u.chat_id = c.id
+		WHERE c.id = $1 AND c.app = $2 AND c.user_id = $3 AND NOT c.deleted GROUP BY u.agent ORDER BY u.agent`, chatID, scope.App, scope.User)
+	if err != nil {
+		return baton.UsageTotal{}, nil, s.dbErr("chat usage", err)
+	}
+	defer rows.Close()
+	var total baton.UsageTotal
+	var per []baton.UsageTotal
+	for rows.Next() {
+		var t baton.UsageTotal
+		if err := rows.Scan(&t.Agent, &t.Calls, &t.PromptTokens, &t.CompletionTokens, &t.CachedTokens, &t.ReasoningTokens, &t.Cost); err != nil {
+			return baton.UsageTotal{}, nil, s.dbErr("chat usage", err)
+		}
+		per = append(per, t)
+		total.Calls += t.Calls
+		total.Usage = total.Usage.Add(t.Usage)
+		total.Cost += t.Cost
+	}
+	return total, per, s.dbErr("chat usage", rows.Err())
+}
+
+func validTaskStatus(st baton.TaskStatus) bool {
+	switch st {
+	case baton.TaskQueued, baton.TaskRunning, baton.TaskCompleted, baton.TaskFailed:
+		return true
+	}
+	return false
+}
+
+func nullJSON(b json.RawMessage) *string {
+	if len(b) == 0 {
+		return nil
+	}
+	s := string(b)
+	return &s
+}
+
+// CreateTask stores a background task; see baton.TaskStore.
+func (s *Store) CreateTask(ctx context.Context, scope baton.Scope, t baton.Task) (baton.Task, error) {
+	if err := s.check(); err != nil {
+		return baton.Task{}, err
+	}
+	if t.ID == "" {
+		t.ID = baton.NewID()
+	}
+	if t.Status == "" {
+		t.Status = baton.TaskQueued
+	}
+	if !validTaskStatus(t.Status) {
+		return baton.Task{}, baton.Errorf(baton.EINVALID, "task status: %q is not queued, running, completed or failed", t.Status)
+	}
+	if (len(t.Input) > 0 && !json.Valid(t.Input)) || (len(t.Result) > 0 && !json.Valid(t.Result)) {
+		return baton.Task{}, baton.Errorf(baton.EINVALID, "task input/result: not valid JSON")
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	t.App, t.User, t.CreatedAt, t.UpdatedAt = scope.App, scope.User, now, now
+	tag, err := s.pool.Exec(ctx, `INSERT INTO tasks (id, chat_id, kind, status, input, result, error, created_at, updated_at)
+		SELECT $4, $1, $5, $6, $7, $8, $9, $10, $10 WHERE `+inScope,
+		t.ChatID, scope.App, scope.User, t.ID, t.Kind, string(t.Status), nullJSON(t.Input), nullJSON(t.Result), t.Error, now)
+	if _, ok := isUnique(err); ok {
+		return baton.Task{}, baton.Errorf(baton.ECONFLICT, "task %q already exists", t.ID)
+	}
+	if err != nil {
+		return baton.Task{}, s.dbErr("create task", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return baton.Task{}, notFound(t.ChatID)
+	}
+	return t, nil
+}
+
+const taskCols = `t.id, t.chat_id, c.app, c.user_id, t.kind, t.status, t.input, t.result, t.error, t.created_at, t.updated_at`
+
+func scanTask(row pgx.Row) (baton.Task, error) {
+	var t baton.Task
+	var status string
+	var input, result *string
+	err := row.Scan(&t.ID, &t.ChatID, &t.App, &t.User, &t.Kind, &status, &input, &result, &t.Error, &t.CreatedAt, &t.UpdatedAt)
+	t.Status = baton.TaskStatus(status)
+	if input != nil {
+		t.Input = json.RawMessage(*input)
+	}
+	if result != nil {
+		t.Result = json.RawMessage(*result)
+	}
+	t.CreatedAt, t.UpdatedAt = t.CreatedAt.UTC(), t.UpdatedAt.UTC()
+	return t, err
+}
+
+// GetTask returns a task of a chat in scope; see baton.TaskStore.
+func (s *Store) GetTask(ctx context.Context, scope baton.Scope, id string) (baton.Task, error) {
+	if err := s.check(); err != nil {
+		return baton.Task{}, err
+	}
+	t, err := scanTask(s.pool.QueryRow(ctx, `SELECT `+taskCols+` FROM tasks t JOIN chats c ON c.id = t.chat_id
+		WHERE t.id = $1 AND c.app = $2 AND c.user_id = $3 AND NOT c.deleted`, id, scope.App, scope.User))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return baton.Task{}, baton.Errorf(baton.ENOTFOUND, "task %q not found", id)
+	}
+	if err != nil {
+		return baton.Task{}, s.dbErr("get task", err)
+	}
+	return t, nil
+}
+
+// UpdateTask sets a task's status, result and error; see baton.TaskStore.
+func (s *Store) UpdateTask(ctx context.Context, scope baton.Scope, id string, status baton.TaskStatus, result json.RawMessage, errMsg string) (baton.Task, error) {
+	if err := s.check(); err != nil {
+		return baton.Task{}, err
+	}
+	if !validTaskStatus(status) {
+		return baton.Task{}, baton.Errorf(baton.EINVALID, "task status: %q is not queued, running, completed or failed", status)
+	}
+	if len(result) > 0 && !json.Valid(result) {
+		return baton.Task{}, baton.Errorf(baton.EINVALID, "task result: not valid JSON")
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE tasks t SET status = $4, result = $5, error = $6, updated_at = $7
+		FROM chats c WHERE t.id = $1 AND c.id = t.chat_id AND c.app = $2 AND c.user_id = $3 AND NOT c.deleted`,
+		id, scope.App, scope.User, string(status), nullJSON(result), errMsg, time.Now())
+	if err != nil {
+		return baton.Task{}, s.dbErr("update task", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return baton.Task{}, baton.Errorf(baton.ENOTFOUND, "task %q not found", id)
+	}
+	return s.GetTask(ctx, scope, id)
+}
+
+// TasksByStatus lists tasks of every scope with status, oldest first; see
+// baton.TaskStore.
+func (s *Store) TasksByStatus(ctx context.Context, status baton.TaskStatus, limit int) ([]baton.Task, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		limit = defaultListLimit
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+taskCols+` FROM tasks t JOIN chats c ON c.id = t.chat_id
+		WHERE t.status = $1 ORDER BY t.created_at, t.id LIMIT $2`, string(status), limit)
+	if err != nil {
+		return nil, s.dbErr("tasks by status", err)
+	}
+	defer rows.Close()
+	var out []baton.Task
+	for rows.Next() {
+		t, err := scanTask(rows)
+		if err != nil {
+			return nil, s.dbErr("tasks by status", err)
+		}
+		out = append(out, t)
+	}
+	return out, s.dbErr("tasks by status", rows.Err())
+}
+
+// AcquireLease takes or extends the chat's run lease in one statement; see
+// baton.LeaseStore.
+func (s *Store) AcquireLease(ctx context.Context, chatID, instanceID string, ttl time.Duration) (baton.Lease, error) {
+	if err := s.check(); err != nil {
+		return baton.Lease{}, err
+	}
+	if chatID == "" || instanceID == "" || ttl <= 0 {
+		return baton.Lease{}, baton.Errorf(baton.EINVALID, "lease: chat, instance and a positive ttl are required")
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	exp := now.Add(ttl)
+	var token int64
+	err := s.pool.QueryRow(ctx, `INSERT INTO leases AS l (chat_id, owner, token, expires) VALUES ($1, $2, 1, $3)
+		ON CONFLICT (chat_id) DO UPDATE SET
+			token = CASE WHEN l.owner = $2 AND l.expires > $4 THEN l.token ELSE l.token + 1 END,
+			owner = $2, expires = $3
+		WHERE l.owner = $2 OR l.owner = '' OR l.expires <= $4
+		RETURNING token`, chatID, instanceID, exp, now).Scan(&token)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return baton.Lease{}, baton.Errorf(baton.ECONFLICT, "chat %q: run lease held by another instance", chatID)
+	}
+	if err != nil {
+		return baton.Lease{}, s.dbErr("acquire lease", err)
+	}
+	return baton.Lease{Token: token, Owner: instanceID, Expires: exp}, nil
+}
+
+// RenewLease extends a lease still held with token; see baton.LeaseStore.
+func (s *Store) RenewLease(ctx context.Context, chatID, instanceID string, token int64, ttl time.Duration) (baton.Lease, error) {
+	if err := s.check(); err != nil {
+		return baton.Lease{}, err
+	}
+	if ttl <= 0 {
+		return baton.Lease{}, baton.Errorf(baton.EINVALID, "lease: ttl must be positive")
+	}
+	exp := time.Now().UTC().Truncate(time.Microsecond).Add(ttl)
+	tag, err := s.pool.Exec(ctx, `UPDATE leases SET expires = $4 WHERE chat_id = $1 AND owner = $2 AND token = $3`, chatID, instanceID, token, exp)
+	if err != nil {
+		return baton.Lease{}, s.dbErr("renew lease", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return baton.Lease{}, baton.Errorf(baton.ECONFLICT, "chat %q: lease %d is no longer held by %q", chatID, token, instanceID)
+	}
+	return baton.Lease{Token: token, Owner: instanceID, Expires: exp}, nil
+}
+
+// ReleaseLease frees a lease held with token; see baton.LeaseStore.
+func (s *Store) ReleaseLease(ctx context.Context, chatID, instanceID string, token int64) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE leases SET owner = '', expires = 'epoch' WHERE chat_id = $1 AND owner = $2 AND token = $3`, chatID, instanceID, token)
+	if err != nil {
+		return s.dbErr("release lease", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return baton.Errorf(baton.ECONFLICT, "chat %q: lease %d is no longer held by %q", chatID, token, instanceID)
+	}
+	return nil
+}

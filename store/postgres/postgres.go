@@ -1,0 +1,209 @@
+// Package postgres is baton's production store on PostgreSQL (pgx/v5 pool).
+//
+// Sequences: an append takes its sequences with one atomic
+// `UPDATE chats SET last_sequence = last_sequence + n … RETURNING`, which
+// holds the chat row's lock until the transaction ends, and inserts its
+// events in the same statement (or transaction). A second appender to the
+// chat — in this process or another — waits for that lock and then sees the
+// new last_sequence, so a repeat is impossible (and the primary key
+// (chat_id, sequence) would refuse one anyway), and a gap is impossible
+// because the counter moves only when the events are inserted with it.
+//
+// Durability: when a write returns nil its transaction is committed, which
+// with PostgreSQL's default synchronous_commit=on means flushed to the WAL
+// on disk. A write that returns an error was not written.
+//
+// Schema: versioned migrations embedded in the binary are applied on Open
+// under an advisory lock, so several processes may open one database at once.
+package postgres
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/batonhq/baton"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Store is a baton.Store on PostgreSQL. It is safe for concurrent use.
+type Store struct {
+	pool   *pgxpool.Pool
+	log    *slog.Logger
+	schema string
+	closed atomic.Bool
+}
+
+var _ baton.Store = (*Store)(nil)
+
+// Option configures Open.
+type Option func(*config)
+
+type config struct {
+	log      *slog.Logger
+	schema   string
+	maxConns int32
+}
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
+
+// WithSchema makes the store live in schema (created if missing) by setting
+// search_path on every connection of the pool.
+func WithSchema(schema string) Option { return func(c *config) { c.schema = schema } }
+
+// WithMaxConns sets the pool size (default: pgxpool's, max(4, CPUs)).
+func WithMaxConns(n int32) Option { return func(c *config) { c.maxConns = n } }
+
+// migrationLock is the advisory lock key that serialises migrations.
+const migrationLock = 0x0ba70
+
+// Open connects to the database at dsn (postgres://…), and applies pending
+// migrations.
+func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
+	c := config{log: slog.Default()}
+	for _, o := range opts {
+		o(&c)
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, baton.Errorf(baton.EINVALID, "postgres: bad connection string: %w", err)
+	}
+	if c.maxConns > 0 {
+		cfg.MaxConns = c.maxConns
+	}
+	if c.schema != "" {
+		if strings.ContainsAny(c.schema, "\"\x00") {
+			return nil, baton.Errorf(baton.EINVALID, "postgres: bad schema name %q", c.schema)
+		}
+		cfg.ConnConfig.RuntimeParams["search_path"] = c.schema
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: connect: %w", err)
+	}
+	s := &Store{pool: pool, log: c.log, schema: c.schema}
+	if c.schema != "" {
+		if _, err := pool.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS "`+c.schema+`"`); err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("postgres: create schema %s: %w", c.schema, err)
+		}
+	}
+	if err := s.migrate(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	names, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil {
+		return fmt.Errorf("postgres: migrations: %w", err)
+	}
+	sort.Strings(names)
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLock); err != nil {
+			return fmt.Errorf("postgres: migration lock: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version int PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+			return fmt.Errorf("postgres: migrate: %w", err)
+		}
+		for _, name := range names {
+			base := filepath.Base(name)
+			v, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
+			if err != nil {
+				return fmt.Errorf("postgres: migration %s: no version number", base)
+			}
+			var n int
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM schema_migrations WHERE version = $1`, v).Scan(&n); err != nil {
+				return fmt.Errorf("postgres: migration %s: %w", base, err)
+			}
+			if n > 0 {
+				continue
+			}
+			body, err := migrations.ReadFile(name)
+			if err != nil {
+				return fmt.Errorf("postgres: migration %s: %w", base, err)
+			}
+			if _, err := tx.Exec(ctx, string(body)); err != nil {
+				return fmt.Errorf("postgres: migration %s: %w", base, err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version) VALUES ($1)`, v); err != nil {
+				return fmt.Errorf("postgres: migration %s: %w", base, err)
+			}
+		}
+		return nil
+	})
+}
+
+// Pool returns the connection pool, for tests and tools.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if s.closed.Load() {
+		return baton.ErrClosed
+	}
+	return s.dbErr("ping", s.pool.Ping(ctx))
+}
+
+// Close closes the pool, waiting for connections in use to be returned.
+// Later calls fail with baton.ErrClosed.
+func (s *Store) Close() error {
+	if s.closed.CompareAndSwap(false, true) {
+		s.pool.Close()
+	}
+	return nil
+}
+
+// dbErr wraps a database error: baton errors and context errors pass
+// through, a closed pool is EUNAVAILABLE, anything else internal.
+func (s *Store) dbErr(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var be *baton.Error
+	if errors.As(err, &be) {
+		return err
+	}
+	if s.closed.Load() {
+		return baton.ErrClosed
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	if strings.Contains(err.Error(), "closed pool") {
+		return &baton.Error{Code: baton.EUNAVAILABLE, Message: "store closed", Err: err}
+	}
+	return fmt.Errorf("postgres: %s: %w", what, err)
+}
+
+// isUnique reports whether err is a unique violation, and of which constraint.
+func isUnique(err error) (string, bool) {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23505" {
+		return pe.ConstraintName, true
+	}
+	return "", false
+}
+
+func (s *Store) check() error {
+	if s.closed.Load() {
+		return baton.ErrClosed
+	}
+	return nil
+}

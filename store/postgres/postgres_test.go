@@ -1,0 +1,60 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/store/postgres"
+	"github.com/batonhq/baton/store/storetest"
+	"github.com/jackc/pgx/v5"
+)
+
+// freshSchema creates a schema with a random name for this test run and
+// drops it when the test ends.
+func freshSchema(t testing.TB) (dsn, schema string) {
+	t.Helper()
+	dsn = testenv.PostgresDSN(t)
+	schema = fmt.Sprintf("batontest_%s", randomSuffix())
+	t.Cleanup(func() {
+		ctx := context.Background()
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, `DROP SCHEMA IF EXISTS "`+schema+`" CASCADE`); err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+		}
+	})
+	return dsn, schema
+}
+
+func randomSuffix() string {
+	id := baton.NewID()
+	out := make([]byte, 0, len(id))
+	for i := 0; i < len(id); i++ {
+		if id[i] != '-' {
+			out = append(out, id[i])
+		}
+	}
+	return string(out)
+}
+
+func open(t testing.TB, dsn, schema string, opts ...postgres.Option) *postgres.Store {
+	t.Helper()
+	s, err := postgres.Open(context.Background(), dsn, append([]postgres.Option{postgres.WithSchema(schema)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	dsn, schema := freshSchema(t)
+	storetest.Run(t, func(t *testing.T) baton.Store { return open(t, dsn, schema) })
+}
