@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/expr-lang/expr"
@@ -21,7 +22,7 @@ type Condition struct {
 	Source string
 	// Expr is the translated expr-lang expression.
 	Expr string
-	// Vars are the variables it names, in order of first use.
+	// Vars are the context variables it names, in order of first use.
 	Vars    []string
 	program *vm.Program
 }
@@ -46,7 +47,7 @@ func CompileCondition(src string, types map[string]string) (*Condition, error) {
 	if strings.TrimSpace(src) == "" {
 		return nil, errors.New("empty condition")
 	}
-	translated, vars, err := translate(src)
+	translated, vars, err := translate(src, types)
 	if err != nil {
 		return nil, err
 	}
@@ -59,7 +60,7 @@ func CompileCondition(src string, types map[string]string) (*Condition, error) {
 	// condition that can never be a bool fails at load.
 	typed := make(map[string]any, len(types))
 	for name, t := range types {
-		typed[name] = sampleValue(t)
+		typed[mangle(name)] = sampleValue(t)
 	}
 	if _, err := expr.Compile(translated, expr.Env(typed), expr.AsBool()); err != nil {
 		return nil, exprError(err)
@@ -73,13 +74,18 @@ func CompileCondition(src string, types map[string]string) (*Condition, error) {
 	return &Condition{Source: src, Expr: translated, Vars: vars, program: prog}, nil
 }
 
+// mangle is the name a context variable has inside an expression, so that
+// variables called like expr-lang's builtins (count, len, max…) stay variables.
+func mangle(name string) string { return "__v_" + name }
+
 // Eval evaluates the condition against the chat's context variables. A
 // variable missing from vars is nil (None).
 func (c *Condition) Eval(vars map[string]any) (bool, error) {
-	if vars == nil {
-		vars = map[string]any{}
+	env := make(map[string]any, len(c.Vars))
+	for _, v := range c.Vars {
+		env[mangle(v)] = vars[v]
 	}
-	out, err := expr.Run(c.program, vars)
+	out, err := expr.Run(c.program, env)
 	if err != nil {
 		return false, fmt.Errorf("condition %q: %w", c.Source, exprError(err))
 	}
@@ -128,19 +134,27 @@ func exprError(err error) error {
 	return errors.New(msg)
 }
 
-// translate rewrites the seeds' syntax to expr-lang: ${x} → x, True → true,
-// False → false, None → nil, "is not" → !=, "is" → ==. String literals are
-// copied unchanged. It returns the variables named with ${…}.
-func translate(src string) (string, []string, error) {
+// translate rewrites the seeds' syntax to expr-lang: ${x} and a bare
+// declared variable x → its mangled name, True → true, False → false, None
+// → nil, "is not" → !=, "is" → ==. String literals, member names after a
+// dot and function names are copied unchanged. It returns the variables
+// named, in order of first use.
+func translate(src string, declared map[string]string) (string, []string, error) {
 	var b strings.Builder
 	var vars []string
 	add := func(v string) {
-		for _, x := range vars {
-			if x == v {
-				return
+		if !slices.Contains(vars, v) {
+			vars = append(vars, v)
+		}
+	}
+	prevNonSpace := func() byte {
+		out := b.String()
+		for i := len(out) - 1; i >= 0; i-- {
+			if out[i] != ' ' && out[i] != '\t' {
+				return out[i]
 			}
 		}
-		vars = append(vars, v)
+		return 0
 	}
 	for i := 0; i < len(src); {
 		c := src[i]
@@ -168,22 +182,30 @@ func translate(src string) (string, []string, error) {
 				return "", nil, fmt.Errorf("${%s} at column %d is not a variable name", name, i+1)
 			}
 			add(name)
-			b.WriteString(name)
+			b.WriteString(mangle(name))
 			i += end + 1
 		case c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z':
 			j := i
-			for j < len(src) && (src[j] == '_' || src[j] >= 'a' && src[j] <= 'z' || src[j] >= 'A' && src[j] <= 'Z' || src[j] >= '0' && src[j] <= '9') {
+			for j < len(src) && isIdentByte(src[j]) {
 				j++
 			}
 			word := src[i:j]
-			switch word {
-			case "True":
+			member := prevNonSpace() == '.'
+			call := strings.HasPrefix(strings.TrimLeft(src[j:], " \t"), "(")
+			_, isVar := declared[word]
+			switch {
+			case member || call:
+				b.WriteString(word)
+			case isVar:
+				add(word)
+				b.WriteString(mangle(word))
+			case word == "True":
 				b.WriteString("true")
-			case "False":
+			case word == "False":
 				b.WriteString("false")
-			case "None":
+			case word == "None":
 				b.WriteString("nil")
-			case "is":
+			case word == "is":
 				rest := strings.TrimLeft(src[j:], " \t")
 				if strings.HasPrefix(rest, "not") && (len(rest) == 3 || !isIdentByte(rest[3])) {
 					b.WriteString("!=")
@@ -194,6 +216,14 @@ func translate(src string) (string, []string, error) {
 			default:
 				b.WriteString(word)
 			}
+			i = j
+		case c >= '0' && c <= '9':
+			// A number, including forms such as 1e5 and 0x1F.
+			j := i
+			for j < len(src) && (isIdentByte(src[j]) || src[j] == '.') {
+				j++
+			}
+			b.WriteString(src[i:j])
 			i = j
 		default:
 			b.WriteByte(c)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/batonhq/baton"
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -29,10 +30,12 @@ type Model struct {
 	// FieldOrder lists the field names in file order.
 	FieldOrder []string `json:"-"`
 
-	schema    []byte
-	strict    bool
-	validator *jsonschema.Schema
-	types     map[string]*fieldType // parsed field types, by field name
+	schema     []byte
+	strict     bool
+	once       sync.Once
+	validator  *jsonschema.Schema
+	compileErr error
+	types      map[string]*fieldType // parsed field types, by field name
 }
 
 // Field is one field of a model.
@@ -62,6 +65,9 @@ func (m *Model) Strict() bool { return m.strict }
 // "ActionPlanOutput.agent_message: missing" or
 // "ActionPlanOutput.ActionPlan.workflow.name: got number, want string".
 func (m *Model) Validate(v any) error {
+	if err := m.compile(); err != nil {
+		return baton.Errorf(baton.EINTERNAL, "%v", err)
+	}
 	err := m.validator.Validate(v)
 	if err == nil {
 		return nil
@@ -293,21 +299,16 @@ func (t *fieldType) jsonSchema(refs *[]string, strict *bool) map[string]any {
 		s = map[string]any{"type": "array", "items": t.elem.jsonSchema(refs, strict)}
 	case "enum":
 		vals := append([]any(nil), t.values...)
-		allStrings := true
-		for _, v := range vals {
-			if _, ok := v.(string); !ok {
-				allStrings = false
-			}
-		}
+		typ := enumType(vals)
 		if t.nullable {
 			vals = append(vals, nil)
 		}
 		s = map[string]any{"enum": vals}
-		if allStrings {
+		if typ != "" {
 			if t.nullable {
-				s["type"] = []any{"string", "null"}
+				s["type"] = []any{typ, "null"}
 			} else {
-				s["type"] = "string"
+				s["type"] = typ
 			}
 		}
 		return s
@@ -355,6 +356,10 @@ func (m *Model) objectSchema(refs *[]string, strict *bool) *orderedObject {
 // compileModels compiles every model's schema and validator. Field types
 // must already be parsed and model references checked.
 func (w *Workflow) compileModels() error {
+	registered := map[string]struct{}{}
+	for _, model := range w.Registry {
+		registered[model] = struct{}{}
+	}
 	for _, m := range w.Models {
 		strict := true
 		var refs []string
@@ -384,20 +389,37 @@ func (w *Workflow) compileModels() error {
 		// A self-reference is written as #/$defs/Name; make it point at the root.
 		data = bytes.ReplaceAll(data, []byte(`"#/$defs/`+m.Name+`"`), []byte(`"#"`))
 		m.schema, m.strict = data, strict
-		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
+		if _, registered := registered[m.Name]; registered {
+			// A model an agent answers with is compiled now, so that a
+			// mistake shows at load; the others (only used nested) when
+			// first validated against.
+			if err := m.compile(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// compile compiles the validator once.
+func (m *Model) compile() error {
+	m.once.Do(func() {
+		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(m.schema))
 		if err != nil {
-			return fmt.Errorf("model %s: %w", m.Name, err)
+			m.compileErr = fmt.Errorf("model %s: %w", m.Name, err)
+			return
 		}
 		c := newCompiler()
 		url := "baton:///models/" + m.Name + ".json"
 		if err := c.AddResource(url, doc); err != nil {
-			return fmt.Errorf("model %s: %w", m.Name, err)
+			m.compileErr = fmt.Errorf("model %s: %w", m.Name, err)
+			return
 		}
 		if m.validator, err = c.Compile(url); err != nil {
-			return fmt.Errorf("model %s: %w", m.Name, err)
+			m.compileErr = fmt.Errorf("model %s: %w", m.Name, err)
 		}
-	}
-	return nil
+	})
+	return m.compileErr
 }
 
 // orderedObject is a JSON object that keeps its keys in insertion order, so
@@ -454,4 +476,41 @@ func newCompiler() *jsonschema.Compiler {
 	c.DefaultDraft(jsonschema.Draft2020)
 	c.UseLoader(jsonschema.SchemeURLLoader{})
 	return c
+}
+
+// enumType returns the JSON Schema type shared by all values ("string",
+// "integer", "number" or "boolean"), or "" when they are mixed.
+func enumType(vals []any) string {
+	typ := ""
+	for _, v := range vals {
+		var t string
+		switch v := v.(type) {
+		case string:
+			t = "string"
+		case bool:
+			t = "boolean"
+		case float64:
+			t = "number"
+			if v == float64(int64(v)) {
+				t = "integer"
+			}
+		case json.Number:
+			t = "number"
+			if _, err := v.Int64(); err == nil {
+				t = "integer"
+			}
+		default:
+			return ""
+		}
+		switch {
+		case typ == "":
+			typ = t
+		case typ == t:
+		case typ == "integer" && t == "number", typ == "number" && t == "integer":
+			typ = "number"
+		default:
+			return ""
+		}
+	}
+	return typ
 }
