@@ -1,23 +1,3 @@
-// Package tool is baton's tool registry: it turns a workflow's tools.json
-// entries ([Spec]) into [baton.Tool]s of five kinds — Go functions, commands
-// beside the workflow, HTTP endpoints, the tools of MCP servers and UI
-// components — and runs every call through one path:
-//
-//  1. The arguments are validated against the tool's JSON Schema
-//     (santhosh-tekuri/jsonschema); invalid arguments are a tool error whose
-//     content is the validation message, so the model can correct itself.
-//  2. A tool marked side_effects runs through the effect ledger (see [Once]):
-//     a replayed or resumed call gets the recorded result back.
-//  3. At most MaxConcurrency calls of one tool run at once; a call waits for
-//     a slot within its timeout.
-//  4. The call has a timeout (a tool error when it passes); a panic in a Go
-//     tool is a tool error; the content is capped in size.
-//  5. A tool.executed or tool.error event with the call's duration is
-//     published (never blocking or failing the call).
-//
-// A tool error for the model is a [baton.ToolResult] with Status "error"; a
-// Go error from Call means the call could not be made or its outcome is
-// unknown (the context was cancelled, an effect is in flight elsewhere).
 package tool
 
 import (
@@ -341,7 +321,11 @@ func (r *Registry) expandMCP(ctx context.Context, i int) ([]*entry, error) {
 
 	s := r.mcpSpec[i]
 	conn := r.conns[s.Server]
-	remote, err := conn.listTools(ctx)
+	// Starting a server (npx may download it first) and listing its tools
+	// is bounded like a call.
+	lctx, cancel := context.WithTimeout(ctx, max(s.timeout(r.opts.timeout), r.opts.timeout))
+	defer cancel()
+	remote, err := conn.listTools(lctx)
 	if err != nil {
 		return nil, err
 	}
