@@ -157,6 +157,7 @@ func TestMCPServerEverything(t *testing.T) {
 	r := newRegistry(t, []tool.Spec{{Agent: "A", Kind: tool.KindMCP, Server: "everything", Prefix: "ev_", TimeoutSeconds: 60}},
 		tool.WithMCPServers(map[string]tool.MCPServer{"everything": {Command: "npx", Args: []string{"-y", "@modelcontextprotocol/server-everything", "stdio"}}}))
 	names := toolNames(t, r, "A")
+	t.Logf("server-everything tools: %v", names)
 	if !slices.Contains(names, "ev_echo") {
 		t.Fatalf("tools = %v, want ev_echo", names)
 	}
@@ -167,9 +168,11 @@ func TestMCPServerEverything(t *testing.T) {
 	if res := mustCall(t, lookup(t, r, "A", "ev_echo"), callCtx("e"), `{"message": "hello baton"}`); res.Status != "ok" || !strings.Contains(res.Content, "hello baton") {
 		t.Fatalf("echo = %+v", res)
 	}
-	if res := mustCall(t, lookup(t, r, "A", sum), callCtx("s"), `{"a": 2, "b": 40}`); res.Status != "ok" || !strings.Contains(res.Content, "42") {
+	res := mustCall(t, lookup(t, r, "A", sum), callCtx("s"), `{"a": 2, "b": 40}`)
+	if res.Status != "ok" || !strings.Contains(res.Content, "42") {
 		t.Fatalf("%s = %+v", sum, res)
 	}
+	t.Logf("%s: %s", sum, res.Content)
 	if res := mustCall(t, lookup(t, r, "A", "ev_echo"), callCtx("e2"), `{}`); res.Status != "error" {
 		t.Fatalf("echo without message = %+v, want a tool error", res)
 	}
