@@ -196,5 +196,3 @@ func (s *Store) Events(ctx context.Context, scope baton.Scope, chatID string, af
 	}
 	return out, nil
 }
-
-

@@ -1,0 +1,61 @@
+// Package recorder is the one door through which chat.* events leave the
+// engine: it persists them, and only then publishes them (invariant 1,
+// persist before send).
+package recorder
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/batonhq/baton"
+)
+
+// Publisher sends recorded events to a chat's subscribers (the hub). It
+// must not block on a slow subscriber.
+type Publisher interface {
+	Publish(scope baton.Scope, chatID string, events []baton.Event)
+}
+
+// Recorder appends events through the store and then publishes them.
+type Recorder struct {
+	store baton.EventStore
+	pub   Publisher
+}
+
+// New returns a recorder that appends to store and publishes to pub.
+func New(store baton.EventStore, pub Publisher) *Recorder {
+	return &Recorder{store: store, pub: pub}
+}
+
+// Record persists events for the chat together with update, then publishes
+// them, and returns them with their sequences.
+//
+// What is durable when Record returns nil: every event, with the sequence it
+// returns, and update (context snapshot, status, speaker, pending requests),
+// committed in one transaction that the store has made durable (SQLite:
+// fsynced WAL with synchronous=FULL; PostgreSQL: committed with
+// synchronous_commit=on). The events were handed to the publisher only
+// after that commit, so no subscriber can have seen an event the store does
+// not hold. If the process dies after the commit and before or during
+// Publish, the events are in the store and a reconnecting client receives
+// them by replay from its last sequence.
+//
+// When Record returns an error, nothing was written and nothing was
+// published. Only chat.* events are accepted (EINVALID otherwise): stream.*
+// deltas are transient and go around the recorder, never into the store.
+func (r *Recorder) Record(ctx context.Context, scope baton.Scope, chatID string, events []baton.Event, update *baton.ChatUpdate) ([]baton.Event, error) {
+	for i, e := range events {
+		if !baton.IsChatType(e.Type) {
+			return nil, baton.Errorf(baton.EINVALID, "events[%d]: type %q is not a chat.* event; only chat.* events are recorded", i, e.Type)
+		}
+	}
+	recorded, err := r.store.Append(ctx, scope, chatID, events, update)
+	if err != nil {
+		return nil, fmt.Errorf("record %d events for chat %s: %w", len(events), chatID, err)
+	}
+	// Durable from here on; only now may anyone see them.
+	if len(recorded) > 0 {
+		r.pub.Publish(scope, chatID, recorded)
+	}
+	return recorded, nil
+}

@@ -1,0 +1,79 @@
+package store_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/store"
+	"github.com/jackc/pgx/v5"
+)
+
+func TestOpenSQLite(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "nested", "dir", "baton.db")
+	s, err := store.Open(context.Background(), "sqlite:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Ping(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("database file not created: %v", err)
+	}
+}
+
+func TestOpenDefault(t *testing.T) {
+	t.Chdir(t.TempDir())
+	s, err := store.Open(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := os.Stat(filepath.Join(".baton", "baton.db")); err != nil {
+		t.Fatalf("default store not under ./.baton: %v", err)
+	}
+}
+
+func TestOpenPostgres(t *testing.T) {
+	dsn := testenv.PostgresDSN(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	schema := "batontest_open_" + strings.ReplaceAll(baton.NewID(), "-", "")
+	if _, err := conn.Exec(ctx, `CREATE SCHEMA `+schema); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Exec(ctx, `DROP SCHEMA `+schema+` CASCADE`)
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	s, err := store.Open(ctx, dsn+sep+"search_path="+schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Ping(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOpenUnknown(t *testing.T) {
+	_, err := store.Open(context.Background(), "mysql://root:hunter2@db/x")
+	if baton.ErrorCode(err) != baton.EINVALID {
+		t.Fatalf("Open(mysql) = %v, want invalid", err)
+	}
+	if msg := baton.ErrorMessage(err); strings.Contains(msg, "hunter2") {
+		t.Fatalf("error leaks the password: %s", msg)
+	}
+}
