@@ -189,7 +189,7 @@ func TestRequestBody(t *testing.T) {
 		"response_format": map[string]any{"type": "json_schema", "json_schema": map[string]any{
 			"name": "Plan", "strict": true, "schema": map[string]any{"type": "object",
 				"properties": map[string]any{"steps": map[string]any{"type": "array", "items": map[string]any{"type": "string"}}},
-				"required": []any{"steps"}, "additionalProperties": false}}},
+				"required":   []any{"steps"}, "additionalProperties": false}}},
 	}
 	gj, _ := json.MarshalIndent(got, "", " ")
 	wj, _ := json.MarshalIndent(want, "", " ")
