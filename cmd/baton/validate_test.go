@@ -1,0 +1,74 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestValidateEmbeddedExamples(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"validate"}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d: %s%s", code, stdout.String(), stderr.String())
+	}
+	want := "ok generator (5 agents, 2 tools)\nok hello (1 agents, 1 tools)\n"
+	if stdout.String() != want {
+		t.Errorf("output %q, want %q", stdout.String(), want)
+	}
+}
+
+func TestValidateDirs(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	// One workflow folder, then a folder of workflow folders.
+	code := run(context.Background(), []string{"validate", "../../workflows/hello", "../../workflows"}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d: %s%s", code, stdout.String(), stderr.String())
+	}
+	if got := strings.Count(stdout.String(), "ok hello (1 agents, 1 tools)"); got != 2 {
+		t.Errorf("output %q", stdout.String())
+	}
+}
+
+func TestValidateReportsEveryMistake(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "broken")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		"workflow.json": `{"orchestration": {"initial_agent": "Alpha", "startup_mode": "Sometimes"}}`,
+		"agents.json":   `{"agents": {"Alpha": {"sytem_message": "hi"}}}`,
+		"handoffs.json": `{"handoff_rules": [{"source_agent": "Alpha", "handoff_type": "after_work", "transition_target": "TerminateTarget"},]}`,
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"validate", dir, "../../workflows/hello"}, &stdout, &stderr)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	want := `broken/workflow.json: orchestration.startup_mode: "Sometimes" is not one of AgentDriven, UserDriven
+broken/agents.json: agents.Alpha.sytem_message: unknown field (did you mean system_message?)
+broken/handoffs.json:1:116: malformed JSON: invalid character ']' looking for beginning of value
+ok hello (1 agents, 1 tools)
+`
+	if stdout.String() != want {
+		t.Errorf("output:\n%s\nwant:\n%s", stdout.String(), want)
+	}
+}
+
+func TestValidateMissingDir(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"validate", filepath.Join(t.TempDir(), "nope")}, &stdout, &stderr); code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	if !strings.Contains(stderr.String(), "nope") {
+		t.Errorf("stderr %q", stderr.String())
+	}
+}
