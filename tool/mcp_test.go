@@ -149,13 +149,21 @@ func TestMCPStdioRestart(t *testing.T) {
 	}
 }
 
-// TestMCPServerEverything runs the reference server from npm over stdio.
-// .ci/run installs it; outside CI the test skips when npx is missing.
+// TestMCPServerEverything runs the reference server from npm over stdio:
+// the mcp-server-everything command when it is installed (npm install -g
+// @modelcontextprotocol/server-everything, as .ci/run does), or else
+// npx -y @modelcontextprotocol/server-everything. Outside CI the test skips
+// when neither is available; in CI it fails.
 func TestMCPServerEverything(t *testing.T) {
-	_, err := exec.LookPath("npx")
-	testenv.Require(t, err == nil, "npx is not installed")
+	srv := tool.MCPServer{Command: "mcp-server-everything", Args: []string{"stdio"}}
+	if _, err := exec.LookPath(srv.Command); err != nil {
+		_, err := exec.LookPath("npx")
+		testenv.Require(t, err == nil, "neither mcp-server-everything nor npx is installed")
+		srv = tool.MCPServer{Command: "npx", Args: []string{"-y", "@modelcontextprotocol/server-everything", "stdio"}}
+	}
+	t.Logf("server: %s %v", srv.Command, srv.Args)
 	r := newRegistry(t, []tool.Spec{{Agent: "A", Kind: tool.KindMCP, Server: "everything", Prefix: "ev_", TimeoutSeconds: 60}},
-		tool.WithMCPServers(map[string]tool.MCPServer{"everything": {Command: "npx", Args: []string{"-y", "@modelcontextprotocol/server-everything", "stdio"}}}))
+		tool.WithMCPServers(map[string]tool.MCPServer{"everything": srv}))
 	names := toolNames(t, r, "A")
 	t.Logf("server-everything tools: %v", names)
 	if !slices.Contains(names, "ev_echo") {
