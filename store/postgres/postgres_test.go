@@ -58,3 +58,8 @@ func TestConformance(t *testing.T) {
 	dsn, schema := freshSchema(t)
 	storetest.Run(t, func(t *testing.T) baton.Store { return open(t, dsn, schema) })
 }
+
+func TestTwoPoolsOneChat(t *testing.T) {
+	dsn, schema := freshSchema(t)
+	storetest.RunTwoWriters(t, open(t, dsn, schema), open(t, dsn, schema))
+}

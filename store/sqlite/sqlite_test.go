@@ -23,3 +23,17 @@ func openTemp(t testing.TB, opts ...sqlite.Option) *sqlite.Store {
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) baton.Store { return openTemp(t) })
 }
+
+func TestTwoHandlesOneFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "baton.db")
+	var stores []*sqlite.Store
+	for range 2 {
+		s, err := sqlite.Open(context.Background(), path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		stores = append(stores, s)
+	}
+	storetest.RunTwoWriters(t, stores[0], stores[1])
+}

@@ -843,3 +843,34 @@ func testClosed(t *testing.T, s baton.Store) {
 		t.Errorf("second Close: %v", err)
 	}
 }
+
+// RunTwoWriters checks that two stores on one database (two pools, as two
+// processes would have) appending to one chat at once leave sequences 1..n
+// with no gap and no repeat.
+func RunTwoWriters(t *testing.T, a, b baton.Store) {
+	ctx := ctxT(t)
+	scope := NewScope()
+	c := mustChat(t, a, scope, "hello")
+	const perStore, each = 20, 10
+	var wg sync.WaitGroup
+	for _, s := range []baton.Store{a, b} {
+		for range perStore {
+			wg.Go(func() {
+				for i := range each {
+					if _, err := s.Append(ctx, scope, c.ID, []baton.Event{TextEvent("A", fmt.Sprint(i)), TextEvent("B", fmt.Sprint(i))}, nil); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for _, s := range []baton.Store{a, b} {
+		evs, err := s.Events(ctx, scope, c.ID, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkSequences(t, evs, 2*perStore*each*2)
+	}
+}
