@@ -47,7 +47,8 @@ type CallContext struct {
 	ToolCallID string // the model's id for this call
 	// EffectKey identifies the call's side effect: the same for every replay
 	// or retry of the same call. The tool registry sets it to
-	// EffectKey(ChatID, TurnKey, ToolCallID) when empty. Tools with side
+	// EffectKey(ChatID, TurnKey, ToolCallID) when it is empty and there is a
+	// ToolCallID. Tools with side
 	// effects should use it to de-duplicate (it is sent as BATON_EFFECT_KEY
 	// to commands and as the Idempotency-Key header to HTTP tools).
 	EffectKey string

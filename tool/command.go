@@ -21,7 +21,7 @@ const (
 	stderrTail   = 4 << 10  // bytes of stderr kept for the error message
 	stderrLogMax = 32 << 10 // bytes of stderr logged per call
 	stderrLines  = 10       // lines of stderr in a failed call's error
-	waitDelay    = 2 * time.Second
+	waitDelay    = time.Second
 )
 
 // commandTool runs an executable under the workflow's tools/ folder:

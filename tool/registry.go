@@ -451,7 +451,7 @@ func (r *Registry) call(ctx context.Context, e *entry, cc *baton.CallContext, ar
 	if cc != nil {
 		c = *cc
 	}
-	if c.EffectKey == "" {
+	if c.EffectKey == "" && c.ToolCallID != "" {
 		c.EffectKey = baton.EffectKey(c.ChatID, c.TurnKey, c.ToolCallID)
 	}
 	if c.Vars == nil {

@@ -343,6 +343,31 @@ func TestCommandToolTimeoutKillsProcessGroup(t *testing.T) {
 	}
 }
 
+// TestCommandToolExitKillsLeftovers checks that a command that exits and
+// leaves a child behind gets its result, and the child does not outlive the
+// call.
+func TestCommandToolExitKillsLeftovers(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pids")
+	t.Setenv("PID_FILE", pidFile)
+	r := newRegistry(t, []tool.Spec{{Agent: "A", Name: "daemon", File: "daemon.sh", Env: []string{"PID_FILE"}, TimeoutSeconds: 10}})
+	res := mustCall(t, lookup(t, r, "A", "daemon"), callCtx("d"), `{}`)
+	if res.Status != "ok" || res.Content != "started" {
+		t.Fatalf("daemon = %+v", res)
+	}
+	raw, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := strings.TrimSpace(string(raw))
+	deadline := time.Now().Add(5 * time.Second)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the command's child %s outlived the call", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // alive reports whether pid is a live (not zombie) process.
 func alive(pid string) bool {
 	stat, err := os.ReadFile("/proc/" + pid + "/stat")
