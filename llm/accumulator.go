@@ -72,7 +72,9 @@ func (a *Accumulator) Add(d baton.Delta) {
 		}
 		a.finish = d.FinishReason
 	case baton.DeltaUsage:
-		a.usage = a.usage.Add(d.Usage)
+		// A call's usage is cumulative: the last report is the total (some
+		// servers report it in more than one chunk).
+		a.usage = d.Usage
 	default:
 		return
 	}
@@ -109,7 +111,7 @@ func (a *Accumulator) Reasoning() string { return a.reasoning.String() }
 // FinishReason returns the last finish reason seen, or "".
 func (a *Accumulator) FinishReason() string { return a.finish }
 
-// Usage returns the sum of the usage deltas.
+// Usage returns the last usage reported: the call's total.
 func (a *Accumulator) Usage() baton.Usage { return a.usage }
 
 // ToolCalls returns the assembled tool calls in the order they started.

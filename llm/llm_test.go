@@ -124,8 +124,9 @@ func TestAccumulatorUsageAndReset(t *testing.T) {
 	var a Accumulator
 	a.Add(baton.Delta{Kind: baton.DeltaReasoning, Text: "hmm"})
 	a.Add(text("x"))
+	a.Add(baton.Delta{Kind: baton.DeltaUsage, Usage: baton.Usage{PromptTokens: 9, CompletionTokens: 1}})
 	a.Add(baton.Delta{Kind: baton.DeltaUsage, Usage: baton.Usage{PromptTokens: 10, CompletionTokens: 2, CachedTokens: 4, ReasoningTokens: 1}})
-	if a.Reasoning() != "hmm" || a.Usage().PromptTokens != 10 || a.Deltas() != 3 {
+	if a.Reasoning() != "hmm" || a.Usage().PromptTokens != 10 || a.Usage().CompletionTokens != 2 || a.Deltas() != 4 {
 		t.Fatalf("reasoning %q usage %+v deltas %d", a.Reasoning(), a.Usage(), a.Deltas())
 	}
 	a.Reset()

@@ -17,6 +17,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -388,14 +389,11 @@ func (c *call) errorf(kind baton.ProviderErrorKind, cause error, format string, 
 // redact returns err's message without the request URL that url.Error adds
 // (a URL may carry credentials).
 func redact(err error) string {
-	var ue interface{ Unwrap() error }
-	msg := err.Error()
-	if errors.As(err, &ue) {
-		if inner := ue.Unwrap(); inner != nil && strings.Contains(msg, "://") {
-			return inner.Error()
-		}
+	var ue *url.Error
+	if errors.As(err, &ue) && ue.Err != nil {
+		return ue.Op + ": " + ue.Err.Error()
 	}
-	return msg
+	return err.Error()
 }
 
 // backoff returns the wait before retry attempt+1: the server's Retry-After

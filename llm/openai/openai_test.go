@@ -495,3 +495,25 @@ func TestPerRequestEndpoint(t *testing.T) {
 		t.Fatalf("Authorization = %q", h)
 	}
 }
+
+func TestConnectionErrorThenSuccess(t *testing.T) {
+	// The first connection is cut before any response: nothing was streamed,
+	// so the call is sent again.
+	f := newFake(t, func(w http.ResponseWriter, r *http.Request) { panic(http.ErrAbortHandler) }, sse(textChunk("ok"), chunk(`{}`, "stop")))
+	_, acc, err := collect(t, t.Context(), f.provider(), request())
+	if err != nil || acc.Text() != "ok" || f.calls.Load() != 2 {
+		t.Fatalf("err %v text %q calls %d", err, acc.Text(), f.calls.Load())
+	}
+}
+
+func TestConnectionRefused(t *testing.T) {
+	f := newFake(t, sse(textChunk("x")))
+	url := f.URL
+	f.Close()
+	p := New(WithBaseURL(url+"/v1"), WithAPIKey("sk-test-secret"), WithRetries(1), WithBackoff(time.Millisecond, time.Millisecond),
+		WithLogger(slog.New(slog.DiscardHandler)))
+	_, _, err := collect(t, t.Context(), p, request())
+	if !baton.IsProviderError(err, baton.ProviderUnavailable) || !strings.Contains(err.Error(), url) || strings.Contains(err.Error(), "sk-test") {
+		t.Fatalf("err %v", err)
+	}
+}
