@@ -1,0 +1,421 @@
+// Package engine runs the chats of baton workflows: it turns inputs into
+// turns, and turns into recorded events.
+//
+// Inputs arrive as bus events — run.start, user_query, ui.tool.response,
+// run.resume — and the bus delivers a chat's events one at a time, in order,
+// so a chat has at most one run at a time while many chats run in parallel.
+// A handler loads the chat from the store, drives it until it pauses (waiting
+// for the person, a UI tool's response, or after an error) or ends, and then
+// holds nothing for it: a paused chat is only rows in the store.
+//
+// The chat's state is a fold over its recorded events (see state.apply):
+// each step records events through the recorder (store first, then
+// subscribers) and applies them. What to do next is read off the state
+// alone — start a turn, call the model, run an open tool call, hand off — so
+// a first run, a resume after a pause, and a recovery after the process died
+// mid-turn are the same code. After a crash the interrupted turn goes on from
+// its last recorded step: model replies already recorded are not asked for
+// again, tool calls without a recorded result are run again through the
+// effect ledger (so side effects are not repeated), and text that was only
+// streamed, never recorded, is produced afresh and recorded once.
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/bus"
+	"github.com/batonhq/baton/tool"
+	"github.com/batonhq/baton/workflow"
+)
+
+// Input event types the engine handles besides user_query and
+// ui.tool.response. They are commands to the engine, not conversation facts,
+// so they are never recorded.
+const (
+	TypeRunStart  = "run.start"  // start a chat created with Start
+	TypeRunResume = "run.resume" // go on with a chat: after an error, or after a restart
+)
+
+// Metadata keys that carry an input's tenant scope.
+const (
+	metaApp  = "app"
+	metaUser = "user"
+)
+
+// Recorder appends chat events to the store and only then publishes them
+// (package recorder). It returns the events with their sequences.
+type Recorder interface {
+	Record(ctx context.Context, scope baton.Scope, chatID string, events []baton.Event, u *baton.ChatUpdate) ([]baton.Event, error)
+}
+
+// Store is what the engine reads and writes besides recording events.
+type Store interface {
+	baton.ChatStore
+	baton.EventStore
+	baton.UsageStore
+	baton.EffectLedger
+}
+
+// Broadcaster sends transient events (stream.*) to observers; *bus.Bus is one.
+type Broadcaster interface {
+	Broadcast(ev baton.Event) error
+}
+
+// ProviderFunc returns the model provider for a workflow.
+type ProviderFunc func(wf *workflow.Workflow) (baton.Provider, error)
+
+// Config is what an Engine is made of.
+type Config struct {
+	Store     Store
+	Recorder  Recorder
+	Bus       *bus.Bus // inputs are routed from it; stream deltas are broadcast on it
+	Workflows []*workflow.Workflow
+	// WorkflowRoot is the directory on disk the workflows' folders live in
+	// (command tools are run from there). Empty means the current directory.
+	WorkflowRoot string
+	Providers    ProviderFunc
+	// ToolOptions are passed to every workflow's tool registry (Go
+	// functions, HTTP client, limits). The engine adds the effect ledger,
+	// the publisher and the logger.
+	ToolOptions []tool.Option
+	Logger      *slog.Logger
+	// SecretKey seals the secrets people give secret-collecting lifecycle
+	// tools (32 bytes; see LoadSecretKey). Without it such tools fail.
+	SecretKey []byte
+	// RulePriority is the priority of the engine's bus rules (default 100,
+	// seed 004 §3.3).
+	RulePriority int
+}
+
+// Engine runs chats. It is safe for concurrent use.
+type Engine struct {
+	store Store
+	rec   Recorder
+	bus   *bus.Bus
+	cast  Broadcaster
+	log   *slog.Logger
+
+	workflows map[string]*workflow.Workflow
+	root      string
+	providers ProviderFunc
+	toolOpts  []tool.Option
+
+	mu         sync.Mutex
+	provCache  map[string]baton.Provider
+	registries map[string]*tool.Registry
+
+	sealer    *sealer
+	autoTools recentAutoTools
+
+	active atomic.Int64 // runs in progress
+	turns  atomic.Int64 // turns started since New
+}
+
+// New returns an engine and registers its rules on cfg.Bus: run.start,
+// run.resume, user_query and ui.tool.response go to the engine.
+func New(cfg Config) (*Engine, error) {
+	if cfg.Store == nil || cfg.Recorder == nil || cfg.Bus == nil || cfg.Providers == nil {
+		return nil, fmt.Errorf("engine: Store, Recorder, Bus and Providers are required")
+	}
+	e := &Engine{
+		store:      cfg.Store,
+		rec:        cfg.Recorder,
+		bus:        cfg.Bus,
+		cast:       cfg.Bus,
+		log:        cfg.Logger,
+		workflows:  make(map[string]*workflow.Workflow, len(cfg.Workflows)),
+		root:       cfg.WorkflowRoot,
+		providers:  cfg.Providers,
+		toolOpts:   cfg.ToolOptions,
+		provCache:  map[string]baton.Provider{},
+		registries: map[string]*tool.Registry{},
+	}
+	if e.log == nil {
+		e.log = slog.Default()
+	}
+	if cfg.SecretKey != nil {
+		sl, err := newSealer(cfg.SecretKey)
+		if err != nil {
+			return nil, fmt.Errorf("engine: %w", err)
+		}
+		e.sealer = sl
+	}
+	for _, wf := range cfg.Workflows {
+		e.workflows[wf.Name] = wf
+	}
+	prio := cfg.RulePriority
+	if prio == 0 {
+		prio = 100
+	}
+	if err := e.bus.RegisterRule(bus.Rule{
+		Name:     "engine",
+		Types:    []string{TypeRunStart, TypeRunResume, baton.TypeUserQuery, baton.TypeUIToolResponse},
+		Priority: prio,
+		Handler:  e.handle,
+	}); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	return e, nil
+}
+
+// Workflow returns the named workflow, or nil.
+func (e *Engine) Workflow(name string) *workflow.Workflow { return e.workflows[name] }
+
+// Workflows returns the engine's workflows.
+func (e *Engine) Workflows() []*workflow.Workflow {
+	out := make([]*workflow.Workflow, 0, len(e.workflows))
+	for _, wf := range e.workflows {
+		out = append(out, wf)
+	}
+	return out
+}
+
+// Active returns the number of runs in progress.
+func (e *Engine) Active() int64 { return e.active.Load() }
+
+// StartOptions are the optional parts of starting a chat.
+type StartOptions struct {
+	// Message is the person's first message; for a UserDriven workflow it
+	// is recorded as their input, for an AgentDriven one it replaces the
+	// workflow's initial_message.
+	Message string
+	// Context sets initial context variables (by name) over their defaults.
+	Context map[string]json.RawMessage
+	// ChatID fixes the new chat's id; empty means a fresh one.
+	ChatID string
+}
+
+// Start creates a chat of the named workflow in scope and publishes its
+// run.start. It returns once the chat is stored; the run proceeds on the bus.
+func (e *Engine) Start(ctx context.Context, scope baton.Scope, workflowName string, opts StartOptions) (baton.Chat, error) {
+	wf := e.workflows[workflowName]
+	if wf == nil {
+		return baton.Chat{}, baton.Errorf(baton.ENOTFOUND, "workflow %q: not found", workflowName)
+	}
+	id := opts.ChatID
+	if id == "" {
+		id = baton.NewID()
+	}
+	vars := initialVars(wf)
+	for k, v := range opts.Context {
+		if _, declared := wf.VariableType(k); !declared {
+			return baton.Chat{}, baton.Errorf(baton.EINVALID, "context.%s: not a variable of workflow %s", k, wf.Name)
+		}
+		if !json.Valid(v) {
+			return baton.Chat{}, baton.Errorf(baton.EINVALID, "context.%s: not valid JSON", k)
+		}
+		vars[k] = v
+	}
+	snap, err := json.Marshal(vars)
+	if err != nil {
+		return baton.Chat{}, fmt.Errorf("start %s: %w", workflowName, err)
+	}
+	chat, err := e.store.CreateChat(ctx, scope, baton.Chat{
+		ID:        id,
+		Workflow:  wf.Name,
+		Status:    baton.ChatRunning,
+		Context:   snap,
+		CacheSeed: cacheSeed(wf, id),
+	})
+	if err != nil {
+		return baton.Chat{}, fmt.Errorf("start %s: %w", workflowName, err)
+	}
+	payload, _ := json.Marshal(struct {
+		Message string `json:"message,omitempty"`
+	}{opts.Message})
+	if err := e.publish(ctx, scope, TypeRunStart, chat.ID, payload); err != nil {
+		return chat, err
+	}
+	return chat, nil
+}
+
+// Submit publishes a person's message to a chat (user_query). source says
+// where it came from: ws, http or api.
+func (e *Engine) Submit(ctx context.Context, scope baton.Scope, chatID, content, source string) error {
+	payload, _ := json.Marshal(userQuery{Content: content, Source: source})
+	return e.publish(ctx, scope, baton.TypeUserQuery, chatID, payload)
+}
+
+// RespondUI publishes the person's response to a UI tool (ui.tool.response).
+func (e *Engine) RespondUI(ctx context.Context, scope baton.Scope, chatID, uiEventID string, status string, data json.RawMessage) error {
+	payload, _ := json.Marshal(uiResponse{UIEventID: uiEventID, Status: status, Data: data})
+	return e.publish(ctx, scope, baton.TypeUIToolResponse, chatID, payload)
+}
+
+// Resume publishes a run.resume for a chat: a retry after an error, or
+// going on after a restart.
+func (e *Engine) Resume(ctx context.Context, scope baton.Scope, chatID string) error {
+	return e.publish(ctx, scope, TypeRunResume, chatID, nil)
+}
+
+// Recover resumes every chat that was running when the process stopped and
+// returns how many it resumed. Call it once at start, after New.
+func (e *Engine) Recover(ctx context.Context, chats []baton.Chat) (int, error) {
+	n := 0
+	for _, c := range chats {
+		if c.Status != baton.ChatRunning || e.workflows[c.Workflow] == nil {
+			continue
+		}
+		if err := e.Resume(ctx, baton.Scope{App: c.App, User: c.User}, c.ID); err != nil {
+			return n, fmt.Errorf("recover chat %s: %w", c.ID, err)
+		}
+		n++
+	}
+	return n, nil
+}
+
+// InputEvent builds an engine input event for a chat in scope: the scope
+// travels in the metadata so the run uses the caller's tenant for every
+// store call.
+func InputEvent(scope baton.Scope, typ, chatID string, payload json.RawMessage) baton.Event {
+	app, _ := json.Marshal(scope.App)
+	user, _ := json.Marshal(scope.User)
+	source := baton.SourceUser
+	if typ == TypeRunResume || typ == TypeRunStart {
+		source = baton.SourceSystem
+	}
+	return baton.NewEvent(typ, baton.Metadata{
+		TriggerSessionID: chatID,
+		Source:           source,
+		Extra:            map[string]json.RawMessage{metaApp: app, metaUser: user},
+	}, payload)
+}
+
+// ScopeOf returns the tenant scope an input event carries.
+func ScopeOf(ev baton.Event) baton.Scope {
+	var s baton.Scope
+	_ = json.Unmarshal(ev.Metadata.Extra[metaApp], &s.App)
+	_ = json.Unmarshal(ev.Metadata.Extra[metaUser], &s.User)
+	return s
+}
+
+func (e *Engine) publish(ctx context.Context, scope baton.Scope, typ, chatID string, payload json.RawMessage) error {
+	if err := e.bus.Publish(ctx, InputEvent(scope, typ, chatID, payload)); err != nil {
+		return fmt.Errorf("publish %s for chat %s: %w", typ, chatID, err)
+	}
+	return nil
+}
+
+// provider returns (and caches) the workflow's model provider.
+func (e *Engine) provider(wf *workflow.Workflow) (baton.Provider, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if p, ok := e.provCache[wf.Name]; ok {
+		return p, nil
+	}
+	p, err := e.providers(wf)
+	if err != nil {
+		return nil, err
+	}
+	e.provCache[wf.Name] = p
+	return p, nil
+}
+
+// registry returns (and builds once) the workflow's tool registry.
+func (e *Engine) registry(wf *workflow.Workflow) (*tool.Registry, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if r, ok := e.registries[wf.Name]; ok {
+		return r, nil
+	}
+	servers := make(map[string]tool.MCPServer, len(wf.Config.MCPServers))
+	for name, s := range wf.Config.MCPServers {
+		servers[name] = tool.MCPServer{Command: s.Command, Args: s.Args, Env: s.Env, URL: s.URL, Headers: headersFromEnv(s.HeadersFromEnv)}
+	}
+	opts := append([]tool.Option{
+		tool.WithLedger(e.store),
+		tool.WithPublisher(e.bus),
+		tool.WithLogger(e.log),
+		tool.WithMCPServers(servers),
+	}, e.toolOpts...)
+	r, err := tool.New(filepath.Join(e.root, wf.Dir), specsOf(wf), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("tools of workflow %s: %w", wf.Name, err)
+	}
+	e.registries[wf.Name] = r
+	return r, nil
+}
+
+// Close stops what the engine started (MCP servers of tool registries). The
+// bus and the store belong to the caller.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var first error
+	for _, r := range e.registries {
+		if err := r.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	e.registries = map[string]*tool.Registry{}
+	return first
+}
+
+// specsOf converts a workflow's tools.json entries to tool specs.
+func specsOf(wf *workflow.Workflow) []tool.Spec {
+	specs := make([]tool.Spec, 0, len(wf.Tools))
+	for _, t := range wf.Tools {
+		s := tool.Spec{
+			Agent: t.Agent, Name: t.Name, File: t.File, Function: t.Function, Description: t.Description,
+			ToolType: t.ToolType, Kind: t.Kind, Parameters: t.Parameters,
+			TimeoutSeconds: t.TimeoutSeconds, SideEffects: t.SideEffects, MaxConcurrency: t.MaxConcurrency,
+			Trigger: t.Trigger, URL: t.URL, Headers: headersFromEnv(t.HeadersFromEnv),
+			Server: t.Server, Tools: t.Tools, Prefix: t.Prefix,
+		}
+		if t.UI != nil {
+			s.UI = tool.UISpec{Component: t.UI.Component, Mode: t.UI.Mode}
+		}
+		specs = append(specs, s)
+	}
+	return specs
+}
+
+// headersFromEnv turns header → env var into header → "${VAR}", which the
+// tool kinds expand at call time, so secrets never sit in a spec.
+func headersFromEnv(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for h, env := range m {
+		out[h] = "${" + env + "}"
+	}
+	return out
+}
+
+// cacheSeed derives the chat's seed: one per chat, stable across resumes
+// (spec/runtime-lifecycle.md, "Cache seed consistency"). A workflow's
+// cache_seed makes it reproducible across chats with the same id too.
+func cacheSeed(wf *workflow.Workflow, chatID string) int64 {
+	base := int64(0)
+	if s := wf.Config.LLM.CacheSeed; s != nil {
+		base = *s
+	}
+	return int64(fnv32(fmt.Sprint(base, "/", chatID)) & 0x7fffffff) // positive and small: some providers reject 64-bit seeds
+}
+
+func fnv32(s string) uint32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(s))
+	return h.Sum32()
+}
+
+// ObserverPublisher hands recorded events to a bus's observers (stream hubs,
+// metrics) after the store holds them: it is the recorder's Publisher. It
+// never blocks; a slow observer is dropped by the bus.
+type ObserverPublisher struct{ Bus Broadcaster }
+
+// Publish broadcasts each recorded event, in order.
+func (p ObserverPublisher) Publish(_ baton.Scope, _ string, events []baton.Event) {
+	for _, ev := range events {
+		_ = p.Bus.Broadcast(ev)
+	}
+}

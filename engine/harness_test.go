@@ -1,0 +1,198 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/bus"
+	"github.com/batonhq/baton/engine"
+	"github.com/batonhq/baton/llm/scripted"
+	"github.com/batonhq/baton/recorder"
+	"github.com/batonhq/baton/store/sqlite"
+	"github.com/batonhq/baton/workflow"
+)
+
+// workflowsDir is the repository's example workflows, run from disk so that
+// command tools can be executed.
+const workflowsDir = "../workflows"
+
+var testScope = baton.Scope{App: "acme", User: "ada"}
+
+// harness is one engine on a real SQLite file and a real bus.
+type harness struct {
+	t      *testing.T
+	dbPath string
+	store  *sqlite.Store
+	bus    *bus.Bus
+	eng    *engine.Engine
+	wfs    []*workflow.Workflow
+	prov   engine.ProviderFunc
+}
+
+type harnessOption func(*harness)
+
+// withProvider replaces the scripted provider of the workflows.
+func withProvider(p engine.ProviderFunc) harnessOption { return func(h *harness) { h.prov = p } }
+
+// withDB reuses a database file (a restart).
+func withDB(path string) harnessOption { return func(h *harness) { h.dbPath = path } }
+
+func scriptedProviders(wf *workflow.Workflow) (baton.Provider, error) {
+	return scripted.Load(wf.FS, path.Join(wf.Dir, "scripted.json"))
+}
+
+func newHarness(t *testing.T, opts ...harnessOption) *harness {
+	t.Helper()
+	h := &harness{t: t, prov: scriptedProviders}
+	for _, o := range opts {
+		o(h)
+	}
+	if h.dbPath == "" {
+		h.dbPath = filepath.Join(t.TempDir(), "baton.db")
+	}
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, h.dbPath)
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	h.store = st
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	h.bus = bus.New(bus.WithLogger(log))
+	wfs, err := workflow.LoadAll(os.DirFS(workflowsDir))
+	if err != nil {
+		t.Fatalf("load workflows: %v", err)
+	}
+	h.wfs = wfs
+	eng, err := engine.New(engine.Config{
+		Store:        st,
+		Recorder:     recorder.New(st, engine.ObserverPublisher{Bus: h.bus}),
+		Bus:          h.bus,
+		Workflows:    wfs,
+		WorkflowRoot: workflowsDir,
+		Providers:    h.prov,
+		Logger:       log,
+		SecretKey:    []byte("0123456789abcdef0123456789abcdef"),
+	})
+	if err != nil {
+		t.Fatalf("engine: %v", err)
+	}
+	h.eng = eng
+	t.Cleanup(h.close)
+	return h
+}
+
+// close stops the engine, the bus and the store, in that order. It is
+// idempotent so that a test can "restart" by closing and making a new harness.
+func (h *harness) close() {
+	if h.bus == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.bus.Close(ctx); err != nil {
+		h.t.Errorf("bus close: %v", err)
+	}
+	_ = h.eng.Close()
+	if err := h.store.Close(); err != nil {
+		h.t.Errorf("store close: %v", err)
+	}
+	h.bus = nil
+}
+
+// waitStatus waits until the chat reaches one of the statuses.
+func (h *harness) waitStatus(chatID string, want ...baton.ChatStatus) baton.Chat {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := h.store.GetChat(context.Background(), testScope, chatID)
+		if err == nil && slices.Contains(want, c.Status) && h.bus.Pending() == 0 && h.eng.Active() == 0 {
+			return c
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("chat %s: status %q (err %v), want one of %v", chatID, c.Status, err, want)
+		}
+		time.Sleep(2 * time.Millisecond) // polling the store with a deadline
+	}
+}
+
+// events returns every recorded event of a chat.
+func (h *harness) events(chatID string) []baton.Event {
+	h.t.Helper()
+	evs, err := h.store.Events(context.Background(), testScope, chatID, 0, 100000)
+	if err != nil {
+		h.t.Fatalf("events: %v", err)
+	}
+	return evs
+}
+
+// summary is a compact view of a recorded event for golden comparisons.
+type summary struct {
+	Seq    int64  `json:"seq"`
+	Type   string `json:"type"`
+	Agent  string `json:"agent,omitempty"`
+	Detail string `json:"detail,omitempty"`
+}
+
+func summarize(evs []baton.Event) []summary {
+	out := make([]summary, 0, len(evs))
+	for _, ev := range evs {
+		var p map[string]any
+		_ = json.Unmarshal(ev.Payload, &p)
+		s := summary{Seq: ev.Sequence, Type: ev.Type}
+		if a, ok := p["agent"].(string); ok {
+			s.Agent = a
+		}
+		str := func(k string) string { v, _ := p[k].(string); return v }
+		switch ev.Type {
+		case baton.TypeChatText:
+			s.Detail = str("content")
+			if p["ui_hidden"] == true {
+				s.Detail += " [hidden]"
+			}
+			if p["tool_only"] == true {
+				s.Detail += " [tool_only]"
+			}
+		case baton.TypeChatSelectSpeaker:
+			s.Detail = str("source")
+		case baton.TypeChatToolCall:
+			s.Detail = str("tool_name")
+			if it := str("interaction_type"); it != "" {
+				s.Detail += " (" + it + ")"
+			}
+			if p["awaiting_response"] == true {
+				s.Detail += " awaiting"
+			}
+		case baton.TypeChatToolResponse:
+			s.Detail = str("tool_name") + " " + str("status")
+		case baton.TypeChatHandoff:
+			s.Agent = ""
+			s.Detail = str("from") + " -> " + str("to") + " " + str("transition_target") + " (" + str("handoff_type") + ")"
+		case baton.TypeChatContextUpdated:
+			b, _ := json.Marshal(p["variables"])
+			s.Detail = string(b)
+		case baton.TypeChatRunComplete, baton.TypeChatError:
+			s.Detail = str("status") + str("code")
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// checkSequences asserts invariant 2: 1, 2, 3, … with no gap or repeat.
+func checkSequences(t *testing.T, evs []baton.Event) {
+	t.Helper()
+	for i, ev := range evs {
+		if ev.Sequence != int64(i+1) {
+			t.Fatalf("event %d has sequence %d: gap or repeat", i, ev.Sequence)
+		}
+	}
+}

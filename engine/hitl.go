@@ -1,0 +1,362 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/tool"
+	"github.com/batonhq/baton/workflow"
+)
+
+// DefaultStructuredRetries is how many times an agent gets feedback on a
+// structured output that does not match its schema before the run fails.
+const DefaultStructuredRetries = 2
+
+// ---- lifecycle tools ----------------------------------------------------------
+
+// lifecycleTools returns the Lifecycle_Tool entries for trigger that apply to
+// agent (an entry with no agent applies to every agent), in file order.
+func (r *run) lifecycleTools(trigger, agent string) []*workflow.Tool {
+	var out []*workflow.Tool
+	for _, t := range r.wf.Tools {
+		if t.ToolType == workflow.LifecycleTool && t.Trigger == trigger && (t.Agent == "" || agent == "" || t.Agent == agent) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func lifecycleKey(trigger, scope, name string) string { return trigger + "/" + scope + "/" + name }
+
+// nextLifecycle returns the first lifecycle tool at trigger not yet recorded
+// for scope (a turn key, or "chat"), or nil when all have run.
+func (r *run) nextLifecycle(trigger, agent, scope string) *workflow.Tool {
+	for _, t := range r.lifecycleTools(trigger, agent) {
+		if !r.st.lifecycle[lifecycleKey(trigger, scope, t.Name)] {
+			return t
+		}
+	}
+	return nil
+}
+
+// isSecretTool reports whether a lifecycle UI tool collects secrets: its
+// configured arguments say "masked": true (a masked form). Its response is
+// sealed, never recorded.
+func isSecretTool(t *workflow.Tool) bool {
+	var args struct {
+		Masked bool `json:"masked"`
+	}
+	_ = json.Unmarshal(t.Arguments, &args)
+	return args.Masked
+}
+
+// runLifecycle runs one lifecycle tool. A UI tool pauses the chat for the
+// person (waiting_secret for a masked form); any other tool runs at once and
+// both its call and response are recorded.
+func (r *run) runLifecycle(ctx context.Context, wt *workflow.Tool, trigger, agent, scope string) error {
+	key := lifecycleKey(trigger, scope, wt.Name)
+	callID := "lc_" + shortHash(r.st.chat.ID, key)
+	args := wt.Arguments
+	if len(args) == 0 {
+		args = json.RawMessage(`{}`)
+	}
+	p := toolCallPayload{Kind: "tool_call", Agent: agent, ToolName: wt.Name, ToolCallID: callID, Corr: scope, Arguments: args,
+		TurnKey: scope, InteractionType: interactionLifecycle, LifecycleKey: key, LifecycleTrigger: trigger}
+	tools, err := r.reg.Lifecycle(ctx, trigger, wt.Agent)
+	if err != nil {
+		return err
+	}
+	var tl baton.Tool
+	for _, t := range tools {
+		if t.Name() == wt.Name {
+			tl = t
+		}
+	}
+	if tl == nil {
+		return r.fail(ctx, agent, baton.Errorf(baton.ENOTFOUND, "lifecycle tool %q: not in the registry", wt.Name))
+	}
+	cc := r.callContext(agent, scope, callID)
+	res, err := tl.Call(ctx, cc, args)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		res = baton.ToolResult{Status: baton.ToolStatusError, Content: fmt.Sprintf("Lifecycle tool %s failed: %s", wt.Name, baton.ErrorMessage(err))}
+	}
+	var ui tool.UIRequest
+	if res.Status == baton.ToolStatusPending && json.Unmarshal(res.UI, &ui) == nil {
+		p.AwaitingResponse = true
+		p.UIEventID, p.ComponentType, p.Mode, p.Payload = ui.UIEventID, ui.Component, ui.Mode, ui.Payload
+		kind, status := baton.PendingUITool, baton.ChatWaitingUITool
+		if isSecretTool(wt) {
+			kind, status = baton.PendingSecret, baton.ChatWaitingSecret
+		}
+		p.PendingKind = kind
+		return r.record(ctx, []baton.Event{chatEvent(baton.TypeChatToolCall, r.st.chat.ID, agent, p)}, &baton.ChatUpdate{
+			Status:     &status,
+			AddPending: []baton.PendingRequest{{UIEventID: ui.UIEventID, Kind: kind, ToolCallID: callID, ToolName: wt.Name, Agent: agent}},
+		})
+	}
+	events := []baton.Event{
+		chatEvent(baton.TypeChatToolCall, r.st.chat.ID, agent, p),
+		chatEvent(baton.TypeChatToolResponse, r.st.chat.ID, agent, toolResponsePayload{
+			Kind: "tool_response", Agent: agent, ToolName: wt.Name, ToolCallID: callID, CallID: callID, Corr: scope,
+			Status: res.Status, Success: res.OK(), Content: res.Content, InteractionType: interactionLifecycle,
+		}),
+	}
+	patch, ctxEv := r.toolDerived(agent, wt.Name, res.OK(), cc.Vars.Updates())
+	if ctxEv != nil {
+		events = append(events, *ctxEv)
+	}
+	return r.record(ctx, events, &baton.ChatUpdate{Context: patch})
+}
+
+// ---- structured outputs ---------------------------------------------------------
+
+// structuredResult checks an agent's final text against its structured-output
+// model. It returns the events that follow the text: chat.structured_output_ready
+// when valid; feedback for the agent (a hidden system message that reopens
+// the turn) while retries remain; a chat.error when they are used up.
+func (r *run) structuredResult(agent *workflow.Agent, text string) (events []baton.Event, failed bool, patch map[string]json.RawMessage) {
+	m := agent.Model()
+	t := r.st.turn
+	data, err := m.ValidateJSON([]byte(strings.TrimSpace(text)))
+	if err == nil {
+		raw, _ := json.Marshal(data)
+		events = append(events, chatEvent(baton.TypeChatStructuredOutputReady, r.st.chat.ID, agent.Name, structuredPayload{
+			Kind: "structured_output_ready", Agent: agent.Name, AgentName: agent.Name, ModelName: m.Name, Data: raw,
+			TurnIdempotencyKey: t.key, AutoToolMode: agent.AutoToolMode,
+		}))
+		patch = r.structuredDerived(agent.Name, data)
+		if len(patch) > 0 {
+			events = append(events, chatEvent(baton.TypeChatContextUpdated, r.st.chat.ID, agent.Name, contextPayload{
+				Kind: "context_updated", Agent: agent.Name, Variables: patch, Trigger: workflow.StructuredOutputField,
+			}))
+		}
+		return events, false, patch
+	}
+	if t.retries < DefaultStructuredRetries {
+		msg := fmt.Sprintf("Your output did not match the required schema %s. Error: %s. Reply again with only the corrected JSON.", m.Name, err)
+		return []baton.Event{chatEvent(baton.TypeChatText, r.st.chat.ID, systemAgent, textPayload{
+			Kind: "text", Agent: systemAgent, Content: msg, Index: r.st.texts + 1, UIHidden: true, Feedback: true, TurnKey: t.key,
+		})}, false, nil
+	}
+	return []baton.Event{chatEvent(baton.TypeChatError, r.st.chat.ID, agent.Name, errorPayload{
+		Kind: "error", Agent: agent.Name, Code: "invalid_structured_output", Retryable: true, TurnKey: t.key,
+		Message: fmt.Sprintf("%s's output did not match %s after %d corrections: %s", agent.Name, m.Name, t.retries, err),
+	})}, true, nil
+}
+
+// structuredDerived sets structured_output_field variables: trigger_value
+// is a dotted path into the structured output.
+func (r *run) structuredDerived(agent string, data any) map[string]json.RawMessage {
+	var patch map[string]json.RawMessage
+	for _, d := range r.wf.DerivedFor(agent) {
+		if d.TriggerType != workflow.StructuredOutputField {
+			continue
+		}
+		v, ok := lookupPath(data, d.TriggerValue)
+		if !ok {
+			continue
+		}
+		raw, err := json.Marshal(v)
+		if err != nil || string(r.st.vars[d.Name]) == string(raw) {
+			continue
+		}
+		if patch == nil {
+			patch = map[string]json.RawMessage{}
+		}
+		patch[d.Name] = raw
+	}
+	return patch
+}
+
+func lookupPath(v any, path string) (any, bool) {
+	for _, part := range strings.Split(path, ".") {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		if v, ok = m[part]; !ok {
+			return nil, false
+		}
+	}
+	return v, true
+}
+
+// ---- auto-tools -------------------------------------------------------------------
+
+// autoToolArgs builds an auto-tool's arguments from the structured output
+// (spec/auto-tool-execution.md, the frontend's two stages, done once here):
+// when a top-level key names the tool's component or the output model and
+// holds an object, its fields are promoted to the top level; the other keys
+// stay as they are. So {"ActionPlan": {"workflow": …}, "agent_message": …}
+// becomes {"workflow": …, "agent_message": …}.
+func autoToolArgs(data json.RawMessage, component, model string) json.RawMessage {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(data, &top) != nil {
+		return data
+	}
+	for _, key := range []string{component, model} {
+		nested, ok := top[key]
+		if !ok || key == "" {
+			continue
+		}
+		var inner map[string]json.RawMessage
+		if json.Unmarshal(nested, &inner) != nil {
+			continue
+		}
+		delete(top, key)
+		for k, v := range inner {
+			if _, clash := top[k]; !clash {
+				top[k] = v
+			}
+		}
+		break
+	}
+	out, _ := json.Marshal(top)
+	return out
+}
+
+// recentAutoTools is the seed's bounded FIFO of 512 turn keys already
+// processed, in front of the store's effect ledger: a repeat within the
+// process is skipped without a store round trip.
+type recentAutoTools struct {
+	mu    sync.Mutex
+	seen  map[string]bool
+	order []string
+}
+
+const autoToolCacheLimit = 512
+
+func (c *recentAutoTools) has(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seen[key]
+}
+
+func (c *recentAutoTools) add(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.seen == nil {
+		c.seen = map[string]bool{}
+	}
+	if c.seen[key] {
+		return
+	}
+	c.seen[key] = true
+	c.order = append(c.order, key)
+	for len(c.order) > autoToolCacheLimit {
+		delete(c.seen, c.order[0])
+		c.order = c.order[1:]
+	}
+}
+
+// fireAutoTool invokes the UI tool of an auto_tool_mode agent for the turn's
+// structured output, exactly once per {chat_id}:{turn_idempotency_key}: the
+// claim is in the store's effect ledger, so it holds across restarts and
+// instances. The call is recorded with interaction_type auto_tool; a UI tool
+// pauses the chat for the person.
+func (r *run) fireAutoTool(ctx context.Context) error {
+	st, t := r.st, r.st.turn
+	agent := r.wf.Agent(t.agent)
+	wt := agent.AutoTool()
+	key := st.chat.ID + ":" + t.key
+	if r.e.autoTools.has(key) {
+		// Already fired by this process, but its call is not in the state:
+		// the record failed after the claim. Fire again below; the UI
+		// request is derived from the key, so the person sees one request.
+		r.log.Debug("engine: auto-tool re-fired after a failed record", "key", key)
+	}
+	eff, err := r.e.store.ClaimEffect(ctx, r.scope, st.chat.ID, "auto_tool/"+key)
+	if err != nil {
+		return err
+	}
+	if eff.State == baton.EffectDone {
+		// The ledger says it fired, yet no call is recorded: this cannot
+		// happen (the result is recorded after the call), so say so loudly.
+		r.log.Error("engine: auto-tool recorded as done without its call; firing again", "key", key)
+	}
+	comp := ""
+	if wt.UI != nil {
+		comp = wt.UI.Component
+	}
+	args := autoToolArgs(t.structured, comp, t.model)
+	payload, _ := json.Marshal(map[string]any{
+		"tool_args": t.structured, "agent_name": agent.Name, "interaction_type": interactionAutoTool, "workflow_name": r.wf.Name,
+	})
+	p := toolCallPayload{Kind: "tool_call", Agent: agent.Name, ToolName: wt.Name, ToolCallID: t.key, Corr: t.key, Arguments: args,
+		TurnKey: t.key, AwaitingResponse: false, InteractionType: interactionAutoTool, Payload: payload}
+	tl, err := r.reg.Tool(ctx, agent.Name, wt.Name)
+	if err != nil {
+		return err
+	}
+	cc := r.callContext(agent.Name, t.key, t.key)
+	res, err := tl.Call(ctx, cc, args)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		res = baton.ToolResult{Status: baton.ToolStatusError, Content: fmt.Sprintf("Tool %s failed: %s", wt.Name, baton.ErrorMessage(err))}
+	}
+	var events []baton.Event
+	u := &baton.ChatUpdate{}
+	var ui tool.UIRequest
+	if res.Status == baton.ToolStatusPending && json.Unmarshal(res.UI, &ui) == nil {
+		p.UIEventID, p.ComponentType, p.Mode, p.PendingKind = ui.UIEventID, ui.Component, ui.Mode, baton.PendingUITool
+		events = append(events, chatEvent(baton.TypeChatToolCall, st.chat.ID, agent.Name, p))
+		waiting := baton.ChatWaitingUITool
+		u.Status = &waiting
+		u.AddPending = []baton.PendingRequest{{UIEventID: ui.UIEventID, Kind: baton.PendingUITool, ToolCallID: t.key, ToolName: wt.Name, Agent: agent.Name}}
+	} else {
+		// Not a UI tool, or its arguments were invalid: the result is final,
+		// and an error is shown to the person.
+		events = append(events, chatEvent(baton.TypeChatToolCall, st.chat.ID, agent.Name, p),
+			r.autoResponse(agent.Name, wt.Name, t.key, res, nil, ""))
+	}
+	if err := r.record(ctx, events, u); err != nil {
+		return err
+	}
+	r.e.autoTools.add(key)
+	if err := r.e.store.RecordEffect(ctx, r.scope, st.chat.ID, "auto_tool/"+key, json.RawMessage(`{"fired":true}`)); err != nil {
+		r.log.Warn("engine: record auto-tool effect", "key", key, "err", err)
+	}
+	return nil
+}
+
+// autoResponse is the chat.tool_response of an auto-tool, with the seed's
+// success rule: the handler said ok and the result does not carry a status
+// of error or failed.
+func (r *run) autoResponse(agent, name, key string, res baton.ToolResult, payload json.RawMessage, uiEventID string) baton.Event {
+	success := res.OK()
+	var inner struct {
+		Status string `json:"status"`
+	}
+	if json.Unmarshal(payload, &inner) == nil && (inner.Status == "error" || inner.Status == "failed") {
+		success = false
+	}
+	status := "ok"
+	content := fmt.Sprintf("Tool %s completed successfully.", name)
+	if !success {
+		status = "error"
+		content = fmt.Sprintf("Tool %s reported status error.", name)
+		if res.Status == baton.ToolStatusError && payload == nil {
+			content += " " + res.Content
+		}
+	}
+	if payload == nil {
+		payload, _ = json.Marshal(map[string]string{"status": status, "message": res.Content})
+	}
+	return chatEvent(baton.TypeChatToolResponse, r.st.chat.ID, agent, toolResponsePayload{
+		Kind: "tool_response", Agent: agent, ToolName: name, ToolCallID: key, CallID: key, Corr: key,
+		Status: status, Success: success, Content: content, Payload: payload, InteractionType: interactionAutoTool, UIEventID: uiEventID,
+	})
+}
+
+func shortHash(parts ...string) string {
+	return fmt.Sprintf("%07x", fnv32(strings.Join(parts, "\x00"))&0xfffffff)
+}

@@ -1,0 +1,858 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/llm"
+	"github.com/batonhq/baton/tool"
+	"github.com/batonhq/baton/workflow"
+)
+
+// Input payloads.
+type (
+	userQuery struct {
+		Content string `json:"content"`
+		Source  string `json:"source"`
+	}
+	uiResponse struct {
+		UIEventID string          `json:"ui_event_id"`
+		Status    string          `json:"status"`
+		Data      json.RawMessage `json:"data"`
+	}
+	startPayload struct {
+		Message string `json:"message"`
+	}
+)
+
+// DefaultMaxAutoReply is how many times an agent's model is called again
+// after tool results within one turn when the agent sets no
+// max_consecutive_auto_reply.
+const DefaultMaxAutoReply = 10
+
+// run is one handler invocation's hold on a chat: the state, and what it
+// needs to advance it. It lives only while the handler runs.
+type run struct {
+	e     *Engine
+	scope baton.Scope
+	st    *state
+	wf    *workflow.Workflow
+	prov  baton.Provider
+	reg   *tool.Registry
+	log   *slog.Logger
+
+	startMessage string // run.start's message, if any
+	retry        bool   // go on after a recorded error (run.resume, or the person wrote)
+}
+
+// handle is the engine's bus handler: one input for one chat.
+func (e *Engine) handle(ctx context.Context, ev baton.Event) error {
+	chatID := ev.ChatID()
+	if chatID == "" {
+		return baton.Errorf(baton.EINVALID, "%s: no chat (metadata.trigger_session_id)", ev.Type)
+	}
+	e.active.Add(1)
+	defer e.active.Add(-1)
+	r, err := e.load(ctx, ScopeOf(ev), chatID)
+	if err != nil {
+		return fmt.Errorf("%s for chat %s: %w", ev.Type, chatID, err)
+	}
+	switch ev.Type {
+	case TypeRunStart:
+		var p startPayload
+		_ = json.Unmarshal(ev.Payload, &p)
+		r.startMessage = p.Message
+	case TypeRunResume:
+		r.retry = true
+	case baton.TypeUserQuery:
+		if err := r.userInput(ctx, ev); err != nil {
+			return r.ignored(ev, err)
+		}
+		r.retry = true
+	case baton.TypeUIToolResponse:
+		if err := r.uiResponse(ctx, ev); err != nil {
+			return r.ignored(ev, err)
+		}
+	}
+	return r.drive(ctx)
+}
+
+// errIgnored marks an input that does not fit the chat's state: logged, not
+// a handler failure.
+var errIgnored = errors.New("input ignored")
+
+func (r *run) ignored(ev baton.Event, err error) error {
+	if errors.Is(err, errIgnored) {
+		r.log.Warn("engine: input ignored", "event_id", ev.ID, "event_type", ev.Type, "reason", err.Error())
+		return nil
+	}
+	return err
+}
+
+// load rebuilds a chat's state from the store.
+func (e *Engine) load(ctx context.Context, scope baton.Scope, chatID string) (*run, error) {
+	chat, err := e.store.GetChat(ctx, scope, chatID)
+	if err != nil {
+		return nil, err
+	}
+	wf := e.workflows[chat.Workflow]
+	if wf == nil {
+		return nil, baton.Errorf(baton.ENOTFOUND, "workflow %q of chat %s: not loaded", chat.Workflow, chatID)
+	}
+	var events []baton.Event
+	for after := int64(0); ; {
+		page, err := e.store.Events(ctx, scope, chatID, after, 1000)
+		if err != nil {
+			return nil, err
+		}
+		events = append(events, page...)
+		if len(page) < 1000 {
+			break
+		}
+		after = page[len(page)-1].Sequence
+	}
+	prov, err := e.provider(wf)
+	if err != nil {
+		return nil, err
+	}
+	reg, err := e.registry(wf)
+	if err != nil {
+		return nil, err
+	}
+	return &run{
+		e: e, scope: scope, st: rebuild(chat, wf, events), wf: wf, prov: prov, reg: reg,
+		log: e.log.With("chat_id", chatID, "app", scope.App, "workflow", wf.Name),
+	}, nil
+}
+
+// record appends events through the recorder, then folds them into the
+// state. When it returns nil the events are durable and published.
+func (r *run) record(ctx context.Context, events []baton.Event, u *baton.ChatUpdate) error {
+	if u == nil {
+		u = &baton.ChatUpdate{}
+	}
+	if u.Status == nil && r.st.chat.Status != baton.ChatRunning {
+		running := baton.ChatRunning
+		u.Status = &running
+	}
+	recorded, err := r.e.rec.Record(ctx, r.scope, r.st.chat.ID, events, u)
+	if err != nil {
+		return fmt.Errorf("record %d events: %w", len(events), err)
+	}
+	for i := range recorded {
+		r.st.apply(&recorded[i])
+	}
+	if u.Status != nil {
+		r.st.chat.Status = *u.Status
+	}
+	if u.TurnAgent != nil {
+		r.st.chat.TurnAgent = *u.TurnAgent
+	}
+	for k, v := range u.Context {
+		r.st.vars[k] = v
+	}
+	return nil
+}
+
+// drive advances the chat until it pauses or ends. Each step records
+// events; what the next step is depends only on the state.
+func (r *run) drive(ctx context.Context) error {
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		st := r.st
+		t := st.turn
+		var err error
+		switch {
+		case st.done:
+			return nil
+		case st.failed && !r.retry:
+			return nil // paused after an error until a retry
+		case len(st.waitingUI()) > 0:
+			return nil // waiting for the person: a UI tool, a form, a secret
+		case st.terminating:
+			if lt := r.nextLifecycle(workflow.AfterChat, "", "chat"); lt != nil {
+				err = r.runLifecycle(ctx, lt, workflow.AfterChat, "", "chat")
+			} else {
+				err = r.complete(ctx, "success", "TerminateTarget reached")
+			}
+		case t != nil && t.calls == 0 && r.nextLifecycle(workflow.BeforeAgent, t.agent, t.key) != nil:
+			err = r.runLifecycle(ctx, r.nextLifecycle(workflow.BeforeAgent, t.agent, t.key), workflow.BeforeAgent, t.agent, t.key)
+		case t != nil && len(t.open) > 0:
+			err = r.runTool(ctx, t.open[0])
+		case t != nil && !t.finished && t.transfer == "" && t.calls <= r.maxAutoReply(t.agent)+t.retries:
+			r.retry = false
+			err = r.callModel(ctx)
+		case t != nil && t.structured != nil && !t.autoFired && r.isAutoToolAgent(t.agent):
+			err = r.fireAutoTool(ctx)
+		case t != nil && r.nextLifecycle(workflow.AfterAgent, t.agent, t.key) != nil:
+			err = r.runLifecycle(ctx, r.nextLifecycle(workflow.AfterAgent, t.agent, t.key), workflow.AfterAgent, t.agent, t.key)
+		case t != nil:
+			err = r.handoff(ctx)
+		case st.next == workflow.UserAgent:
+			return nil // waiting for the person
+		case st.next == "":
+			if st.texts > 0 || st.turns > 0 {
+				return nil // nothing left to do
+			}
+			if lt := r.nextLifecycle(workflow.BeforeChat, "", "chat"); lt != nil {
+				err = r.runLifecycle(ctx, lt, workflow.BeforeChat, "", "chat")
+				break
+			}
+			err = r.start(ctx)
+			if st.next == "" && !st.done && !st.terminating {
+				return err // UserDriven: waits for the first message
+			}
+		case st.turns >= r.wf.MaxTurns():
+			err = r.complete(ctx, "max_turns", fmt.Sprintf("max_turns (%d) reached", r.wf.MaxTurns()))
+		default:
+			err = r.startTurn(ctx, st.next)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func (r *run) isAutoToolAgent(name string) bool {
+	a := r.wf.Agent(name)
+	return a != nil && a.AutoToolMode && a.AutoTool() != nil
+}
+
+func (r *run) maxAutoReply(agent string) int {
+	if a := r.wf.Agent(agent); a != nil && a.MaxConsecutiveAutoReply > 0 {
+		return a.MaxConsecutiveAutoReply
+	}
+	return DefaultMaxAutoReply
+}
+
+// start records how a fresh chat begins (orchestration.startup_mode).
+func (r *run) start(ctx context.Context) error {
+	o := r.wf.Config.Orchestration
+	if o.StartupMode == workflow.UserDriven && r.startMessage == "" {
+		ev := chatEvent(baton.TypeChatInputRequest, r.st.chat.ID, "", inputRequestPayload{
+			Kind: "input_request", Prompt: o.InitialMessage, RequestID: "input_" + r.st.chat.ID + "_0",
+		})
+		waiting := baton.ChatWaitingInput
+		return r.record(ctx, []baton.Event{ev}, &baton.ChatUpdate{Status: &waiting})
+	}
+	msg, source, hidden := r.startMessage, "api", false
+	if msg == "" {
+		// The workflow's own initial_message starts the conversation for the
+		// model; the person did not type it, so it is not shown as theirs.
+		msg, source, hidden = o.InitialMessage, "initial_message", true
+	}
+	var events []baton.Event
+	user := workflow.UserAgent
+	if msg != "" {
+		events = append(events, chatEvent(baton.TypeChatText, r.st.chat.ID, user, textPayload{
+			Kind: "text", Agent: user, Content: msg, Index: r.st.texts, Source: source, UIHidden: hidden,
+		}))
+	}
+	events = append(events, chatEvent(baton.TypeChatHandoff, r.st.chat.ID, user, handoffPayload{
+		Kind: "handoff", From: user, To: o.InitialAgent, HandoffType: "start", TransitionTarget: workflow.AgentTarget,
+	}))
+	return r.record(ctx, events, &baton.ChatUpdate{TurnAgent: &user})
+}
+
+// userInput records the person's message (the echo every client shows) and
+// who answers it.
+func (r *run) userInput(ctx context.Context, ev baton.Event) error {
+	var q userQuery
+	if err := json.Unmarshal(ev.Payload, &q); err != nil {
+		return fmt.Errorf("%w: payload: %v", errIgnored, err)
+	}
+	content := strings.TrimSpace(q.Content)
+	st := r.st
+	switch {
+	case content == "":
+		return fmt.Errorf("%w: empty message", errIgnored)
+	case st.done:
+		return fmt.Errorf("%w: the chat has ended", errIgnored)
+	case st.turn != nil && !st.failed:
+		return fmt.Errorf("%w: the chat waits for a UI tool response, not a message", errIgnored)
+	}
+	if st.texts == 0 && st.turns == 0 && st.next == "" {
+		// A message before the chat started (a UserDriven chat's first input
+		// arriving with run.start): it is the start message.
+		r.startMessage = content
+		return r.start(ctx)
+	}
+	user := workflow.UserAgent
+	events := r.synthetic(user, content)
+	events = append(events, chatEvent(baton.TypeChatText, st.chat.ID, user, textPayload{
+		Kind: "text", Agent: user, Content: content, Index: st.texts, Source: q.Source,
+	}))
+	u := &baton.ChatUpdate{TurnAgent: &user}
+	if st.turn == nil {
+		events = append(events, chatEvent(baton.TypeChatHandoff, st.chat.ID, user, r.afterUser()))
+	}
+	return r.record(ctx, events, u)
+}
+
+// afterUser decides who answers the person: the first matching rule whose
+// source is "user", else the agent that handed over to them, else the
+// initial agent.
+func (r *run) afterUser() handoffPayload {
+	vars := r.st.varsForEval()
+	for _, rule := range r.wf.HandoffRules(workflow.UserAgent) {
+		ok := rule.HandoffType == workflow.HandoffAfterWork
+		if rule.HandoffType == workflow.HandoffCondition {
+			var err error
+			if ok, err = rule.Applies(vars); err != nil {
+				r.log.Warn("engine: handoff condition failed", "condition", rule.Condition, "err", err)
+			}
+		}
+		if !ok {
+			continue
+		}
+		if rule.TransitionTarget == workflow.AgentTarget || rule.TransitionTarget == workflow.TerminateTarget {
+			return handoffPayload{Kind: "handoff", From: workflow.UserAgent, To: rule.TargetAgent, HandoffType: rule.HandoffType,
+				TransitionTarget: rule.TransitionTarget, Condition: rule.Condition}
+		}
+	}
+	to := r.st.revertedFrom
+	if to == "" {
+		to = r.wf.Config.Orchestration.InitialAgent
+	}
+	return handoffPayload{Kind: "handoff", From: workflow.UserAgent, To: to, HandoffType: "user_input", TransitionTarget: workflow.AgentTarget}
+}
+
+// uiResponse records the person's answer to a pending UI tool call: a
+// tool the model called, an auto-tool, or a lifecycle tool (whose secrets
+// are sealed, never recorded). After a lifecycle pause the chat resumes with
+// the internal resume signal (spec/synthetic-events.md).
+func (r *run) uiResponse(ctx context.Context, ev baton.Event) error {
+	var p uiResponse
+	if err := json.Unmarshal(ev.Payload, &p); err != nil {
+		return fmt.Errorf("%w: payload: %v", errIgnored, err)
+	}
+	st := r.st
+	waiting := st.waitingUI()
+	var call *openCall
+	for i := range waiting {
+		if waiting[i].uiEventID == p.UIEventID {
+			call = &waiting[i]
+		}
+	}
+	if call == nil {
+		return fmt.Errorf("%w: ui_event_id %q is not pending in this chat", errIgnored, p.UIEventID)
+	}
+	if p.Status == "" {
+		p.Status = "success"
+	}
+	corr := call.id
+	if st.turn != nil {
+		corr = st.turn.key
+	}
+	u := &baton.ChatUpdate{ResolvePending: []string{p.UIEventID}}
+	data := p.Data
+	var secretNames []string
+	if call.pendingKind == baton.PendingSecret && len(p.Data) > 0 && p.Status == "success" {
+		if r.e.sealer == nil {
+			return fmt.Errorf("%w: no secret key configured to keep secrets", errIgnored)
+		}
+		sealed, redacted, names, err := r.e.sealer.sealAll(st.chat.ID, st.vars[secretsVar], p.Data)
+		if err != nil {
+			return fmt.Errorf("%w: %v", errIgnored, err)
+		}
+		u.Context = map[string]json.RawMessage{secretsVar: sealed} // the snapshot only: no event carries it
+		data, secretNames = redacted, names
+	}
+	res := tool.UIResult{Status: p.Status, UIEventID: p.UIEventID, Data: data}
+	result := res.ToolResult()
+	payload, _ := json.Marshal(res)
+	var events []baton.Event
+	switch call.interaction {
+	case interactionAutoTool:
+		events = append(events, r.autoResponse(call.agent, call.name, call.id, result, payload, p.UIEventID))
+	default:
+		content := result.Content
+		if secretNames != nil {
+			content = "Secrets received: " + strings.Join(secretNames, ", ") + "."
+		}
+		events = append(events, chatEvent(baton.TypeChatToolResponse, st.chat.ID, call.agent, toolResponsePayload{
+			Kind: "tool_response", Agent: call.agent, ToolName: call.name, ToolCallID: call.id, CallID: call.id, Corr: corr,
+			Status: result.Status, Success: result.OK(), Content: content, Payload: payload, UIEventID: p.UIEventID,
+			InteractionType: call.interaction,
+		}))
+	}
+	if patch, ctxEv := r.toolDerived(call.agent, call.name, result.OK(), nil); ctxEv != nil {
+		events = append(events, *ctxEv)
+		if u.Context == nil {
+			u.Context = map[string]json.RawMessage{}
+		}
+		for k, v := range patch {
+			u.Context[k] = v
+		}
+	}
+	if len(waiting) > 1 {
+		still := baton.ChatWaitingUITool
+		u.Status = &still
+	} else if call.interaction == interactionLifecycle {
+		// The pause had no text of the person's: resume with the signal,
+		// shown as the system's (its text is hidden; its bubble is not).
+		events = append(events, chatEvent(baton.TypeChatWorkflowResumed, st.chat.ID, systemAgent, resumedPayload{
+			Kind: "workflow_resumed", Reason: "lifecycle_tool", Agent: call.agent,
+		}))
+		events = append(events, r.synthetic(systemAgent, ResumeSignal)...)
+		events = append(events, chatEvent(baton.TypeChatText, st.chat.ID, systemAgent, textPayload{
+			Kind: "text", Agent: systemAgent, Content: ResumeSignal, Index: st.texts, UIHidden: true,
+		}))
+		sys := systemAgent
+		u.TurnAgent = &sys
+	}
+	return r.record(ctx, events, u)
+}
+
+// startTurn records the native select_speaker that begins agent's turn.
+func (r *run) startTurn(ctx context.Context, agent string) error {
+	idx := r.st.turns
+	ev := chatEvent(baton.TypeChatSelectSpeaker, r.st.chat.ID, agent, selectSpeakerPayload{
+		Kind: "select_speaker", Agent: agent, Source: "native", TurnKey: turnKey(r.st.chat.ID, agent, idx), TurnIndex: idx,
+	})
+	r.e.turns.Add(1)
+	return r.record(ctx, []baton.Event{ev}, nil)
+}
+
+// synthetic returns the synthetic select_speaker that must precede a text
+// from sender when the speaker changed and no select_speaker for it was
+// recorded since the last text (spec/synthetic-events.md). The resume
+// signal shows as agent "system".
+func (r *run) synthetic(sender, content string) []baton.Event {
+	if sender == r.st.turnAgent || sender == r.st.selected {
+		return nil
+	}
+	display := sender
+	if strings.Contains(content, ResumeSignal) {
+		display = "system"
+	}
+	r.log.Debug("[SYNTHETIC_SPEAKER] Emitted synthetic select_speaker", "agent", display)
+	return []baton.Event{chatEvent(baton.TypeChatSelectSpeaker, r.st.chat.ID, display, selectSpeakerPayload{
+		Kind: "select_speaker", Agent: display, Source: "synthetic", Synthetic: true, TurnIndex: r.st.turns,
+	})}
+}
+
+// ResumeSignal is the internal message that resumes a chat after a pause
+// without the person's text (spec/synthetic-events.md).
+const ResumeSignal = "[SYSTEM_RESUME_SIGNAL]"
+
+// callModel streams one model call of the current turn and records its
+// result: the text (or the fallback for a tool-only reply), the tool calls,
+// the usage, and any derived variables the text sets.
+func (r *run) callModel(ctx context.Context) error {
+	st, t := r.st, r.st.turn
+	agent := r.wf.Agent(t.agent)
+	if agent == nil {
+		return r.fail(ctx, t.agent, baton.Errorf(baton.ENOTFOUND, "agent %q: not in workflow %s", t.agent, r.wf.Name))
+	}
+	cfg := r.wf.LLMFor(agent.Name)
+	msgID := fmt.Sprintf("%s_m%d", t.key, t.calls)
+	vars := st.varsForEval()
+	msgs := make([]baton.Message, 0, len(st.messages)+1)
+	msgs = append(msgs, baton.Message{Role: baton.RoleSystem, Name: agent.Name, Content: agent.RenderSystemMessage(vars)})
+	msgs = append(msgs, st.messages...)
+	tools, err := r.toolDefs(ctx, agent.Name)
+	if err != nil {
+		return r.fail(ctx, agent.Name, err)
+	}
+	seed := st.chat.CacheSeed
+	req := &baton.Request{
+		ChatID: st.chat.ID, Agent: agent.Name, MessageID: msgID, Messages: msgs, Tools: tools,
+		Params: baton.ModelParams{Model: cfg.Model, Temperature: cfg.Temperature, MaxTokens: cfg.MaxTokens, Seed: &seed, Timeout: cfg.Timeout()},
+	}
+	if m := agent.Model(); m != nil && agent.StructuredOutputsRequired {
+		req.ResponseFormat = &baton.ResponseFormat{Name: m.Name, Schema: m.Schema()}
+	}
+
+	var acc llm.Accumulator
+	_ = r.e.cast.Broadcast(llm.StreamStartEvent(st.chat.ID, agent.Name, msgID))
+	var streamErr error
+	for d, err := range r.prov.Stream(ctx, req) {
+		if err != nil {
+			streamErr = err
+			break
+		}
+		acc.Add(d)
+		if ev, ok := llm.StreamEvent(st.chat.ID, agent.Name, msgID, d); ok {
+			_ = r.e.cast.Broadcast(ev) // observers are never waited for
+		}
+	}
+	if streamErr != nil {
+		if ctx.Err() != nil {
+			return ctx.Err() // shutting down: nothing recorded, the turn resumes later
+		}
+		_ = r.e.cast.Broadcast(llm.StreamErrorEvent(st.chat.ID, agent.Name, msgID, streamErr))
+		return r.fail(ctx, agent.Name, streamErr)
+	}
+
+	usage := acc.Usage()
+	cost := llm.Cost(cfg.Model, usage, pricing(r.wf))
+	text := acc.Text()
+	calls := acc.ToolCalls()
+	var events []baton.Event
+	u := &baton.ChatUpdate{TurnAgent: &agent.Name}
+	hidden := agent.AutoToolMode // its raw JSON is shown by the component, not as text
+	var ctxEv *baton.Event
+	if len(calls) == 0 {
+		// Only a final text sets derived variables; a text that goes with
+		// tool calls is the agent thinking aloud.
+		var h bool
+		h, u.Context, ctxEv = r.textDerived(agent.Name, text)
+		hidden = hidden || h
+	}
+	events = append(events, r.synthetic(agent.Name, text)...)
+	events = append(events, r.textEvent(agent.Name, msgID, t.key, acc.FinalText(), text == "" && len(calls) > 0, len(calls) > 0, hidden, usage, cost))
+	if ctxEv != nil {
+		events = append(events, *ctxEv)
+	}
+	if len(calls) == 0 && agent.StructuredOutputsRequired && agent.Model() != nil {
+		more, failed, patch := r.structuredResult(agent, text)
+		events = append(events, more...)
+		for k, v := range patch {
+			if u.Context == nil {
+				u.Context = map[string]json.RawMessage{}
+			}
+			u.Context[k] = v
+		}
+		if failed {
+			st := baton.ChatFailed
+			u.Status = &st
+		}
+	}
+	for i, c := range calls {
+		ev, pending, err := r.toolCallEvent(ctx, agent.Name, msgID, t.key, i, c)
+		if err != nil {
+			return err
+		}
+		events = append(events, ev)
+		if pending != nil {
+			u.AddPending = append(u.AddPending, *pending)
+		}
+	}
+	if len(u.AddPending) > 0 {
+		waiting := baton.ChatWaitingUITool
+		u.Status = &waiting
+	}
+	events = append(events, chatEvent(baton.TypeChatUsageSummary, st.chat.ID, agent.Name, usagePayload{
+		Kind: "usage_summary", Agent: agent.Name, Model: cfg.Model, AgentMessageID: msgID,
+		PromptTokens: usage.PromptTokens, CompletionTokens: usage.CompletionTokens, CachedTokens: usage.CachedTokens,
+		ReasoningTokens: usage.ReasoningTokens, TotalTokens: usage.PromptTokens + usage.CompletionTokens, Cost: cost,
+	}))
+	if err := r.record(ctx, events, u); err != nil {
+		return err
+	}
+	if err := r.e.store.RecordUsage(ctx, r.scope, baton.UsageRecord{
+		ChatID: st.chat.ID, Workflow: r.wf.Name, Agent: agent.Name, Model: cfg.Model, Usage: usage, Cost: cost,
+	}); err != nil {
+		r.log.Warn("engine: record usage", "err", err) // metrics never fail a run
+	}
+	return nil
+}
+
+func (r *run) textEvent(agent, msgID, key, content string, toolOnly, hasCalls, hidden bool, usage baton.Usage, cost float64) baton.Event {
+	return chatEvent(baton.TypeChatText, r.st.chat.ID, agent, textPayload{
+		Kind: "text", Agent: agent, Content: content, Index: r.st.texts, AgentMessageID: msgID,
+		Tokens: usage.PromptTokens + usage.CompletionTokens, Cost: cost, UIHidden: hidden,
+		HasToolCalls: hasCalls, ToolOnly: toolOnly, TurnKey: key,
+	})
+}
+
+// toolCallEvent builds the chat.tool_call for one of the model's tool
+// calls. A UI tool's call is made at once (it only describes the component)
+// so that the event carries what the person is shown, and the chat pauses
+// for the response.
+func (r *run) toolCallEvent(ctx context.Context, agent, msgID, key string, i int, c baton.ToolCall) (baton.Event, *baton.PendingRequest, error) {
+	id := c.ID
+	if id == "" {
+		id = fmt.Sprintf("%s_call%d", msgID, i)
+	}
+	args := json.RawMessage(c.Arguments)
+	if !json.Valid(args) {
+		args, _ = json.Marshal(c.Arguments) // keep the model's text; the tool call gets a validation error
+	}
+	p := toolCallPayload{Kind: "tool_call", Agent: agent, ToolName: c.Name, ToolCallID: id, Corr: key, Arguments: args, AgentMessageID: msgID, TurnKey: key}
+	var pending *baton.PendingRequest
+	if r.transferRule(agent, c.Name) != nil {
+		p.Transfer = true
+	} else if wt := r.wf.Tool(c.Name); wt != nil && wt.ToolType == workflow.UITool && wt.Agent == agent {
+		tl, err := r.reg.Tool(ctx, agent, c.Name)
+		if err != nil {
+			return baton.Event{}, nil, err
+		}
+		res, err := tl.Call(ctx, r.callContext(agent, key, id), args)
+		if err != nil {
+			return baton.Event{}, nil, err
+		}
+		var ui tool.UIRequest
+		if res.Status == baton.ToolStatusPending && json.Unmarshal(res.UI, &ui) == nil {
+			p.AwaitingResponse = true
+			p.UIEventID, p.ComponentType, p.Mode, p.Payload = ui.UIEventID, ui.Component, ui.Mode, ui.Payload
+			pending = &baton.PendingRequest{UIEventID: ui.UIEventID, Kind: baton.PendingUITool, ToolCallID: id, ToolName: c.Name, Agent: agent}
+		}
+		// Otherwise the arguments were invalid: the call stays open and the
+		// tool step records the error for the model.
+	}
+	return chatEvent(baton.TypeChatToolCall, r.st.chat.ID, agent, p), pending, nil
+}
+
+// runTool runs one open tool call and records its response.
+func (r *run) runTool(ctx context.Context, oc openCall) error {
+	t := r.st.turn
+	var res baton.ToolResult
+	var updates map[string]json.RawMessage
+	switch rule := r.transferRule(oc.agent, oc.name); {
+	case oc.transfer && rule != nil:
+		res = baton.ToolResult{Status: baton.ToolStatusOK, Content: "Transferring to " + transferTarget(rule) + "."}
+	default:
+		tl, err := r.reg.Tool(ctx, oc.agent, oc.name)
+		if err != nil {
+			if baton.ErrorCode(err) != baton.ENOTFOUND {
+				return err
+			}
+			res = baton.ToolResult{Status: baton.ToolStatusError, Content: fmt.Sprintf("There is no tool %q. Use one of the tools offered.", oc.name)}
+			break
+		}
+		cc := r.callContext(oc.agent, t.key, oc.id)
+		res, err = tl.Call(ctx, cc, oc.args)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			res = baton.ToolResult{Status: baton.ToolStatusError, Content: fmt.Sprintf("Tool %s failed: %s", oc.name, baton.ErrorMessage(err))}
+			r.log.Warn("engine: tool call failed", "tool", oc.name, "err", err)
+		}
+		if res.Status == baton.ToolStatusPending {
+			res = baton.ToolResult{Status: baton.ToolStatusError, Content: fmt.Sprintf("Tool %s could not be shown.", oc.name)}
+		}
+		updates = cc.Vars.Updates()
+		for k, v := range res.Updates {
+			if updates == nil {
+				updates = map[string]json.RawMessage{}
+			}
+			updates[k] = v
+		}
+	}
+	events := []baton.Event{chatEvent(baton.TypeChatToolResponse, r.st.chat.ID, oc.agent, toolResponsePayload{
+		Kind: "tool_response", Agent: oc.agent, ToolName: oc.name, ToolCallID: oc.id, CallID: oc.id, Corr: t.key,
+		Status: res.Status, Success: res.OK(), Content: res.Content, Payload: res.UI,
+	})}
+	patch, ctxEv := r.toolDerived(oc.agent, oc.name, res.OK(), updates)
+	if ctxEv != nil {
+		events = append(events, *ctxEv)
+	}
+	return r.record(ctx, events, &baton.ChatUpdate{Context: patch})
+}
+
+func (r *run) callContext(agent, key, callID string) *baton.CallContext {
+	st := r.st
+	return &baton.CallContext{
+		ChatID: st.chat.ID, App: r.scope.App, User: r.scope.User, Workflow: r.wf.Name, Agent: agent,
+		TurnKey: key, ToolCallID: callID, EffectKey: baton.EffectKey(st.chat.ID, key, callID),
+		Vars:    baton.NewContextVars(st.vars),
+		Secrets: r.e.sealer.openAll(st.chat.ID, st.vars[secretsVar]),
+	}
+}
+
+// toolDefs returns the tools offered to agent's model: its tools and the
+// transfer tools of its llm handoffs.
+func (r *run) toolDefs(ctx context.Context, agent string) ([]baton.ToolDef, error) {
+	tools, err := r.reg.Tools(ctx, agent)
+	if err != nil {
+		return nil, err
+	}
+	defs := make([]baton.ToolDef, 0, len(tools))
+	for _, tl := range tools {
+		defs = append(defs, baton.ToolDef{Name: tl.Name(), Description: tl.Description(), Parameters: tl.Parameters()})
+	}
+	for _, rule := range r.wf.HandoffRules(agent) {
+		if rule.HandoffType != workflow.HandoffLLM {
+			continue
+		}
+		desc := rule.Description
+		if desc == "" {
+			desc = "Hand the conversation to " + transferTarget(rule) + "."
+		}
+		defs = append(defs, baton.ToolDef{Name: rule.TransferToolName(), Description: desc, Parameters: json.RawMessage(`{"type":"object","properties":{},"additionalProperties":false}`)})
+	}
+	return defs, nil
+}
+
+func (r *run) transferRule(agent, name string) *workflow.HandoffRule {
+	for _, rule := range r.wf.HandoffRules(agent) {
+		if rule.HandoffType == workflow.HandoffLLM && rule.TransferToolName() == name {
+			return rule
+		}
+	}
+	return nil
+}
+
+func transferTarget(rule *workflow.HandoffRule) string {
+	switch rule.TransitionTarget {
+	case workflow.TerminateTarget:
+		return "the end of the chat"
+	case workflow.RevertToUserTarget:
+		return "the person"
+	}
+	return rule.TargetAgent
+}
+
+// textDerived evaluates the derived variables an agent's final text sets.
+// A match of a ui_hidden variable hides the text from people (the model
+// still sees it).
+func (r *run) textDerived(agent, text string) (hidden bool, patch map[string]json.RawMessage, ev *baton.Event) {
+	var trigger string
+	for _, d := range r.wf.DerivedFor(agent) {
+		var hit bool
+		switch d.TriggerType {
+		case workflow.AgentTextEquals:
+			hit = strings.TrimSpace(text) == d.TriggerValue
+		case workflow.AgentTextContains:
+			hit = d.TriggerValue != "" && strings.Contains(text, d.TriggerValue)
+		}
+		if !hit {
+			continue
+		}
+		hidden = hidden || d.UIHidden
+		if string(r.st.vars[d.Name]) != "true" {
+			if patch == nil {
+				patch = map[string]json.RawMessage{}
+			}
+			patch[d.Name] = json.RawMessage("true")
+			trigger = d.TriggerType
+		}
+	}
+	if patch != nil {
+		e := chatEvent(baton.TypeChatContextUpdated, r.st.chat.ID, agent, contextPayload{Kind: "context_updated", Agent: agent, Variables: patch, Trigger: trigger})
+		ev = &e
+	}
+	return hidden, patch, ev
+}
+
+// toolDerived merges a tool's own variable updates with the tool_called
+// derived variables it sets.
+func (r *run) toolDerived(agent, name string, ok bool, updates map[string]json.RawMessage) (map[string]json.RawMessage, *baton.Event) {
+	patch := map[string]json.RawMessage{}
+	for k, v := range updates {
+		if string(r.st.vars[k]) != string(v) {
+			patch[k] = v
+		}
+	}
+	trigger := "tool"
+	if ok {
+		for _, d := range r.wf.DerivedFor(agent) {
+			if d.TriggerType == workflow.ToolCalled && d.TriggerValue == name && string(r.st.vars[d.Name]) != "true" {
+				patch[d.Name] = json.RawMessage("true")
+				trigger = workflow.ToolCalled
+			}
+		}
+	}
+	if len(patch) == 0 {
+		return nil, nil
+	}
+	ev := chatEvent(baton.TypeChatContextUpdated, r.st.chat.ID, agent, contextPayload{Kind: "context_updated", Agent: agent, Variables: patch, Trigger: trigger})
+	return patch, &ev
+}
+
+// handoff ends the current turn: the first of the agent's rules that fires
+// (in file order; an llm rule fires when the model called its transfer
+// tool) picks the next speaker, the person, or the end. With no rule the
+// chat reverts to the person.
+func (r *run) handoff(ctx context.Context) error {
+	st, t := r.st, r.st.turn
+	var chosen *workflow.HandoffRule
+	if t.transfer != "" {
+		chosen = r.transferRule(t.agent, t.transfer)
+	}
+	if chosen == nil {
+		vars := st.varsForEval()
+		for _, rule := range r.wf.HandoffRules(t.agent) {
+			switch rule.HandoffType {
+			case workflow.HandoffAfterWork:
+				chosen = rule
+			case workflow.HandoffCondition:
+				ok, err := rule.Applies(vars)
+				if err != nil {
+					r.log.Warn("engine: handoff condition failed", "condition", rule.Condition, "err", err)
+				}
+				if ok {
+					chosen = rule
+				}
+			}
+			if chosen != nil {
+				break
+			}
+		}
+	}
+	h := handoffPayload{Kind: "handoff", From: t.agent, HandoffType: "default", TransitionTarget: workflow.RevertToUserTarget}
+	if chosen != nil {
+		h.To, h.HandoffType, h.TransitionTarget, h.Condition = chosen.TargetAgent, chosen.HandoffType, chosen.TransitionTarget, chosen.Condition
+	}
+	events := []baton.Event{chatEvent(baton.TypeChatHandoff, st.chat.ID, t.agent, h)}
+	u := &baton.ChatUpdate{}
+	switch h.TransitionTarget {
+	case workflow.RevertToUserTarget:
+		events = append(events, chatEvent(baton.TypeChatInputRequest, st.chat.ID, t.agent, inputRequestPayload{
+			Kind: "input_request", Agent: t.agent, RequestID: "input_" + t.key,
+		}))
+		waiting := baton.ChatWaitingInput
+		u.Status = &waiting
+	}
+	// A TerminateTarget handoff is followed by the after_chat lifecycle
+	// tools and then chat.run_complete (see drive).
+	return r.record(ctx, events, u)
+}
+
+func (r *run) completeEvent(status, reason string) baton.Event {
+	return chatEvent(baton.TypeChatRunComplete, r.st.chat.ID, "", runCompletePayload{
+		Kind: "run_complete", Status: status, Reason: reason, TotalTurns: r.st.turns,
+	})
+}
+
+// complete ends the chat without a handoff (max_turns, budgets).
+func (r *run) complete(ctx context.Context, status, reason string) error {
+	done := baton.ChatCompleted
+	return r.record(ctx, []baton.Event{r.completeEvent(status, reason)}, &baton.ChatUpdate{Status: &done})
+}
+
+// fail records a chat.error and pauses the chat as failed but resumable:
+// the turn stays open, and a retry (run.resume, or the person's message)
+// goes on from it.
+func (r *run) fail(ctx context.Context, agent string, cause error) error {
+	p := errorPayload{Kind: "error", Agent: agent, Message: baton.ErrorMessage(cause), Code: baton.ErrorCode(cause), Retryable: true}
+	var pe *baton.ProviderError
+	if errors.As(cause, &pe) {
+		p.Message, p.Code = pe.Error(), string(pe.Kind)
+		p.Retryable = llm.Retryable(pe) || pe.Kind == baton.ProviderTimeout
+	}
+	if r.st.turn != nil {
+		p.TurnKey = r.st.turn.key
+	}
+	r.log.Warn("engine: run failed", "agent", agent, "err", cause)
+	failed := baton.ChatFailed
+	return r.record(ctx, []baton.Event{chatEvent(baton.TypeChatError, r.st.chat.ID, agent, p)}, &baton.ChatUpdate{Status: &failed})
+}
+
+// pricing converts the workflow's pricing overrides.
+func pricing(wf *workflow.Workflow) map[string]llm.Price {
+	if len(wf.Config.Pricing) == 0 {
+		return nil
+	}
+	out := make(map[string]llm.Price, len(wf.Config.Pricing))
+	for m, p := range wf.Config.Pricing {
+		out[m] = llm.Price{Input: p.Input, Output: p.Output, CachedInput: p.CachedInput}
+	}
+	return out
+}
+
+// turnKey is the turn's idempotency key, turn_{chat}_{agent}_{index}_{hash}
+// (spec/auto-tool-execution.md): the same turn always gets the same key.
+func turnKey(chatID, agent string, index int) string {
+	return fmt.Sprintf("turn_%s_%s_%d_%s", chatID, agent, index, shortHash(chatID, agent, fmt.Sprint(index)))
+}

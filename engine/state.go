@@ -1,0 +1,299 @@
+package engine
+
+import (
+	"encoding/json"
+	"maps"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/workflow"
+)
+
+// state is everything the engine knows about a chat, and it is a pure fold
+// over the chat's recorded events (apply) on top of the chat row. A run
+// applies each event it records, and a resume — after a pause, a restart or
+// on another instance — rebuilds the same state by applying the stored
+// events in order. That is why resume needs no in-memory object from before
+// (invariant 4): there is only one way to get a state.
+type state struct {
+	chat baton.Chat
+	wf   *workflow.Workflow
+
+	vars     map[string]json.RawMessage // context variables, as JSON values
+	messages []baton.Message            // the conversation as models see it (hidden messages included)
+	byMsgID  map[string]int             // agent_message_id → index in messages, to attach tool calls
+
+	texts        int    // chat.text events so far: the index of the next message
+	turns        int    // native select_speaker events: turns started
+	turn         *turn  // the turn in progress; nil between turns
+	next         string // between turns: the agent to speak next, "user" to wait, "" before the first turn
+	revertedFrom string // the agent that last handed over to the person
+	turnAgent    string // the sender of the last text (persisted as the chat's turn_agent)
+	selected     string // the agent of the last select_speaker recorded since the last text
+	done         bool   // chat.run_complete recorded
+	failed       bool   // the last run ended with chat.error
+	terminating  bool   // a handoff to TerminateTarget is recorded; after_chat tools and run_complete follow
+
+	lifecycle map[string]bool // lifecycle tool calls recorded, by lifecycle key
+	lcOpen    []openCall      // lifecycle UI calls waiting for the person
+}
+
+// turn is one agent speaking once: select, model call(s), tools, result.
+type turn struct {
+	index    int
+	agent    string
+	key      string
+	calls    int        // model calls recorded in this turn
+	finished bool       // a model call ended without tool calls: the turn's text is final
+	text     string     // the text of the last model call
+	transfer string     // the transfer tool the model called (llm handoff), if any
+	open     []openCall // tool calls recorded and not yet answered, in order
+
+	structured json.RawMessage // the validated structured output of this turn
+	model      string          // its model's name
+	autoFired  bool            // the auto-tool for it is recorded
+	retries    int             // schema feedback given in this turn
+}
+
+// openCall is a chat.tool_call without its chat.tool_response yet.
+type openCall struct {
+	id, name, agent string
+	args            json.RawMessage
+	uiEventID       string // set for a UI tool awaiting the person
+	transfer        bool
+	interaction     string // "", "auto_tool" or "lifecycle"
+	pendingKind     string // for UI calls: baton.PendingUITool or baton.PendingSecret
+}
+
+func newState(chat baton.Chat, wf *workflow.Workflow) *state {
+	return &state{chat: chat, wf: wf, vars: initialVars(wf), byMsgID: map[string]int{}, lifecycle: map[string]bool{}}
+}
+
+// initialVars returns the workflow's variables with their defaults.
+func initialVars(wf *workflow.Workflow) map[string]json.RawMessage {
+	vars := make(map[string]json.RawMessage, len(wf.Variables)+len(wf.DerivedVariables))
+	for _, v := range wf.Variables {
+		raw, err := json.Marshal(v.Default)
+		if err != nil {
+			raw = []byte("null")
+		}
+		vars[v.Name] = raw
+	}
+	for _, d := range wf.DerivedVariables {
+		if _, ok := vars[d.Name]; !ok {
+			vars[d.Name] = json.RawMessage("false")
+		}
+	}
+	return vars
+}
+
+// rebuild returns the state of chat from its stored events, in order. The
+// chat row's context snapshot wins over the fold's variables: they agree,
+// since every change is recorded with its event in one append, but the
+// snapshot is the store's word.
+func rebuild(chat baton.Chat, wf *workflow.Workflow, events []baton.Event) *state {
+	st := newState(chat, wf)
+	for i := range events {
+		st.apply(&events[i])
+	}
+	if len(chat.Context) > 0 {
+		var snap map[string]json.RawMessage
+		if json.Unmarshal(chat.Context, &snap) == nil {
+			maps.Copy(st.vars, snap)
+		}
+	}
+	return st
+}
+
+// apply folds one recorded event into the state.
+func (st *state) apply(ev *baton.Event) {
+	if ev.Sequence > st.chat.LastSequence {
+		st.chat.LastSequence = ev.Sequence
+	}
+	switch ev.Type {
+	case baton.TypeChatSelectSpeaker:
+		var p selectSpeakerPayload
+		_ = json.Unmarshal(ev.Payload, &p)
+		st.selected = p.Agent
+		if p.Source == "native" {
+			st.turn = &turn{index: p.TurnIndex, agent: p.Agent, key: p.TurnKey}
+			st.turns = p.TurnIndex + 1
+			st.failed = false
+		}
+	case baton.TypeChatText:
+		var p textPayload
+		_ = json.Unmarshal(ev.Payload, &p)
+		st.texts++
+		st.turnAgent = p.Agent
+		st.selected = ""
+		switch {
+		case p.Agent == workflow.UserAgent || p.Agent == systemAgent:
+			st.messages = append(st.messages, baton.Message{Role: baton.RoleUser, Name: p.Agent, Content: p.Content})
+			if p.Agent == workflow.UserAgent {
+				st.failed = false
+			}
+			if t := st.turn; t != nil && p.Feedback {
+				t.finished = false // the agent answers the feedback in the same turn
+				t.retries++
+			}
+		default:
+			msg := baton.Message{Role: baton.RoleAssistant, Name: p.Agent}
+			if !p.ToolOnly {
+				msg.Content = p.Content
+			}
+			st.messages = append(st.messages, msg)
+			if p.AgentMessageID != "" {
+				st.byMsgID[p.AgentMessageID] = len(st.messages) - 1
+			}
+			if t := st.turn; t != nil && t.agent == p.Agent {
+				t.calls++
+				t.text = p.Content
+				if p.ToolOnly {
+					t.text = ""
+				}
+				t.finished = !p.HasToolCalls
+			}
+		}
+	case baton.TypeChatToolCall:
+		var p toolCallPayload
+		_ = json.Unmarshal(ev.Payload, &p)
+		oc := openCall{id: p.ToolCallID, name: p.ToolName, agent: p.Agent, args: p.Arguments, transfer: p.Transfer,
+			interaction: p.InteractionType, uiEventID: p.UIEventID, pendingKind: p.PendingKind}
+		switch p.InteractionType {
+		case interactionLifecycle:
+			// The runtime's own call: not part of the model's conversation.
+			st.lifecycle[p.LifecycleKey] = true
+			if oc.uiEventID != "" {
+				st.lcOpen = append(st.lcOpen, oc)
+			}
+			return
+		case interactionAutoTool:
+			if t := st.turn; t != nil {
+				t.autoFired = true
+				if oc.uiEventID != "" {
+					t.open = append(t.open, oc)
+				}
+			}
+			return
+		}
+		i, ok := st.byMsgID[p.AgentMessageID]
+		if !ok {
+			st.messages = append(st.messages, baton.Message{Role: baton.RoleAssistant, Name: p.Agent})
+			i = len(st.messages) - 1
+			st.byMsgID[p.AgentMessageID] = i
+		}
+		st.messages[i].ToolCalls = append(st.messages[i].ToolCalls, baton.ToolCall{ID: p.ToolCallID, Name: p.ToolName, Arguments: argumentsText(p.Arguments)})
+		if t := st.turn; t != nil {
+			t.open = append(t.open, oc)
+			if p.Transfer && t.transfer == "" {
+				t.transfer = p.ToolName
+			}
+		}
+	case baton.TypeChatToolResponse:
+		var p toolResponsePayload
+		_ = json.Unmarshal(ev.Payload, &p)
+		switch p.InteractionType {
+		case interactionLifecycle:
+			st.lcOpen = removeCall(st.lcOpen, p.ToolCallID)
+			return
+		case interactionAutoTool:
+			// The model did not make this call; it learns the person's
+			// response as a message, so the next agent can act on it.
+			st.messages = append(st.messages, baton.Message{Role: baton.RoleUser, Name: systemAgent,
+				Content: "The person responded to " + p.ToolName + ": " + p.Content})
+			if t := st.turn; t != nil {
+				t.open = removeCall(t.open, p.ToolCallID)
+			}
+			return
+		}
+		st.messages = append(st.messages, baton.Message{Role: baton.RoleTool, Name: p.ToolName, ToolCallID: p.ToolCallID, Content: p.Content})
+		if t := st.turn; t != nil {
+			t.open = removeCall(t.open, p.ToolCallID)
+		}
+	case baton.TypeChatStructuredOutputReady:
+		var p structuredPayload
+		_ = json.Unmarshal(ev.Payload, &p)
+		if t := st.turn; t != nil {
+			t.structured, t.model = p.Data, p.ModelName
+		}
+	case baton.TypeChatContextUpdated:
+		var p contextPayload
+		_ = json.Unmarshal(ev.Payload, &p)
+		maps.Copy(st.vars, p.Variables)
+	case baton.TypeChatHandoff:
+		var p handoffPayload
+		_ = json.Unmarshal(ev.Payload, &p)
+		st.turn = nil
+		switch p.TransitionTarget {
+		case workflow.AgentTarget:
+			st.next = p.To
+		case workflow.RevertToUserTarget:
+			st.next = workflow.UserAgent
+			st.revertedFrom = p.From
+		case workflow.TerminateTarget:
+			st.next = ""
+			st.terminating = true
+		}
+	case baton.TypeChatInputRequest:
+		var p inputRequestPayload
+		_ = json.Unmarshal(ev.Payload, &p)
+		st.next = workflow.UserAgent
+		if p.Agent != "" && p.Agent != workflow.UserAgent {
+			st.revertedFrom = p.Agent
+		}
+	case baton.TypeChatRunComplete:
+		st.done = true
+		st.terminating = false
+		st.turn = nil
+	case baton.TypeChatError:
+		st.failed = true
+	}
+}
+
+// waitingUI returns the UI calls waiting for the person: the current
+// turn's and the lifecycle tools'.
+func (st *state) waitingUI() []openCall {
+	out := append([]openCall(nil), st.lcOpen...)
+	if st.turn != nil {
+		for _, oc := range st.turn.open {
+			if oc.uiEventID != "" {
+				out = append(out, oc)
+			}
+		}
+	}
+	return out
+}
+
+func removeCall(calls []openCall, id string) []openCall {
+	for i, oc := range calls {
+		if oc.id == id {
+			return append(calls[:i:i], calls[i+1:]...)
+		}
+	}
+	return calls
+}
+
+// argumentsText returns a tool call's arguments as the model wrote them:
+// the JSON text, or the string the engine wrapped when it was not JSON.
+func argumentsText(raw json.RawMessage) string {
+	var s string
+	if len(raw) > 0 && raw[0] == '"' && json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	return string(raw)
+}
+
+// varsForEval decodes the variables for condition evaluation and system
+// messages. Secrets are never among them.
+func (st *state) varsForEval() map[string]any {
+	out := make(map[string]any, len(st.vars))
+	for k, raw := range st.vars {
+		if k == secretsVar {
+			continue
+		}
+		var v any
+		if json.Unmarshal(raw, &v) == nil {
+			out[k] = v
+		}
+	}
+	return out
+}
