@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/batonhq/baton"
 )
@@ -51,12 +52,11 @@ func (n *node) objectKeys(path ...string) []string {
 }
 
 // file is one parsed workflow file: its name (as shown in errors), its bytes
-// and the position of every JSON path in it.
+// and its tree.
 type file struct {
 	name string
 	data []byte
 	root *node
-	pos  map[string]int64
 }
 
 // maxFileSize bounds each workflow file; a larger file is an error, not a
@@ -69,7 +69,7 @@ const maxDepth = 64
 // parse reads data into a node tree. A syntax error is returned as a
 // FieldError with line and column.
 func parse(name string, data []byte) (*file, *FieldError) {
-	f := &file{name: name, data: data, pos: map[string]int64{}}
+	f := &file{name: name, data: data}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	p := &parser{dec: dec, data: data}
@@ -98,7 +98,6 @@ func parse(name string, data []byte) (*file, *FieldError) {
 		return nil, &FieldError{File: name, Line: line, Col: col, Message: "must be a JSON object, not " + kindName(root.kind)}
 	}
 	f.root = root
-	f.index(root, "")
 	return f, nil
 }
 
@@ -195,40 +194,40 @@ func (p *parser) fromToken(tok json.Token, off int64, depth int) (*node, error) 
 	return n, nil
 }
 
-// index records the offset of every path in the tree: where its key starts
-// for an object member, where the value starts otherwise.
-func (f *file) index(n *node, path string) {
-	if _, ok := f.pos[path]; !ok {
-		f.pos[path] = n.off
-	}
-	switch n.kind {
-	case 'o':
-		for i, k := range n.keys {
-			f.pos[joinPath(path, k)] = n.koffs[i]
-			f.index(n.vals[i], joinPath(path, k))
-		}
-	case 'a':
-		for i, e := range n.elems {
-			f.index(e, path+"["+strconv.Itoa(i)+"]")
-		}
-	}
-}
-
-// lineCol returns the position of path, or of its nearest parent that has one.
+// lineCol returns the position of path (where its key starts for an
+// object member, where its value starts otherwise), or of the deepest part
+// of it that exists.
 func (f *file) lineCol(path string) (int, int) {
-	for {
-		if off, ok := f.pos[path]; ok {
-			return baton.LineCol(f.data, off)
-		}
-		i := strings.LastIndexAny(path, ".[")
-		if i < 0 {
-			if off, ok := f.pos[""]; ok && path != "" {
-				return baton.LineCol(f.data, off)
+	n, off := f.root, f.root.off
+	for path != "" && n != nil {
+		if path[0] == '[' {
+			end := strings.IndexByte(path, ']')
+			i, err := strconv.Atoi(path[1:max(end, 1)])
+			if end < 0 || err != nil || n.kind != 'a' || i < 0 || i >= len(n.elems) {
+				break
 			}
-			return 0, 0
+			n, off = n.elems[i], n.elems[i].off
+			path = strings.TrimPrefix(path[end+1:], ".")
+			continue
 		}
-		path = path[:i]
+		end := strings.IndexAny(path, ".[")
+		if end < 0 {
+			end = len(path)
+		}
+		key := path[:end]
+		found := false
+		for i, k := range n.keys {
+			if k == key {
+				n, off, found = n.vals[i], n.koffs[i], true
+				break
+			}
+		}
+		if !found {
+			break
+		}
+		path = strings.TrimPrefix(path[end:], ".")
 	}
+	return baton.LineCol(f.data, off)
 }
 
 func joinPath(path, key string) string {
@@ -329,8 +328,13 @@ func (f *file) check(n *node, t reflect.Type, path string, report func(path, msg
 	}
 }
 
+var fieldCache sync.Map // reflect.Type → map[string]reflect.StructField
+
 // jsonFields maps the JSON names of t's fields to the fields.
 func jsonFields(t reflect.Type) map[string]reflect.StructField {
+	if m, ok := fieldCache.Load(t); ok {
+		return m.(map[string]reflect.StructField)
+	}
 	m := make(map[string]reflect.StructField, t.NumField())
 	for i := range t.NumField() {
 		sf := t.Field(i)
@@ -341,6 +345,7 @@ func jsonFields(t reflect.Type) map[string]reflect.StructField {
 		}
 		m[name] = sf
 	}
+	fieldCache.Store(t, m)
 	return m
 }
 

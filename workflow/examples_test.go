@@ -304,6 +304,9 @@ func TestGeneratorFlow(t *testing.T) {
 	if got := w.Agent("ReviewAgent").RenderSystemMessage(k.vars); !strings.Contains(got, "Weekly Newsletter") {
 		t.Errorf("ReviewAgent system message: %q", got)
 	}
+	if tr := w.TransferRules("ReviewAgent"); len(tr) != 1 || tr[0].TransferToolName() != "transfer_to_DeliveryAgent" {
+		t.Fatalf("transfer rules of ReviewAgent: %+v", tr)
+	}
 	e = k.turn("ReviewAgent")
 	if len(e.ToolCalls) != 1 {
 		t.Fatalf("ReviewAgent entry %+v", e)

@@ -98,16 +98,3 @@ func FuzzHandoffsFile(f *testing.F)          { fuzzFile(f, workflow.FileHandoffs
 func FuzzToolsFile(f *testing.F)             { fuzzFile(f, workflow.FileTools) }
 func FuzzContextVariablesFile(f *testing.F)  { fuzzFile(f, workflow.FileContextVariables) }
 func FuzzStructuredOutputsFile(f *testing.F) { fuzzFile(f, workflow.FileStructuredOutputs) }
-
-// BenchmarkLoadExamples measures loading and validating every embedded
-// example workflow (target: under 5 ms).
-func BenchmarkLoadExamples(b *testing.B) {
-	b.ReportAllocs()
-	for b.Loop() {
-		ws, err := workflow.LoadAll(workflows.FS)
-		if err != nil || len(ws) != 2 {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/load")
-}

@@ -430,6 +430,19 @@ func (w *Workflow) OutputModel(agent string) *Model {
 // UserAgent), in file order.
 func (w *Workflow) HandoffRules(source string) []*HandoffRule { return w.rules[source] }
 
+// TransferRules returns the llm rules of agent, in file order: each offers
+// the model a transfer tool named TransferToolName, described by Description
+// and taking no arguments (offered only while the rule Applies).
+func (w *Workflow) TransferRules(agent string) []*HandoffRule {
+	var out []*HandoffRule
+	for _, r := range w.rules[agent] {
+		if r.HandoffType == HandoffLLM {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // ToolsOf returns the tools the model of agent may call; see Agent.ToolList.
 func (w *Workflow) ToolsOf(agent string) []*Tool {
 	if a := w.agents[agent]; a != nil {
