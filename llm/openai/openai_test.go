@@ -17,6 +17,7 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/llm"
+	"go.uber.org/goleak"
 )
 
 // fakeServer is an OpenAI-compatible endpoint speaking the real Chat
@@ -516,4 +517,13 @@ func TestConnectionRefused(t *testing.T) {
 	if !baton.IsProviderError(err, baton.ProviderUnavailable) || !strings.Contains(err.Error(), url) || strings.Contains(err.Error(), "sk-test") {
 		t.Fatalf("err %v", err)
 	}
+}
+
+func TestMain(m *testing.M) {
+	// Idle keep-alive connections of the shared transport are not leaks;
+	// any other goroutine left running after the tests is.
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"))
 }
