@@ -28,11 +28,14 @@ type scriptEntry struct {
 	JSON  json.RawMessage `json:"json"`
 	Error *struct {
 		Status  int    `json:"status"`
+		Code    string `json:"code"`
 		Message string `json:"message"`
 	} `json:"error"`
 	Usage *struct {
 		PromptTokens     int `json:"prompt_tokens"`
 		CompletionTokens int `json:"completion_tokens"`
+		CachedTokens     int `json:"cached_tokens"`
+		ReasoningTokens  int `json:"reasoning_tokens"`
 	} `json:"usage"`
 }
 

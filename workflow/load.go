@@ -680,7 +680,7 @@ func (l *loader) checkTools() {
 			l.errorf(FileTools, p+".kind", "kind ui is for UI_Tool and Lifecycle_Tool entries")
 		}
 		// The owning agent.
-		needsAgent := t.ToolType != LifecycleTool || oneOf(t.Trigger, BeforeAgent, AfterAgent)
+		needsAgent := t.ToolType != LifecycleTool
 		switch {
 		case t.Agent == "" && needsAgent:
 			l.errorf(FileTools, p+".agent", "required")
@@ -767,6 +767,17 @@ func (l *loader) checkTools() {
 			if !envNameRe.MatchString(env) {
 				l.errorf(FileTools, p+".headers_from_env."+h, "%q is not an environment variable name", env)
 			}
+		}
+		if t.Kind != KindHTTP && (len(t.Headers) > 0 || len(t.HeadersFromEnv) > 0) {
+			l.errorf(FileTools, p, "headers and headers_from_env are for http tools")
+		}
+		for i, env := range t.Env {
+			if !envNameRe.MatchString(env) {
+				l.errorf(FileTools, fmt.Sprintf("%s.env[%d]", p, i), "%q is not an environment variable name", env)
+			}
+		}
+		if t.Kind != KindCommand && len(t.Env) > 0 {
+			l.errorf(FileTools, p+".env", "only a command tool has env")
 		}
 		if t.TimeoutSeconds < 0 {
 			l.errorf(FileTools, p+".timeout_seconds", "must not be negative")

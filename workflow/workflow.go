@@ -226,6 +226,9 @@ type MCPServer struct {
 	Args    []string          `json:"args"`
 	Env     map[string]string `json:"env"`
 	URL     string            `json:"url"`
+	// Headers are sent with every request to a url server; ${VAR} in a
+	// value is expanded from the environment.
+	Headers map[string]string `json:"headers"`
 	// HeadersFromEnv maps an HTTP header to the environment variable that
 	// holds its value (for url servers).
 	HeadersFromEnv map[string]string `json:"headers_from_env"`
@@ -320,7 +323,8 @@ func (r *HandoffRule) TransferToolName() string {
 // Tool is one entry of tools.json.
 type Tool struct {
 	// Agent owns the tool; for lifecycle tools it is the agent whose turn
-	// the trigger refers to (required for before_agent and after_agent).
+	// the trigger refers to (empty: every agent's turn for before_agent
+	// and after_agent).
 	Agent string `json:"agent"`
 	// Name is the tool's name as the model sees it; it defaults to Function.
 	Name string `json:"name"`
@@ -351,9 +355,15 @@ type Tool struct {
 
 	// URL is where an http tool POSTs its arguments.
 	URL string `json:"url"`
+	// Headers are sent with every request of an http tool; ${VAR} in a
+	// value is expanded from the environment by the registry.
+	Headers map[string]string `json:"headers"`
 	// HeadersFromEnv maps an HTTP header to the environment variable that
 	// holds its value; secrets never appear in the file.
 	HeadersFromEnv map[string]string `json:"headers_from_env"`
+	// Env lists environment variables of the baton process passed through
+	// to a command tool (which otherwise gets a minimal environment).
+	Env []string `json:"env"`
 	// Server names the workflow.json mcp_servers entry of an mcp tool.
 	Server string `json:"server"`
 	// Tools lists the MCP tools to expose (all of the server's when empty).
@@ -452,12 +462,13 @@ func (w *Workflow) ToolsOf(agent string) []*Tool {
 }
 
 // LifecycleTools returns the lifecycle tools of trigger, in file order. For
-// before_agent and after_agent, agent selects the ones of that agent; for
-// the chat triggers pass "".
+// before_agent and after_agent, pass the agent whose turn it is: the result
+// holds that agent's tools and the ones with no agent (which apply to every
+// agent). With agent "" it returns every tool of the trigger.
 func (w *Workflow) LifecycleTools(trigger, agent string) []*Tool {
 	var out []*Tool
 	for _, t := range w.Tools {
-		if t.ToolType == LifecycleTool && t.Trigger == trigger && (agent == "" || t.Agent == agent) {
+		if t.ToolType == LifecycleTool && t.Trigger == trigger && (agent == "" || t.Agent == "" || t.Agent == agent) {
 			out = append(out, t)
 		}
 	}
