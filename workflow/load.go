@@ -520,7 +520,13 @@ func (l *loader) checkConfig() {
 	}
 }
 
+// isHTTPURL reports whether s is an http or https URL. A URL with ${VAR}
+// references (expanded by the tool registry) only needs to start with the
+// scheme or with a reference.
 func isHTTPURL(s string) bool {
+	if strings.Contains(s, "${") {
+		return strings.HasPrefix(s, "http://") || strings.HasPrefix(s, "https://") || strings.HasPrefix(s, "${")
+	}
 	u, err := url.Parse(s)
 	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"testing/fstest"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/workflow"
@@ -189,5 +190,49 @@ func TestDirectoryAsWorkflowRoot(t *testing.T) {
 	_, err = workflow.Load(os.DirFS("testdata/invalid/wrong_type"), ".")
 	if err == nil || !strings.HasPrefix(err.Error(), "agents.json: ") {
 		t.Errorf("err = %v", err)
+	}
+}
+
+func TestToolKinds(t *testing.T) {
+	fsys := fstest.MapFS{
+		"k/workflow.json": {Data: []byte(`{"orchestration": {"initial_agent": "A"}, "mcp_servers": {"ev": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-everything"]}, "remote": {"url": "https://mcp.example.com/mcp", "headers_from_env": {"Authorization": "MCP_TOKEN"}}}}`)},
+		"k/agents.json":   {Data: []byte(`{"agents": {"A": {"system_message": "hi", "tools": ["shared"]}, "B": {"system_message": "b"}}}`)},
+		"k/handoffs.json": {Data: []byte(`{"handoff_rules": [{"source_agent": "A", "target_agent": "B", "handoff_type": "llm", "description": "to B"}]}`)},
+		"k/tools.json": {Data: []byte(`{"tools": [
+			{"agent": "A", "name": "hook", "kind": "http", "tool_type": "Agent_Tool", "url": "https://${HOOK_HOST}/x", "headers": {"X-Team": "${TEAM}"}, "headers_from_env": {"Authorization": "HOOK_TOKEN"}, "side_effects": true},
+			{"agent": "A", "kind": "mcp", "tool_type": "Agent_Tool", "server": "ev", "tools": ["echo", "get-sum"], "prefix": "ev_"},
+			{"agent": "A", "kind": "mcp", "tool_type": "Agent_Tool", "server": "remote"},
+			{"agent": "B", "name": "shared", "function": "shared", "kind": "go", "tool_type": "Agent_Tool", "max_concurrency": 2},
+			{"agent": "B", "name": "run", "file": "run.py", "kind": "command", "tool_type": "Agent_Tool", "env": ["PYTHONPATH"]},
+			{"name": "audit", "function": "audit", "kind": "go", "tool_type": "Lifecycle_Tool", "trigger": "after_agent"},
+			{"name": "hello", "function": "hello", "kind": "go", "tool_type": "Lifecycle_Tool", "trigger": "before_chat"}
+		]}`)},
+		"k/tools/run.py": {Data: []byte("print('{}')\n"), Mode: 0o755},
+	}
+	w, err := workflow.Load(fsys, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range w.ToolsOf("A") {
+		names = append(names, tl.Name+":"+tl.Kind)
+	}
+	if got := strings.Join(names, ","); got != "hook:http,:mcp,:mcp,shared:go" {
+		t.Errorf("tools of A = %s", got)
+	}
+	if got := w.LifecycleTools(workflow.AfterAgent, "B"); len(got) != 1 || got[0].Name != "audit" {
+		t.Errorf("after_agent tools of B = %+v", got)
+	}
+	if got := w.LifecycleTools(workflow.BeforeChat, ""); len(got) != 1 || got[0].Name != "hello" {
+		t.Errorf("before_chat tools = %+v", got)
+	}
+	if r := w.TransferRules("A"); len(r) != 1 || r[0].TransitionTarget != workflow.AgentTarget {
+		t.Errorf("transfer rules = %+v", r)
+	}
+	if w.Agent("A").IsToolAgent() || w.Agent("A").IsVisual() {
+		t.Errorf("A has no UI tool and is not visual")
+	}
+	if got := w.LLMFor("A"); got.Model != "" || w.MaxTurns() != workflow.DefaultMaxTurns {
+		t.Errorf("defaults: %+v %d", got, w.MaxTurns())
 	}
 }
