@@ -13,8 +13,9 @@
 // At load time, handoff conditions are compiled with expr-lang/expr,
 // system-message templates are parsed, tool parameter schemas are compiled,
 // and every structured-output model is compiled to a strict JSON Schema
-// (draft 2020-12) and to a validator (santhosh-tekuri/jsonschema). A loaded
-// *Workflow is immutable and safe for concurrent use.
+// (draft 2020-12); the models agents answer with (the registry) are also
+// compiled to validators (santhosh-tekuri/jsonschema), the others on first
+// use. A loaded *Workflow is immutable and safe for concurrent use.
 //
 // The format is documented in docs/workflow-format.md.
 package workflow
