@@ -163,6 +163,20 @@ func New(cfg Config) (*Engine, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
+	// tool.executed and tool.error are facts for observers (metrics, logs);
+	// the environment-events rules may claim tool.error with a higher
+	// priority to wake an agent.
+	if err := e.bus.RegisterRule(bus.Rule{
+		Name:     "tool-events",
+		Types:    []string{"tool.*"},
+		Priority: 20,
+		Handler: func(_ context.Context, ev baton.Event) error {
+			e.log.Debug("engine: tool event", "event_type", ev.Type, "chat_id", ev.ChatID())
+			return nil
+		},
+	}); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
 	return e, nil
 }
 

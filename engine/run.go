@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/llm"
@@ -29,6 +30,10 @@ type (
 		Message string `json:"message"`
 	}
 )
+
+// effectRetryWait is how long a run waits before trying again a tool call
+// whose effect another (possibly dead) process claimed.
+const effectRetryWait = time.Second
 
 // DefaultMaxAutoReply is how many times an agent's model is called again
 // after tool results within one turn when the agent sets no
@@ -621,6 +626,18 @@ func (r *run) runTool(ctx context.Context, oc openCall) error {
 		}
 		cc := r.callContext(oc.agent, t.key, oc.id)
 		res, err = tl.Call(ctx, cc, oc.args)
+		if err != nil && errors.Is(err, baton.ErrConflict) {
+			// The effect was claimed by a process that may still be running
+			// it (or died very recently): wait and try again, recording
+			// nothing, until the claim is old enough to be re-run.
+			r.log.Info("engine: tool effect in flight elsewhere; waiting", "tool", oc.name, "err", err)
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(effectRetryWait):
+			}
+			return nil
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/batonhq/baton/bus"
 )
 
 func init() {
@@ -20,6 +19,7 @@ func init() {
 // serveConfig is what `baton serve` is configured with: flags, with
 // environment variables as defaults.
 type serveConfig struct {
+	runtime         runtimeConfig
 	addr            string
 	logFormat       string
 	logLevel        string
@@ -33,6 +33,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&cfg.logFormat, "log-format", envOr("BATON_LOG_FORMAT", "text"), "log format: text or json (env BATON_LOG_FORMAT)")
 	fs.StringVar(&cfg.logLevel, "log-level", envOr("BATON_LOG_LEVEL", "info"), "log level: debug, info, warn or error (env BATON_LOG_LEVEL)")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown may take")
+	cfg.runtime.flags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -40,15 +41,29 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	cfg.runtime.log = log
+	rt, err := openRuntime(ctx, cfg.runtime)
+	if err != nil {
+		return err
+	}
+	closeRuntime := func(ctx context.Context) error { return rt.Close(ctx) }
+	if err := rt.recover(ctx); err != nil {
+		_ = closeRuntime(context.Background())
+		return err
+	}
 
-	events := bus.New(bus.WithLogger(log))
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"status":"ok"}`)
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
+		if err := rt.store.Ping(r.Context()); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, `{"status":"unavailable","reason":"store"}`)
+			return
+		}
 		_, _ = io.WriteString(w, `{"status":"ready"}`)
 	})
 
@@ -69,7 +84,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	go func() { serveErr <- srv.Serve(ln) }()
 	select {
 	case err := <-serveErr:
-		_ = events.Close(context.Background())
+		_ = closeRuntime(context.Background())
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
@@ -78,7 +93,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
 	defer cancel()
 	shutdownErr := srv.Shutdown(sctx)
-	busErr := events.Close(sctx)
+	busErr := closeRuntime(sctx)
 	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serve: %w", err)
 	}

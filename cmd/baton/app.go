@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/bus"
+	"github.com/batonhq/baton/engine"
+	"github.com/batonhq/baton/llm/openai"
+	"github.com/batonhq/baton/llm/scripted"
+	"github.com/batonhq/baton/recorder"
+	"github.com/batonhq/baton/store"
+	"github.com/batonhq/baton/workflow"
+	"github.com/batonhq/baton/workflows"
+)
+
+// runtimeConfig says where a runtime's parts come from; `baton serve` and
+// `baton chat` share it.
+type runtimeConfig struct {
+	storeURL     string // sqlite:PATH or postgres://…; empty means sqlite under dataDir
+	workflowsDir string // a folder of workflow folders; empty means the embedded examples
+	dataDir      string // where baton keeps its files (default ./.baton)
+	log          *slog.Logger
+}
+
+// runtime is the store, the bus, the recorder and the engine, wired.
+type runtime struct {
+	store     baton.Store
+	bus       *bus.Bus
+	recorder  *recorder.Recorder
+	engine    *engine.Engine
+	workflows []*workflow.Workflow
+	log       *slog.Logger
+}
+
+// addRuntimeFlags are the flags every command that runs chats takes.
+func (c *runtimeConfig) flags(fs interface {
+	StringVar(p *string, name, value, usage string)
+}) {
+	fs.StringVar(&c.storeURL, "store", envOr("BATON_STORE", ""), "store: sqlite:PATH or postgres://… (env BATON_STORE; default sqlite under --data-dir)")
+	fs.StringVar(&c.workflowsDir, "workflows", envOr("BATON_WORKFLOWS", ""), "folder of workflow folders (env BATON_WORKFLOWS; default: the built-in examples)")
+	fs.StringVar(&c.dataDir, "data-dir", envOr("BATON_DATA_DIR", ".baton"), "where baton keeps its files (env BATON_DATA_DIR)")
+}
+
+// openRuntime opens the store, loads the workflows, and starts the bus and
+// the engine. The caller closes it.
+func openRuntime(ctx context.Context, cfg runtimeConfig) (*runtime, error) {
+	log := cfg.log
+	if cfg.storeURL == "" {
+		cfg.storeURL = "sqlite:" + filepath.Join(cfg.dataDir, "baton.db")
+	}
+	wfs, root, err := loadWorkflows(cfg)
+	if err != nil {
+		return nil, err
+	}
+	key, err := engine.LoadSecretKey(filepath.Join(cfg.dataDir, "secret.key"))
+	if err != nil {
+		return nil, err
+	}
+	st, err := store.Open(ctx, cfg.storeURL)
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	b := bus.New(bus.WithLogger(log))
+	rec := recorder.New(st, engine.ObserverPublisher{Bus: b})
+	eng, err := engine.New(engine.Config{
+		Store: st, Recorder: rec, Bus: b, Workflows: wfs, WorkflowRoot: root,
+		Providers: providerFor(log), Logger: log, SecretKey: key,
+	})
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	log.Info("baton runtime ready", "store", redactURL(cfg.storeURL), "workflows", len(wfs), "workflow_root", root)
+	return &runtime{store: st, bus: b, recorder: rec, engine: eng, workflows: wfs, log: log}, nil
+}
+
+// Recover resumes the chats that were running when the process stopped.
+func (rt *runtime) recover(ctx context.Context) error {
+	chats, err := rt.store.ChatsByStatus(ctx, baton.ChatRunning, 100000)
+	if err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
+	n, err := rt.engine.Recover(ctx, chats)
+	if n > 0 {
+		rt.log.Info("resumed chats that were running", "count", n)
+	}
+	return err
+}
+
+// Close drains the bus (running turns reach a recorded point), then stops
+// the engine and the store.
+func (rt *runtime) Close(ctx context.Context) error {
+	busErr := rt.bus.Close(ctx)
+	engErr := rt.engine.Close()
+	stErr := rt.store.Close()
+	return errors.Join(busErr, engErr, stErr)
+}
+
+// loadWorkflows loads the workflows from --workflows, or extracts the
+// embedded examples under the data dir (command tools must be files on disk
+// to run) and loads them from there. It returns the root they live in.
+func loadWorkflows(cfg runtimeConfig) ([]*workflow.Workflow, string, error) {
+	root := cfg.workflowsDir
+	if root == "" {
+		root = filepath.Join(cfg.dataDir, "workflows")
+		if err := extract(workflows.FS, root); err != nil {
+			return nil, "", fmt.Errorf("extract example workflows: %w", err)
+		}
+	}
+	wfs, err := workflow.LoadAll(os.DirFS(root))
+	if err != nil {
+		return nil, "", fmt.Errorf("load workflows from %s: %w", root, err)
+	}
+	if len(wfs) == 0 {
+		return nil, "", fmt.Errorf("no workflows in %s (a workflow is a folder with a workflow.json)", root)
+	}
+	return wfs, root, nil
+}
+
+// extract writes fsys to dir, replacing what an earlier start wrote. Files
+// under a tools/ folder are made executable (embed keeps no file modes).
+func extract(fsys fs.FS, dir string) error {
+	return fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(dir, filepath.FromSlash(p))
+		if d.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		data, err := fs.ReadFile(fsys, p)
+		if err != nil {
+			return err
+		}
+		mode := os.FileMode(0o644)
+		if strings.Contains("/"+path.Dir(p)+"/", "/tools/") {
+			mode = 0o755
+		}
+		if err := os.WriteFile(target, data, mode); err != nil {
+			return err
+		}
+		return os.Chmod(target, mode) // WriteFile keeps an existing file's mode
+	})
+}
+
+// providerFor picks each workflow's model provider: the OpenAI-compatible
+// one when the workflow's API key variable (llm.api_key_env, default
+// OPENAI_API_KEY) or base URL variable (llm.base_url_env, default
+// OPENAI_BASE_URL: a local server such as Ollama needs no key) is set, else
+// the scripted provider with the workflow's scripted.json, which runs
+// offline.
+func providerFor(log *slog.Logger) engine.ProviderFunc {
+	return func(wf *workflow.Workflow) (baton.Provider, error) {
+		keyEnv, urlEnv := wf.Config.LLM.APIKeyEnv, wf.Config.LLM.BaseURLEnv
+		if keyEnv == "" {
+			keyEnv = "OPENAI_API_KEY"
+		}
+		if urlEnv == "" {
+			urlEnv = "OPENAI_BASE_URL"
+		}
+		if key, u := os.Getenv(keyEnv), os.Getenv(urlEnv); key != "" || u != "" {
+			opts := []openai.Option{openai.WithLogger(log)}
+			if key != "" {
+				opts = append(opts, openai.WithAPIKey(key))
+			}
+			if u != "" {
+				opts = append(opts, openai.WithBaseURL(u))
+			}
+			if t := wf.Config.LLM.Timeout(); t > 0 {
+				opts = append(opts, openai.WithTimeout(t))
+			}
+			p := openai.New(opts...)
+			log.Info("model provider", "workflow", wf.Name, "provider", "openai-compatible", "base_url", p.BaseURL(), "model", wf.Config.LLM.Model)
+			return p, nil
+		}
+		p, err := scripted.Load(wf.FS, path.Join(wf.Dir, "scripted.json"))
+		if err != nil {
+			return nil, fmt.Errorf("workflow %s: no %s set and no usable scripted.json: %w", wf.Name, keyEnv, err)
+		}
+		log.Info("model provider", "workflow", wf.Name, "provider", "scripted (offline)", "reason", keyEnv+" and "+urlEnv+" are not set")
+		return p, nil
+	}
+}
+
+// redactURL hides a password in a store URL for logs.
+func redactURL(u string) string {
+	if i := strings.Index(u, "://"); i >= 0 {
+		if at := strings.LastIndex(u, "@"); at > i {
+			creds := u[i+3 : at]
+			if c := strings.Index(creds, ":"); c >= 0 {
+				return u[:i+3] + creds[:c] + ":***" + u[at:]
+			}
+		}
+	}
+	return u
+}
