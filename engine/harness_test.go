@@ -18,6 +18,7 @@ import (
 	"github.com/batonhq/baton/llm/scripted"
 	"github.com/batonhq/baton/recorder"
 	"github.com/batonhq/baton/store/sqlite"
+	"github.com/batonhq/baton/tool"
 	"github.com/batonhq/baton/workflow"
 )
 
@@ -29,8 +30,10 @@ var testScope = baton.Scope{App: "acme", User: "ada"}
 
 // harness is one engine on a real SQLite file and a real bus.
 type harness struct {
-	t      *testing.T
-	dbPath string
+	t        *testing.T
+	root     string
+	toolOpts []tool.Option
+	dbPath   string
 	store  *sqlite.Store
 	bus    *bus.Bus
 	eng    *engine.Engine
@@ -43,6 +46,14 @@ type harnessOption func(*harness)
 // withProvider replaces the scripted provider of the workflows.
 func withProvider(p engine.ProviderFunc) harnessOption { return func(h *harness) { h.prov = p } }
 
+// withWorkflows loads the workflows from root instead of the examples.
+func withWorkflows(root string) harnessOption { return func(h *harness) { h.root = root } }
+
+// withTools passes options (Go functions) to the tool registries.
+func withTools(opts ...tool.Option) harnessOption {
+	return func(h *harness) { h.toolOpts = append(h.toolOpts, opts...) }
+}
+
 // withDB reuses a database file (a restart).
 func withDB(path string) harnessOption { return func(h *harness) { h.dbPath = path } }
 
@@ -52,7 +63,7 @@ func scriptedProviders(wf *workflow.Workflow) (baton.Provider, error) {
 
 func newHarness(t *testing.T, opts ...harnessOption) *harness {
 	t.Helper()
-	h := &harness{t: t, prov: scriptedProviders}
+	h := &harness{t: t, prov: scriptedProviders, root: workflowsDir}
 	for _, o := range opts {
 		o(h)
 	}
@@ -67,7 +78,7 @@ func newHarness(t *testing.T, opts ...harnessOption) *harness {
 	h.store = st
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	h.bus = bus.New(bus.WithLogger(log))
-	wfs, err := workflow.LoadAll(os.DirFS(workflowsDir))
+	wfs, err := workflow.LoadAll(os.DirFS(h.root))
 	if err != nil {
 		t.Fatalf("load workflows: %v", err)
 	}
@@ -77,7 +88,8 @@ func newHarness(t *testing.T, opts ...harnessOption) *harness {
 		Recorder:     recorder.New(st, engine.ObserverPublisher{Bus: h.bus}),
 		Bus:          h.bus,
 		Workflows:    wfs,
-		WorkflowRoot: workflowsDir,
+		WorkflowRoot: h.root,
+		ToolOptions:  h.toolOpts,
 		Providers:    h.prov,
 		Logger:       log,
 		SecretKey:    []byte("0123456789abcdef0123456789abcdef"),
@@ -111,7 +123,12 @@ func (h *harness) close() {
 // waitStatus waits until the chat reaches one of the statuses.
 func (h *harness) waitStatus(chatID string, want ...baton.ChatStatus) baton.Chat {
 	h.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	return h.waitStatusFor(10*time.Second, chatID, want...)
+}
+
+func (h *harness) waitStatusFor(d time.Duration, chatID string, want ...baton.ChatStatus) baton.Chat {
+	h.t.Helper()
+	deadline := time.Now().Add(d)
 	for {
 		c, err := h.store.GetChat(context.Background(), testScope, chatID)
 		if err == nil && slices.Contains(want, c.Status) && h.bus.Pending() == 0 && h.eng.Active() == 0 {
@@ -195,4 +212,12 @@ func checkSequences(t *testing.T, evs []baton.Event) {
 			t.Fatalf("event %d has sequence %d: gap or repeat", i, ev.Sequence)
 		}
 	}
+}
+
+// restart closes the harness and opens a new one on the same database: no
+// in-memory object survives.
+func (h *harness) restart() *harness {
+	h.t.Helper()
+	h.close()
+	return newHarness(h.t, withDB(h.dbPath), withWorkflows(h.root), withProvider(h.prov), withTools(h.toolOpts...))
 }

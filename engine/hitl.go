@@ -159,7 +159,7 @@ func (r *run) structuredDerived(agent string, data any) map[string]json.RawMessa
 		if d.TriggerType != workflow.StructuredOutputField {
 			continue
 		}
-		v, ok := lookupPath(data, d.TriggerValue)
+		v, ok := d.FieldValue(data)
 		if !ok {
 			continue
 		}
@@ -173,19 +173,6 @@ func (r *run) structuredDerived(agent string, data any) map[string]json.RawMessa
 		patch[d.Name] = raw
 	}
 	return patch
-}
-
-func lookupPath(v any, path string) (any, bool) {
-	for _, part := range strings.Split(path, ".") {
-		m, ok := v.(map[string]any)
-		if !ok {
-			return nil, false
-		}
-		if v, ok = m[part]; !ok {
-			return nil, false
-		}
-	}
-	return v, true
 }
 
 // ---- auto-tools -------------------------------------------------------------------

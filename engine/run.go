@@ -305,28 +305,41 @@ func (r *run) userInput(ctx context.Context, ev baton.Event) error {
 // source is "user", else the agent that handed over to them, else the
 // initial agent.
 func (r *run) afterUser() handoffPayload {
-	vars := r.st.varsForEval()
-	for _, rule := range r.wf.HandoffRules(workflow.UserAgent) {
-		ok := rule.HandoffType == workflow.HandoffAfterWork
-		if rule.HandoffType == workflow.HandoffCondition {
-			var err error
-			if ok, err = rule.Applies(vars); err != nil {
-				r.log.Warn("engine: handoff condition failed", "condition", rule.Condition, "err", err)
-			}
-		}
-		if !ok {
-			continue
-		}
-		if rule.TransitionTarget == workflow.AgentTarget || rule.TransitionTarget == workflow.TerminateTarget {
-			return handoffPayload{Kind: "handoff", From: workflow.UserAgent, To: rule.TargetAgent, HandoffType: rule.HandoffType,
-				TransitionTarget: rule.TransitionTarget, Condition: rule.Condition}
-		}
+	if rule := r.pickRule(workflow.UserAgent); rule != nil &&
+		(rule.TransitionTarget == workflow.AgentTarget || rule.TransitionTarget == workflow.TerminateTarget) {
+		return handoffPayload{Kind: "handoff", From: workflow.UserAgent, To: rule.TargetAgent, HandoffType: rule.HandoffType,
+			TransitionTarget: rule.TransitionTarget, Condition: rule.Condition}
 	}
 	to := r.st.revertedFrom
 	if to == "" {
 		to = r.wf.Config.Orchestration.InitialAgent
 	}
 	return handoffPayload{Kind: "handoff", From: workflow.UserAgent, To: to, HandoffType: "user_input", TransitionTarget: workflow.AgentTarget}
+}
+
+// pickRule returns the rule that fires for source after its turn
+// (docs/workflow-format.md, "When rules fire"): the first condition rule, in
+// file order, whose condition is true; else the first after_work rule whose
+// condition, if any, is true; else nil. llm rules fire only through their
+// transfer tool.
+func (r *run) pickRule(source string) *workflow.HandoffRule {
+	vars := r.st.varsForEval()
+	applies := func(rule *workflow.HandoffRule) bool {
+		ok, err := rule.Applies(vars)
+		if err != nil {
+			r.log.Warn("engine: handoff condition failed", "condition", rule.Condition, "err", err)
+		}
+		return ok
+	}
+	rules := r.wf.HandoffRules(source)
+	for _, kind := range []string{workflow.HandoffCondition, workflow.HandoffAfterWork} {
+		for _, rule := range rules {
+			if rule.HandoffType == kind && applies(rule) {
+				return rule
+			}
+		}
+	}
+	return nil
 }
 
 // uiResponse records the person's answer to a pending UI tool call: a
@@ -726,14 +739,7 @@ func transferTarget(rule *workflow.HandoffRule) string {
 func (r *run) textDerived(agent, text string) (hidden bool, patch map[string]json.RawMessage, ev *baton.Event) {
 	var trigger string
 	for _, d := range r.wf.DerivedFor(agent) {
-		var hit bool
-		switch d.TriggerType {
-		case workflow.AgentTextEquals:
-			hit = strings.TrimSpace(text) == d.TriggerValue
-		case workflow.AgentTextContains:
-			hit = d.TriggerValue != "" && strings.Contains(text, d.TriggerValue)
-		}
-		if !hit {
+		if !d.Matches(text) {
 			continue
 		}
 		hidden = hidden || d.UIHidden
@@ -777,10 +783,9 @@ func (r *run) toolDerived(agent, name string, ok bool, updates map[string]json.R
 	return patch, &ev
 }
 
-// handoff ends the current turn: the first of the agent's rules that fires
-// (in file order; an llm rule fires when the model called its transfer
-// tool) picks the next speaker, the person, or the end. With no rule the
-// chat reverts to the person.
+// handoff ends the current turn: an llm rule whose transfer tool the model
+// called, else the rule pickRule finds, picks the next speaker, the person,
+// or the end. With no rule the chat reverts to the person.
 func (r *run) handoff(ctx context.Context) error {
 	st, t := r.st, r.st.turn
 	var chosen *workflow.HandoffRule
@@ -788,24 +793,7 @@ func (r *run) handoff(ctx context.Context) error {
 		chosen = r.transferRule(t.agent, t.transfer)
 	}
 	if chosen == nil {
-		vars := st.varsForEval()
-		for _, rule := range r.wf.HandoffRules(t.agent) {
-			switch rule.HandoffType {
-			case workflow.HandoffAfterWork:
-				chosen = rule
-			case workflow.HandoffCondition:
-				ok, err := rule.Applies(vars)
-				if err != nil {
-					r.log.Warn("engine: handoff condition failed", "condition", rule.Condition, "err", err)
-				}
-				if ok {
-					chosen = rule
-				}
-			}
-			if chosen != nil {
-				break
-			}
-		}
+		chosen = r.pickRule(t.agent)
 	}
 	h := handoffPayload{Kind: "handoff", From: t.agent, HandoffType: "default", TransitionTarget: workflow.RevertToUserTarget}
 	if chosen != nil {

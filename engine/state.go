@@ -109,6 +109,8 @@ func (st *state) apply(ev *baton.Event) {
 	if ev.Sequence > st.chat.LastSequence {
 		st.chat.LastSequence = ev.Sequence
 	}
+	// Anything recorded after a chat.error means the chat moved on.
+	st.failed = ev.Type == baton.TypeChatError
 	switch ev.Type {
 	case baton.TypeChatSelectSpeaker:
 		var p selectSpeakerPayload
@@ -117,7 +119,6 @@ func (st *state) apply(ev *baton.Event) {
 		if p.Source == "native" {
 			st.turn = &turn{index: p.TurnIndex, agent: p.Agent, key: p.TurnKey}
 			st.turns = p.TurnIndex + 1
-			st.failed = false
 		}
 	case baton.TypeChatText:
 		var p textPayload
@@ -128,9 +129,6 @@ func (st *state) apply(ev *baton.Event) {
 		switch {
 		case p.Agent == workflow.UserAgent || p.Agent == systemAgent:
 			st.messages = append(st.messages, baton.Message{Role: baton.RoleUser, Name: p.Agent, Content: p.Content})
-			if p.Agent == workflow.UserAgent {
-				st.failed = false
-			}
 			if t := st.turn; t != nil && p.Feedback {
 				t.finished = false // the agent answers the feedback in the same turn
 				t.retries++
@@ -244,8 +242,6 @@ func (st *state) apply(ev *baton.Event) {
 		st.done = true
 		st.terminating = false
 		st.turn = nil
-	case baton.TypeChatError:
-		st.failed = true
 	}
 }
 
