@@ -34,11 +34,11 @@ type harness struct {
 	root     string
 	toolOpts []tool.Option
 	dbPath   string
-	store  *sqlite.Store
-	bus    *bus.Bus
-	eng    *engine.Engine
-	wfs    []*workflow.Workflow
-	prov   engine.ProviderFunc
+	store    *sqlite.Store
+	bus      *bus.Bus
+	eng      *engine.Engine
+	wfs      []*workflow.Workflow
+	prov     engine.ProviderFunc
 }
 
 type harnessOption func(*harness)
