@@ -342,7 +342,7 @@ func (e *Engine) registry(wf *workflow.Workflow) (*tool.Registry, error) {
 	}
 	servers := make(map[string]tool.MCPServer, len(wf.Config.MCPServers))
 	for name, s := range wf.Config.MCPServers {
-		servers[name] = tool.MCPServer{Command: s.Command, Args: s.Args, Env: s.Env, URL: s.URL, Headers: headersFromEnv(s.HeadersFromEnv)}
+		servers[name] = tool.MCPServer{Command: s.Command, Args: s.Args, Env: s.Env, URL: s.URL, Headers: s.Headers, HeadersFromEnv: s.HeadersFromEnv}
 	}
 	opts := append([]tool.Option{
 		tool.WithLedger(e.store),
@@ -373,7 +373,8 @@ func (e *Engine) Close() error {
 	return first
 }
 
-// specsOf converts a workflow's tools.json entries to tool specs.
+// specsOf converts a workflow's tools.json entries to tool specs: the same
+// fields, the tool package's own type.
 func specsOf(wf *workflow.Workflow) []tool.Spec {
 	specs := make([]tool.Spec, 0, len(wf.Tools))
 	for _, t := range wf.Tools {
@@ -381,8 +382,8 @@ func specsOf(wf *workflow.Workflow) []tool.Spec {
 			Agent: t.Agent, Name: t.Name, File: t.File, Function: t.Function, Description: t.Description,
 			ToolType: t.ToolType, Kind: t.Kind, Parameters: t.Parameters,
 			TimeoutSeconds: t.TimeoutSeconds, SideEffects: t.SideEffects, MaxConcurrency: t.MaxConcurrency,
-			Trigger: t.Trigger, URL: t.URL, Headers: headersFromEnv(t.HeadersFromEnv),
-			Server: t.Server, Tools: t.Tools, Prefix: t.Prefix,
+			Trigger: t.Trigger, Arguments: t.Arguments, URL: t.URL, Headers: t.Headers, HeadersFromEnv: t.HeadersFromEnv,
+			Env: t.Env, Server: t.Server, Tools: t.Tools, Prefix: t.Prefix,
 		}
 		if t.UI != nil {
 			s.UI = tool.UISpec{Component: t.UI.Component, Mode: t.UI.Mode}
@@ -390,19 +391,6 @@ func specsOf(wf *workflow.Workflow) []tool.Spec {
 		specs = append(specs, s)
 	}
 	return specs
-}
-
-// headersFromEnv turns header → env var into header → "${VAR}", which the
-// tool kinds expand at call time, so secrets never sit in a spec.
-func headersFromEnv(m map[string]string) map[string]string {
-	if len(m) == 0 {
-		return nil
-	}
-	out := make(map[string]string, len(m))
-	for h, env := range m {
-		out[h] = "${" + env + "}"
-	}
-	return out
 }
 
 // cacheSeed derives the chat's seed: one per chat, stable across resumes
