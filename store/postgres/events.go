@@ -20,9 +20,10 @@ const appendSQL = `WITH c AS (
 	WHERE id = $1 AND app = $2 AND user_id = $3 AND NOT deleted
 	RETURNING last_sequence - $4 AS base
 )
-INSERT INTO events (chat_id, sequence, id, type, ts, metadata, payload)
-SELECT $1, c.base + t.ord, t.id, t.type, t.ts, t.md, t.payload
-FROM c, unnest($10::text[], $11::text[], $12::bigint[], $13::text[], $14::text[]) WITH ORDINALITY AS t(id, type, ts, md, payload, ord)
+INSERT INTO events (chat_id, sequence, id, type, ts, agent_id, agent_name, env_name, source, extra, payload)
+SELECT $1, c.base + t.ord, t.id, t.type, t.ts, t.agent_id, t.agent_name, t.env_name, t.source, t.extra, t.payload
+FROM c, unnest($10::text[], $11::text[], $12::bigint[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[], $18::text[])
+	WITH ORDINALITY AS t(id, type, ts, agent_id, agent_name, env_name, source, extra, payload, ord)
 RETURNING sequence`
 
 const updateSQL = `UPDATE chats SET updated_at = $2, status = COALESCE($3, status), turn_agent = COALESCE($4, turn_agent),
@@ -45,16 +46,20 @@ func (s *Store) Append(ctx context.Context, scope baton.Scope, chatID string, ev
 		return nil, err
 	}
 	n := len(evs)
-	ids, types, mds := make([]string, n), make([]string, n), make([]string, n)
-	ts, payloads := make([]int64, n), make([]*string, n)
+	ids, types, agentIDs, agentNames, envs, sources := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	ts, extras, payloads := make([]int64, n), make([]*string, n), make([]*string, n)
 	for i, e := range evs {
-		md := e.Metadata
-		md.TriggerSessionID = "" // it is chat_id
-		b, err := md.MarshalJSON()
+		md := &e.Metadata
+		x, err := encodeExtra(md.Extra)
 		if err != nil {
 			return nil, baton.Errorf(baton.EINVALID, "events[%d].metadata: %w", i, err)
 		}
-		ids[i], types[i], ts[i], mds[i] = e.ID, e.Type, e.Timestamp, string(b)
+		if x != nil {
+			xs := string(x)
+			extras[i] = &xs
+		}
+		ids[i], types[i], ts[i] = e.ID, e.Type, e.Timestamp
+		agentIDs[i], agentNames[i], envs[i], sources[i] = md.TriggerAgentID, md.TriggerAgentName, md.EnvName, md.Source
 		if len(e.Payload) > 0 {
 			p := string(e.Payload)
 			payloads[i] = &p
@@ -89,7 +94,7 @@ func (s *Store) Append(ctx context.Context, scope baton.Scope, chatID string, ev
 	insert := func(q interface {
 		Query(context.Context, string, ...any) (pgx.Rows, error)
 	}) error {
-		rows, err := q.Query(ctx, appendSQL, chatID, scope.App, scope.User, int64(n), now, status, turn, set, del, ids, types, ts, mds, payloads)
+		rows, err := q.Query(ctx, appendSQL, chatID, scope.App, scope.User, int64(n), now, status, turn, set, del, ids, types, ts, agentIDs, agentNames, envs, sources, extras, payloads)
 		if err != nil {
 			return err
 		}
@@ -107,7 +112,7 @@ func (s *Store) Append(ctx context.Context, scope baton.Scope, chatID string, ev
 			count++
 		}
 		if err := rows.Err(); err != nil {
-			if c, ok := isUnique(err); ok && c != "events_pkey" {
+			if c, ok := isUnique(err); ok && c == "events_id_chat" {
 				return baton.Errorf(baton.ECONFLICT, "chat %q: an event id is already recorded", chatID)
 			}
 			return err
@@ -160,7 +165,7 @@ func (s *Store) Events(ctx context.Context, scope baton.Scope, chatID string, af
 	if limit > 0 {
 		lim = &limit
 	}
-	rows, err := s.pool.Query(ctx, `SELECT e.sequence, e.id, e.type, e.ts, e.metadata, e.payload
+	rows, err := s.pool.Query(ctx, `SELECT e.sequence, e.id, e.type, e.ts, e.agent_id, e.agent_name, e.env_name, e.source, e.extra, e.payload
 		FROM chats c JOIN events e ON e.chat_id = c.id
 		WHERE c.id = $1 AND c.app = $2 AND c.user_id = $3 AND NOT c.deleted AND e.sequence > $4
 		ORDER BY e.sequence LIMIT $5`, chatID, scope.App, scope.User, after, lim)
@@ -168,15 +173,16 @@ func (s *Store) Events(ctx context.Context, scope baton.Scope, chatID string, af
 		return nil, s.dbErr("events", err)
 	}
 	defer rows.Close()
-	var out []baton.Event
+	out := make([]baton.Event, 0, 64)
 	for rows.Next() {
 		var e baton.Event
-		var md, payload []byte
-		if err := rows.Scan(&e.Sequence, &e.ID, &e.Type, &e.Timestamp, &md, &payload); err != nil {
+		var extra, payload []byte
+		md := &e.Metadata
+		if err := rows.Scan(&e.Sequence, &e.ID, &e.Type, &e.Timestamp, &md.TriggerAgentID, &md.TriggerAgentName, &md.EnvName, &md.Source, &extra, &payload); err != nil {
 			return nil, s.dbErr("events", err)
 		}
-		if len(md) > 2 {
-			if err := e.Metadata.UnmarshalJSON(md); err != nil {
+		if len(extra) > 0 {
+			if err := json.Unmarshal(extra, &md.Extra); err != nil {
 				return nil, s.dbErr("events metadata", err)
 			}
 		}
@@ -195,4 +201,37 @@ func (s *Store) Events(ctx context.Context, scope baton.Scope, chatID string, af
 		}
 	}
 	return out, nil
+}
+
+// encodeExtra returns the metadata keys beyond the named ones as a JSON
+// object, or nil when there are none.
+func encodeExtra(extra map[string]json.RawMessage) ([]byte, error) {
+	n := 0
+	for k := range extra {
+		if !namedMetadataKey(k) {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	m := make(map[string]json.RawMessage, n)
+	for k, v := range extra {
+		if namedMetadataKey(k) {
+			continue
+		}
+		if len(v) == 0 {
+			v = json.RawMessage("null")
+		}
+		m[k] = v
+	}
+	return json.Marshal(m)
+}
+
+func namedMetadataKey(k string) bool {
+	switch k {
+	case "trigger_session_id", "trigger_agent_id", "trigger_agent_name", "env_name", "source":
+		return true
+	}
+	return false
 }

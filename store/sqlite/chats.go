@@ -208,11 +208,10 @@ func (s *Store) UpdateChat(ctx context.Context, scope baton.Scope, id string, u 
 	}
 	now := time.Now()
 	err := s.write(ctx, func(ctx context.Context, w *wconn) error {
-		seq, err := chatSeq(ctx, w, scope, id)
-		if err != nil {
+		if _, err := chatSeq(ctx, w, scope, id); err != nil {
 			return err
 		}
-		return applyUpdate(ctx, w, id, seq, &u, now)
+		return applyUpdate(ctx, w, id, &u, now, true)
 	})
 	if err != nil {
 		return baton.Chat{}, err
@@ -220,10 +219,26 @@ func (s *Store) UpdateChat(ctx context.Context, scope baton.Scope, id string, u 
 	return s.GetChat(ctx, scope, id)
 }
 
-// applyUpdate writes u and the chat's new last sequence and updated time.
-// The chat must have been checked to be in scope. Checks come first, so a
-// failing update writes nothing even before the transaction rolls back.
-func applyUpdate(ctx context.Context, w *wconn, id string, seq int64, u *baton.ChatUpdate, now time.Time) error {
+// bumpSeq moves the chat's counter by n and its updated time to now, and
+// returns the new last sequence; ENOTFOUND when the chat is not in scope.
+func bumpSeq(ctx context.Context, w *wconn, scope baton.Scope, id string, n int, now time.Time) (int64, error) {
+	var last int64
+	err := w.queryRow(ctx, `UPDATE chats SET last_sequence = last_sequence + ?, updated_at = ?
+		WHERE id = ? AND app = ? AND user_id = ? AND deleted = 0 RETURNING last_sequence`,
+		n, micros(now), id, scope.App, scope.User).Scan(&last)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, notFound(id)
+	}
+	if err != nil {
+		return 0, storeErr("append", err)
+	}
+	return last, nil
+}
+
+// applyUpdate writes u (and, with touch, the chat's updated time). The chat
+// must have been checked to be in scope. A failing check returns an error
+// and the caller's transaction is rolled back, so nothing is written.
+func applyUpdate(ctx context.Context, w *wconn, id string, u *baton.ChatUpdate, now time.Time, touch bool) error {
 	var status, turnAgent, ctxJSON any
 	if u != nil {
 		if u.Fence > 0 {
@@ -274,10 +289,22 @@ func applyUpdate(ctx context.Context, w *wconn, id string, seq int64, u *baton.C
 			ctxJSON = string(next)
 		}
 	}
-	_, err := w.exec(ctx, `UPDATE chats SET last_sequence = ?, updated_at = ?, status = COALESCE(?, status),
-		turn_agent = COALESCE(?, turn_agent), context = COALESCE(?, context) WHERE id = ?`,
-		seq, micros(now), status, turnAgent, ctxJSON, id)
-	if err != nil {
+	if !touch && status == nil && turnAgent == nil && ctxJSON == nil {
+		return nil
+	}
+	// Only the columns that change are set, so an append does not touch the
+	// status index.
+	q, args := `UPDATE chats SET updated_at = ?`, []any{micros(now)}
+	if status != nil {
+		q, args = q+`, status = ?`, append(args, status)
+	}
+	if turnAgent != nil {
+		q, args = q+`, turn_agent = ?`, append(args, turnAgent)
+	}
+	if ctxJSON != nil {
+		q, args = q+`, context = ?`, append(args, ctxJSON)
+	}
+	if _, err := w.exec(ctx, q+` WHERE id = ?`, append(args, id)...); err != nil {
 		return storeErr("update chat", err)
 	}
 	return nil

@@ -21,22 +21,23 @@ func (s *Store) Append(ctx context.Context, scope baton.Scope, chatID string, ev
 	if err := u.Validate(); err != nil {
 		return nil, err
 	}
-	mds := make([]string, len(evs))
+	extras := make([]any, len(evs))
 	for i, e := range evs {
-		md := e.Metadata
-		md.TriggerSessionID = "" // it is chat_id
-		b, err := md.MarshalJSON()
+		x, err := encodeExtra(e.Metadata.Extra)
 		if err != nil {
 			return nil, baton.Errorf(baton.EINVALID, "events[%d].metadata: %w", i, err)
 		}
-		mds[i] = string(b)
+		if x != nil {
+			extras[i] = string(x)
+		}
 	}
 	now := time.Now()
 	err = s.write(ctx, func(ctx context.Context, w *wconn) error {
-		seq, err := chatSeq(ctx, w, scope, chatID)
+		last, err := bumpSeq(ctx, w, scope, chatID, len(evs), now)
 		if err != nil {
 			return err
 		}
+		seq := last - int64(len(evs))
 		for i := range evs {
 			seq++
 			e := &evs[i]
@@ -44,8 +45,10 @@ func (s *Store) Append(ctx context.Context, scope baton.Scope, chatID string, ev
 			if len(e.Payload) > 0 {
 				payload = string(e.Payload)
 			}
-			_, err := w.exec(ctx, `INSERT INTO events (chat_id, sequence, id, type, ts, metadata, payload) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-				chatID, seq, e.ID, e.Type, e.Timestamp, mds[i], payload)
+			md := &e.Metadata
+			_, err := w.exec(ctx, `INSERT INTO events (chat_id, sequence, id, type, ts, agent_id, agent_name, env_name, source, extra, payload)
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+				chatID, seq, e.ID, e.Type, e.Timestamp, md.TriggerAgentID, md.TriggerAgentName, md.EnvName, md.Source, extras[i], payload)
 			if isUnique(err) {
 				return baton.Errorf(baton.ECONFLICT, "event %q: already recorded in chat %q", e.ID, chatID)
 			}
@@ -54,7 +57,10 @@ func (s *Store) Append(ctx context.Context, scope baton.Scope, chatID string, ev
 			}
 			e.Sequence = seq
 		}
-		return applyUpdate(ctx, w, chatID, seq, u, now)
+		if u == nil {
+			return nil
+		}
+		return applyUpdate(ctx, w, chatID, u, now, len(evs) == 0)
 	})
 	if err != nil {
 		return nil, err
@@ -71,7 +77,7 @@ func (s *Store) Events(ctx context.Context, scope baton.Scope, chatID string, af
 	if limit <= 0 {
 		limit = -1 // SQLite: no limit
 	}
-	rows, err := s.rdb.QueryContext(ctx, `SELECT e.sequence, e.id, e.type, e.ts, e.metadata, e.payload
+	rows, err := s.rdb.QueryContext(ctx, `SELECT e.sequence, e.id, e.type, e.ts, e.agent_id, e.agent_name, e.env_name, e.source, e.extra, e.payload
 		FROM chats c JOIN events e ON e.chat_id = c.id
 		WHERE c.id = ? AND c.app = ? AND c.user_id = ? AND c.deleted = 0 AND e.sequence > ?
 		ORDER BY e.sequence LIMIT ?`, chatID, scope.App, scope.User, after, limit)
@@ -79,16 +85,16 @@ func (s *Store) Events(ctx context.Context, scope baton.Scope, chatID string, af
 		return nil, s.readErr("events", err)
 	}
 	defer rows.Close()
-	var out []baton.Event
+	out := make([]baton.Event, 0, 64)
 	for rows.Next() {
 		var e baton.Event
-		var md []byte
-		var payload []byte
-		if err := rows.Scan(&e.Sequence, &e.ID, &e.Type, &e.Timestamp, &md, &payload); err != nil {
+		var extra, payload []byte
+		md := &e.Metadata
+		if err := rows.Scan(&e.Sequence, &e.ID, &e.Type, &e.Timestamp, &md.TriggerAgentID, &md.TriggerAgentName, &md.EnvName, &md.Source, &extra, &payload); err != nil {
 			return nil, s.readErr("events", err)
 		}
-		if len(md) > 2 {
-			if err := e.Metadata.UnmarshalJSON(md); err != nil {
+		if len(extra) > 0 {
+			if err := json.Unmarshal(extra, &md.Extra); err != nil {
 				return nil, storeErr("events metadata", err)
 			}
 		}
@@ -108,4 +114,37 @@ func (s *Store) Events(ctx context.Context, scope baton.Scope, chatID string, af
 		}
 	}
 	return out, nil
+}
+
+// encodeExtra returns the metadata keys beyond the named ones as a JSON
+// object, or nil when there are none.
+func encodeExtra(extra map[string]json.RawMessage) ([]byte, error) {
+	n := 0
+	for k := range extra {
+		if !namedMetadataKey(k) {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	m := make(map[string]json.RawMessage, n)
+	for k, v := range extra {
+		if namedMetadataKey(k) {
+			continue
+		}
+		if len(v) == 0 {
+			v = json.RawMessage("null")
+		}
+		m[k] = v
+	}
+	return json.Marshal(m)
+}
+
+func namedMetadataKey(k string) bool {
+	switch k {
+	case "trigger_session_id", "trigger_agent_id", "trigger_agent_name", "env_name", "source":
+		return true
+	}
+	return false
 }

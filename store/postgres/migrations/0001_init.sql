@@ -17,19 +17,25 @@ CREATE INDEX chats_status ON chats (status, created_at);
 
 -- The events of a chat: sequence 1, 2, 3, …. The primary key forbids a
 -- repeat; appends take their sequences from chats.last_sequence under the
--- chat row's lock, which forbids a gap. metadata is the event's metadata JSON
--- without trigger_session_id (which is chat_id); payload is verbatim text.
+-- chat row's lock, which forbids a gap. Event ids are unique per chat; the
+-- index leads with the (time-ordered) id so it grows at its end. The
+-- metadata's named fields are columns; extra holds its other keys as a JSON
+-- object, NULL when there are none. payload is verbatim text.
 CREATE TABLE events (
-	chat_id  text NOT NULL,
-	sequence bigint NOT NULL,
-	id       text NOT NULL,
-	type     text NOT NULL,
-	ts       bigint NOT NULL, -- the event's timestamp, Unix milliseconds
-	metadata text NOT NULL,
-	payload  text,
-	PRIMARY KEY (chat_id, sequence),
-	UNIQUE (chat_id, id)
+	chat_id    text NOT NULL,
+	sequence   bigint NOT NULL,
+	id         text NOT NULL,
+	type       text NOT NULL,
+	ts         bigint NOT NULL, -- the event's timestamp, Unix milliseconds
+	agent_id   text NOT NULL,
+	agent_name text NOT NULL,
+	env_name   text NOT NULL,
+	source     text NOT NULL,
+	extra      text,
+	payload    text,
+	PRIMARY KEY (chat_id, sequence)
 );
+CREATE UNIQUE INDEX events_id_chat ON events (id, chat_id);
 
 CREATE TABLE pending (
 	ui_event_id  text PRIMARY KEY,

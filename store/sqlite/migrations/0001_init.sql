@@ -15,20 +15,29 @@ CREATE TABLE chats (
 CREATE INDEX chats_scope ON chats (app, user_id, created_at);
 CREATE INDEX chats_status ON chats (status, created_at);
 
--- The events of a chat: sequence 1, 2, 3, … (the primary key forbids a
--- repeat; the single writer forbids a gap). metadata is the event's metadata
--- JSON without trigger_session_id (which is chat_id); payload is verbatim.
+-- The events of a chat: sequence 1, 2, 3, … (the unique index forbids a
+-- repeat; the single writer forbids a gap). Rows are stored in insertion
+-- order (rowid), so a commit of events from many chats writes few pages; the
+-- index on (chat_id, sequence) serves replay, and the one on (id, chat_id)
+-- keeps event ids unique per chat while staying append-mostly (time-ordered
+-- UUIDv7 ids). The metadata's named fields are columns; extra holds its
+-- other keys as a JSON object, NULL when there are none. payload is verbatim.
 CREATE TABLE events (
-	chat_id  TEXT NOT NULL,
-	sequence INTEGER NOT NULL,
-	id       TEXT NOT NULL,
-	type     TEXT NOT NULL,
-	ts       INTEGER NOT NULL, -- the event's timestamp, Unix milliseconds
-	metadata TEXT NOT NULL,
-	payload  TEXT,
-	PRIMARY KEY (chat_id, sequence),
-	UNIQUE (chat_id, id)
-) WITHOUT ROWID;
+	rowid      INTEGER PRIMARY KEY,
+	chat_id    TEXT NOT NULL,
+	sequence   INTEGER NOT NULL,
+	id         TEXT NOT NULL,
+	type       TEXT NOT NULL,
+	ts         INTEGER NOT NULL, -- the event's timestamp, Unix milliseconds
+	agent_id   TEXT NOT NULL,
+	agent_name TEXT NOT NULL,
+	env_name   TEXT NOT NULL,
+	source     TEXT NOT NULL,
+	extra      TEXT,
+	payload    TEXT
+);
+CREATE UNIQUE INDEX events_chat_sequence ON events (chat_id, sequence);
+CREATE UNIQUE INDEX events_id_chat ON events (id, chat_id);
 
 CREATE TABLE pending (
 	ui_event_id  TEXT PRIMARY KEY,
