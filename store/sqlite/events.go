@@ -1,8 +1,11 @@
 package sqlite
 
 import (
+	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/batonhq/baton"
@@ -74,7 +77,20 @@ func (s *Store) Events(ctx context.Context, scope baton.Scope, chatID string, af
 	if s.closed.Load() {
 		return nil, baton.ErrClosed
 	}
-	if limit <= 0 {
+	// The chat's last sequence checks the scope and sizes the result.
+	var last int64
+	err := s.rdb.QueryRowContext(ctx, `SELECT last_sequence FROM chats WHERE id = ? AND app = ? AND user_id = ? AND deleted = 0`,
+		chatID, scope.App, scope.User).Scan(&last)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, notFound(chatID)
+	}
+	if err != nil {
+		return nil, s.readErr("events", err)
+	}
+	n := max(0, last-after)
+	if limit > 0 {
+		n = min(n, int64(limit))
+	} else {
 		limit = -1 // SQLite: no limit
 	}
 	rows, err := s.rdb.QueryContext(ctx, `SELECT e.sequence, e.id, e.type, e.ts, e.agent_id, e.agent_name, e.env_name, e.source, e.extra, e.payload
@@ -85,10 +101,10 @@ func (s *Store) Events(ctx context.Context, scope baton.Scope, chatID string, af
 		return nil, s.readErr("events", err)
 	}
 	defer rows.Close()
-	out := make([]baton.Event, 0, 64)
+	out := make([]baton.Event, 0, n)
 	for rows.Next() {
 		var e baton.Event
-		var extra, payload []byte
+		var extra, payload sql.RawBytes // copied below; RawBytes saves database/sql's copy
 		md := &e.Metadata
 		if err := rows.Scan(&e.Sequence, &e.ID, &e.Type, &e.Timestamp, &md.TriggerAgentID, &md.TriggerAgentName, &md.EnvName, &md.Source, &extra, &payload); err != nil {
 			return nil, s.readErr("events", err)
@@ -100,18 +116,12 @@ func (s *Store) Events(ctx context.Context, scope baton.Scope, chatID string, af
 		}
 		e.Metadata.TriggerSessionID = chatID
 		if len(payload) > 0 {
-			e.Payload = json.RawMessage(payload)
+			e.Payload = json.RawMessage(bytes.Clone(payload))
 		}
 		out = append(out, e)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, s.readErr("events", err)
-	}
-	if len(out) == 0 {
-		// No events: tell an empty chat from one that is not in scope.
-		if _, err := s.GetChat(ctx, scope, chatID); err != nil {
-			return nil, err
-		}
 	}
 	return out, nil
 }
