@@ -13,7 +13,10 @@ func BenchmarkAppend(b *testing.B) {
 	dsn, schema := freshSchema(b)
 	for _, chats := range []int{1, 1000} {
 		b.Run(fmt.Sprintf("chats=%d", chats), func(b *testing.B) {
-			storetest.BenchAppend(b, open(b, dsn, schema), chats)
+			s := open(b, dsn, schema)
+			storetest.BenchAppend(b, s, chats)
+			st := s.Stats()
+			b.ReportMetric(float64(st.Appends)/float64(max(1, st.Commits)), "appends/commit")
 		})
 	}
 }

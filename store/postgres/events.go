@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/batonhq/baton"
@@ -129,8 +130,20 @@ func (s *Store) Append(ctx context.Context, scope baton.Scope, chatID string, ev
 		return nil
 	}
 	if !slow {
-		if err := insert(s.pool); err != nil {
+		seqs, err := s.groupAppend(ctx, chatID, []any{chatID, scope.App, scope.User, int64(n), now, status, turn, set, del,
+			ids, types, ts, agentIDs, agentNames, envs, sources, extras, payloads})
+		if err != nil {
 			return nil, s.dbErr("append", err)
+		}
+		if len(seqs) == 0 {
+			return nil, notFound(chatID)
+		}
+		if len(seqs) != n {
+			return nil, baton.Errorf(baton.EINTERNAL, "chat %q: inserted %d of %d events", chatID, len(seqs), n)
+		}
+		base := slices.Min(seqs) - 1
+		for i := range evs {
+			evs[i].Sequence = base + int64(i) + 1
 		}
 		return evs, nil
 	}

@@ -41,10 +41,17 @@ var migrations embed.FS
 
 // Store is a baton.Store on PostgreSQL. It is safe for concurrent use.
 type Store struct {
-	pool   *pgxpool.Pool
-	log    *slog.Logger
-	schema string
-	closed atomic.Bool
+	pool     *pgxpool.Pool
+	log      *slog.Logger
+	schema   string
+	maxBatch int
+	closed   atomic.Bool
+
+	commits, appends atomic.Int64
+
+	reqs        chan *appendReq
+	closing     chan struct{}
+	batcherDone chan struct{}
 }
 
 var _ baton.Store = (*Store)(nil)
@@ -56,6 +63,17 @@ type config struct {
 	log      *slog.Logger
 	schema   string
 	maxConns int32
+	maxBatch int
+}
+
+// WithMaxBatch sets the most appends one group commit carries (default
+// DefaultMaxBatch); 1 turns group commit off.
+func WithMaxBatch(n int) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.maxBatch = n
+		}
+	}
 }
 
 // WithLogger sets the logger (default slog.Default()).
@@ -74,7 +92,7 @@ const migrationLock = 0x0ba70
 // Open connects to the database at dsn (postgres://…), and applies pending
 // migrations.
 func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
-	c := config{log: slog.Default()}
+	c := config{log: slog.Default(), maxBatch: DefaultMaxBatch}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -95,7 +113,8 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: connect: %w", err)
 	}
-	s := &Store{pool: pool, log: c.log, schema: c.schema}
+	s := &Store{pool: pool, log: c.log, schema: c.schema, maxBatch: c.maxBatch,
+		reqs: make(chan *appendReq), closing: make(chan struct{}), batcherDone: make(chan struct{})}
 	if c.schema != "" {
 		if _, err := pool.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS "`+c.schema+`"`); err != nil {
 			pool.Close()
@@ -106,6 +125,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
+	go s.runBatcher()
 	return s, nil
 }
 
@@ -161,10 +181,13 @@ func (s *Store) Ping(ctx context.Context) error {
 	return s.dbErr("ping", s.pool.Ping(ctx))
 }
 
-// Close closes the pool, waiting for connections in use to be returned.
+// Close stops the batcher after the batch in progress and closes the pool,
+// waiting for connections in use to be returned.
 // Later calls fail with baton.ErrClosed.
 func (s *Store) Close() error {
 	if s.closed.CompareAndSwap(false, true) {
+		close(s.closing)
+		<-s.batcherDone
 		s.pool.Close()
 	}
 	return nil
@@ -207,3 +230,12 @@ func (s *Store) check() error {
 	}
 	return nil
 }
+
+// Stats counts the batcher's work since Open.
+type Stats struct {
+	Commits int64 // group commits
+	Appends int64 // appends they carried; Appends/Commits is the mean batch
+}
+
+// Stats returns the batcher's counters.
+func (s *Store) Stats() Stats { return Stats{Commits: s.commits.Load(), Appends: s.appends.Load()} }
