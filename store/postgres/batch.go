@@ -2,6 +2,9 @@ package postgres
 
 import (
 	"context"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/batonhq/baton"
 	"github.com/jackc/pgx/v5"
@@ -14,7 +17,16 @@ const DefaultMaxBatch = 512
 type appendReq struct {
 	chatID string
 	args   []any
+	plain  *plainAppend   // set when the append changes nothing but the events: it can be merged
 	done   chan appendRes // buffered 1
+}
+
+// plainAppend is an append's scope and event columns, for mergedSQL.
+type plainAppend struct {
+	app, user                                    string
+	ids, types, agentIDs, agentNames, envs, srcs []string
+	ts                                           []int64
+	extras, payloads                             []*string
 }
 
 type appendRes struct {
@@ -29,8 +41,8 @@ type appendRes struct {
 // the batcher takes its request gets ctx's error and nothing is written;
 // once taken, the caller waits for the outcome, so an error always means
 // "not written".
-func (s *Store) groupAppend(ctx context.Context, chatID string, args []any) ([]int64, error) {
-	r := &appendReq{chatID: chatID, args: args, done: make(chan appendRes, 1)}
+func (s *Store) groupAppend(ctx context.Context, chatID string, args []any, plain *plainAppend) ([]int64, error) {
+	r := &appendReq{chatID: chatID, args: args, plain: plain, done: make(chan appendRes, 1)}
 	select {
 	case s.reqs <- r:
 	case <-s.closing:
@@ -63,8 +75,113 @@ func (s *Store) runBatcher() {
 				break drain
 			}
 		}
+		// One lock order for every batch: two processes' batchers never
+		// deadlock on each other's chat rows. The sort is stable, so the
+		// appends of one chat keep their order.
+		slices.SortStableFunc(batch, func(a, b *appendReq) int { return strings.Compare(a.chatID, b.chatID) })
+		if len(batch) > 1 && s.tryMerged(batch) {
+			continue
+		}
 		s.commitBatch(batch)
 	}
+}
+
+// mergedSQL appends the events of many chats in one statement: $1..$3 list
+// each chat once with its scope, $4 its number of events; $6.. are the
+// events, each with its chat and its place (ord, from 1) among the chat's.
+const mergedSQL = `WITH r AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) AS r(chat_id, app, user_id, n)
+), c AS (
+	UPDATE chats SET last_sequence = chats.last_sequence + r.n, updated_at = $5
+	FROM r WHERE chats.id = r.chat_id AND chats.app = r.app AND chats.user_id = r.user_id AND NOT chats.deleted
+	RETURNING chats.id, chats.last_sequence - r.n AS base
+)
+INSERT INTO events (chat_id, sequence, id, type, ts, agent_id, agent_name, env_name, source, extra, payload)
+SELECT e.chat_id, c.base + e.ord, e.id, e.type, e.ts, e.agent_id, e.agent_name, e.env_name, e.source, e.extra, e.payload
+FROM c JOIN unnest($6::text[], $7::bigint[], $8::text[], $9::text[], $10::bigint[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::text[])
+	AS e(chat_id, ord, id, type, ts, agent_id, agent_name, env_name, source, extra, payload) ON e.chat_id = c.id
+RETURNING chat_id, sequence`
+
+// tryMerged commits a batch of plain appends as one statement (one
+// implicit transaction): one round trip and one statement for the whole
+// batch. It reports false, having written nothing, when the batch cannot be
+// merged or the statement fails (a duplicate event id, a deadlock); the
+// caller then commits the batch statement by statement.
+func (s *Store) tryMerged(batch []*appendReq) bool {
+	type chatAcc struct {
+		app, user string
+		n         int64
+	}
+	chats := map[string]*chatAcc{}
+	var chatIDs, apps, users []string
+	var counts []int64
+	offsets := make([]int64, len(batch))
+	var eChat, eIDs, eTypes, eAgentIDs, eAgentNames, eEnvs, eSrcs []string
+	var eOrd, eTS []int64
+	var eExtras, ePayloads []*string
+	for k, r := range batch {
+		p := r.plain
+		if p == nil {
+			return false
+		}
+		acc, ok := chats[r.chatID]
+		if !ok {
+			acc = &chatAcc{app: p.app, user: p.user}
+			chats[r.chatID] = acc
+			chatIDs, apps, users = append(chatIDs, r.chatID), append(apps, p.app), append(users, p.user)
+		} else if acc.app != p.app || acc.user != p.user {
+			return false // one chat id asked for in two scopes: let each be judged alone
+		}
+		offsets[k] = acc.n
+		for j := range p.ids {
+			eChat = append(eChat, r.chatID)
+			eOrd = append(eOrd, acc.n+int64(j)+1)
+		}
+		acc.n += int64(len(p.ids))
+		eIDs, eTypes, eTS = append(eIDs, p.ids...), append(eTypes, p.types...), append(eTS, p.ts...)
+		eAgentIDs, eAgentNames, eEnvs, eSrcs = append(eAgentIDs, p.agentIDs...), append(eAgentNames, p.agentNames...), append(eEnvs, p.envs...), append(eSrcs, p.srcs...)
+		eExtras, ePayloads = append(eExtras, p.extras...), append(ePayloads, p.payloads...)
+	}
+	for _, id := range chatIDs {
+		counts = append(counts, chats[id].n)
+	}
+	ctx := context.Background()
+	rows, err := s.pool.Query(ctx, mergedSQL, chatIDs, apps, users, counts, time.Now(),
+		eChat, eOrd, eIDs, eTypes, eTS, eAgentIDs, eAgentNames, eEnvs, eSrcs, eExtras, ePayloads)
+	if err != nil {
+		return false
+	}
+	base := map[string]int64{}
+	for rows.Next() {
+		var chat string
+		var seq int64
+		if err := rows.Scan(&chat, &seq); err != nil {
+			rows.Close()
+			return false
+		}
+		if b, ok := base[chat]; !ok || seq-1 < b {
+			base[chat] = seq - 1
+		}
+	}
+	rows.Close()
+	if rows.Err() != nil {
+		return false
+	}
+	s.commits.Add(1)
+	s.appends.Add(int64(len(batch)))
+	for k, r := range batch {
+		b, ok := base[r.chatID]
+		if !ok {
+			r.done <- appendRes{} // no sequences: the chat is not in scope
+			continue
+		}
+		seqs := make([]int64, len(r.plain.ids))
+		for j := range seqs {
+			seqs[j] = b + offsets[k] + int64(j) + 1
+		}
+		r.done <- appendRes{seqs: seqs}
+	}
+	return true
 }
 
 // commitBatch commits batch in as few transactions as possible: when append

@@ -130,8 +130,13 @@ func (s *Store) Append(ctx context.Context, scope baton.Scope, chatID string, ev
 		return nil
 	}
 	if !slow {
+		var plain *plainAppend
+		if status == nil && turn == nil && set == nil {
+			plain = &plainAppend{app: scope.App, user: scope.User, ids: ids, types: types, agentIDs: agentIDs, agentNames: agentNames,
+				envs: envs, srcs: sources, ts: ts, extras: extras, payloads: payloads}
+		}
 		seqs, err := s.groupAppend(ctx, chatID, []any{chatID, scope.App, scope.User, int64(n), now, status, turn, set, del,
-			ids, types, ts, agentIDs, agentNames, envs, sources, extras, payloads})
+			ids, types, ts, agentIDs, agentNames, envs, sources, extras, payloads}, plain)
 		if err != nil {
 			return nil, s.dbErr("append", err)
 		}
