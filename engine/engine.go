@@ -115,6 +115,9 @@ type Engine struct {
 	sealer    *sealer
 	autoTools recentAutoTools
 
+	synthMu   sync.Mutex
+	synthetic map[string]int64 // synthetic select_speaker events recorded, per workflow
+
 	active atomic.Int64 // runs in progress
 	turns  atomic.Int64 // turns started since New
 }
@@ -136,6 +139,7 @@ func New(cfg Config) (*Engine, error) {
 		providers:  cfg.Providers,
 		toolOpts:   cfg.ToolOptions,
 		provCache:  map[string]baton.Provider{},
+		synthetic:  map[string]int64{},
 		registries: map[string]*tool.Registry{},
 	}
 	if e.log == nil {
@@ -190,6 +194,14 @@ func (e *Engine) Workflows() []*workflow.Workflow {
 		out = append(out, wf)
 	}
 	return out
+}
+
+// SyntheticCount returns how many synthetic select_speaker events the
+// engine has recorded for a workflow since it started.
+func (e *Engine) SyntheticCount(workflow string) int64 {
+	e.synthMu.Lock()
+	defer e.synthMu.Unlock()
+	return e.synthetic[workflow]
 }
 
 // Active returns the number of runs in progress.
@@ -259,8 +271,40 @@ func (e *Engine) Submit(ctx context.Context, scope baton.Scope, chatID, content,
 }
 
 // RespondUI publishes the person's response to a UI tool (ui.tool.response).
+// It refuses, changing nothing, a ui_event_id the chat does not wait for
+// (unknown, already answered, or another chat's: ENOTFOUND). The values of a
+// secret form are sealed here, before the event reaches the bus, so no
+// observer, log or store ever holds them in the clear.
 func (e *Engine) RespondUI(ctx context.Context, scope baton.Scope, chatID, uiEventID string, status string, data json.RawMessage) error {
-	payload, _ := json.Marshal(uiResponse{UIEventID: uiEventID, Status: status, Data: data})
+	chat, err := e.store.GetChat(ctx, scope, chatID)
+	if err != nil {
+		return err
+	}
+	var pending *baton.PendingRequest
+	for i := range chat.Pending {
+		if chat.Pending[i].UIEventID == uiEventID {
+			pending = &chat.Pending[i]
+		}
+	}
+	if pending == nil {
+		return baton.Errorf(baton.ENOTFOUND, "ui_event_id %q: the chat does not wait for it (unknown or already answered)", uiEventID)
+	}
+	if status == "" {
+		status = "success"
+	}
+	resp := uiResponse{UIEventID: uiEventID, Status: status, Data: data}
+	if pending.Kind == baton.PendingSecret {
+		resp.Data = nil
+		if status == "success" {
+			if e.sealer == nil {
+				return baton.Errorf(baton.EUNAVAILABLE, "secrets: no secret key is configured")
+			}
+			if resp.Sealed, err = e.sealer.sealForm(chatID, data); err != nil {
+				return err
+			}
+		}
+	}
+	payload, _ := json.Marshal(resp)
 	return e.publish(ctx, scope, baton.TypeUIToolResponse, chatID, payload)
 }
 

@@ -1,14 +1,15 @@
 package engine_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"os"
 	"path"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,6 +32,7 @@ var testScope = baton.Scope{App: "acme", User: "ada"}
 // harness is one engine on a real SQLite file and a real bus.
 type harness struct {
 	t        *testing.T
+	logs     *logBuffer // everything the engine logged, at debug level
 	root     string
 	toolOpts []tool.Option
 	dbPath   string
@@ -39,6 +41,7 @@ type harness struct {
 	eng      *engine.Engine
 	wfs      []*workflow.Workflow
 	prov     engine.ProviderFunc
+	wrap     func(engine.Recorder) engine.Recorder
 }
 
 type harnessOption func(*harness)
@@ -52,6 +55,11 @@ func withWorkflows(root string) harnessOption { return func(h *harness) { h.root
 // withTools passes options (Go functions) to the tool registries.
 func withTools(opts ...tool.Option) harnessOption {
 	return func(h *harness) { h.toolOpts = append(h.toolOpts, opts...) }
+}
+
+// withRecorder wraps the recorder (to inject failures).
+func withRecorder(wrap func(engine.Recorder) engine.Recorder) harnessOption {
+	return func(h *harness) { h.wrap = wrap }
 }
 
 // withDB reuses a database file (a restart).
@@ -76,16 +84,21 @@ func newHarness(t *testing.T, opts ...harnessOption) *harness {
 		t.Fatalf("open store: %v", err)
 	}
 	h.store = st
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	h.logs = &logBuffer{}
+	log := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	h.bus = bus.New(bus.WithLogger(log))
 	wfs, err := workflow.LoadAll(os.DirFS(h.root))
 	if err != nil {
 		t.Fatalf("load workflows: %v", err)
 	}
 	h.wfs = wfs
+	var rec engine.Recorder = recorder.New(st, engine.ObserverPublisher{Bus: h.bus})
+	if h.wrap != nil {
+		rec = h.wrap(rec)
+	}
 	eng, err := engine.New(engine.Config{
 		Store:        st,
-		Recorder:     recorder.New(st, engine.ObserverPublisher{Bus: h.bus}),
+		Recorder:     rec,
 		Bus:          h.bus,
 		Workflows:    wfs,
 		WorkflowRoot: h.root,
@@ -220,4 +233,45 @@ func (h *harness) restart() *harness {
 	h.t.Helper()
 	h.close()
 	return newHarness(h.t, withDB(h.dbPath), withWorkflows(h.root), withProvider(h.prov), withTools(h.toolOpts...))
+}
+
+// logBuffer collects log output from concurrent goroutines.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// checkSpeakers asserts invariant 6: every text from a sender other than
+// the previous text's sender is preceded, since that previous text, by a
+// select_speaker for its sender ("system" for the resume signal).
+func checkSpeakers(t *testing.T, evs []baton.Event) {
+	t.Helper()
+	last := ""
+	selected := map[string]bool{}
+	for _, ev := range evs {
+		var p struct{ Agent, Content string }
+		_ = json.Unmarshal(ev.Payload, &p)
+		switch ev.Type {
+		case baton.TypeChatSelectSpeaker:
+			selected[p.Agent] = true
+		case baton.TypeChatText:
+			if last != "" && p.Agent != last && !selected[p.Agent] {
+				t.Fatalf("invariant 6: text %d from %s (after %s) has no select_speaker for it", ev.Sequence, p.Agent, last)
+			}
+			last = p.Agent
+			selected = map[string]bool{}
+		}
+	}
 }

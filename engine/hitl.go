@@ -141,9 +141,14 @@ func (r *run) structuredResult(agent *workflow.Agent, text string) (events []bat
 	}
 	if t.retries < DefaultStructuredRetries {
 		msg := fmt.Sprintf("Your output did not match the required schema %s. Error: %s. Reply again with only the corrected JSON.", m.Name, err)
-		return []baton.Event{chatEvent(baton.TypeChatText, r.st.chat.ID, systemAgent, textPayload{
-			Kind: "text", Agent: systemAgent, Content: msg, Index: r.st.texts + 1, UIHidden: true, Feedback: true, TurnKey: t.key,
-		})}, false, nil
+		// The agent's text precedes this one in the same append, so the
+		// speaker changes to system here: announce it (invariant 6).
+		return []baton.Event{
+			syntheticEvent(r.st.chat.ID, systemAgent, r.st.turns),
+			chatEvent(baton.TypeChatText, r.st.chat.ID, systemAgent, textPayload{
+				Kind: "text", Agent: systemAgent, Content: msg, Index: r.st.texts + 1, UIHidden: true, Feedback: true, TurnKey: t.key,
+			}),
+		}, false, nil
 	}
 	return []baton.Event{chatEvent(baton.TypeChatError, r.st.chat.ID, agent.Name, errorPayload{
 		Kind: "error", Agent: agent.Name, Code: "invalid_structured_output", Retryable: true, TurnKey: t.key,

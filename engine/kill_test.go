@@ -52,7 +52,7 @@ func TestMain(m *testing.M) {
 // until it completes. Exit 0: completed; 3: failed; 1: error.
 func runChild() int {
 	ctx := context.Background()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	var st baton.Store
 	var err error
 	if schema := os.Getenv("CRASH_PG_SCHEMA"); schema != "" {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,9 +23,10 @@ type (
 		Source  string `json:"source"`
 	}
 	uiResponse struct {
-		UIEventID string          `json:"ui_event_id"`
-		Status    string          `json:"status"`
-		Data      json.RawMessage `json:"data"`
+		UIEventID string            `json:"ui_event_id"`
+		Status    string            `json:"status"`
+		Data      json.RawMessage   `json:"data,omitempty"`
+		Sealed    map[string]string `json:"sealed,omitempty"` // a secret form's values, sealed before they reached the bus
 	}
 	startPayload struct {
 		Message string `json:"message"`
@@ -151,6 +153,11 @@ func (r *run) record(ctx context.Context, events []baton.Event, u *baton.ChatUpd
 	}
 	for i := range recorded {
 		r.st.apply(&recorded[i])
+		if recorded[i].Type == baton.TypeChatSelectSpeaker && bytes.Contains(recorded[i].Payload, []byte(`"_synthetic":true`)) {
+			r.e.synthMu.Lock()
+			r.e.synthetic[r.wf.Name]++
+			r.e.synthMu.Unlock()
+		}
 	}
 	if u.Status != nil {
 		r.st.chat.Status = *u.Status
@@ -372,15 +379,12 @@ func (r *run) uiResponse(ctx context.Context, ev baton.Event) error {
 	u := &baton.ChatUpdate{ResolvePending: []string{p.UIEventID}}
 	data := p.Data
 	var secretNames []string
-	if call.pendingKind == baton.PendingSecret && len(p.Data) > 0 && p.Status == "success" {
-		if r.e.sealer == nil {
-			return fmt.Errorf("%w: no secret key configured to keep secrets", errIgnored)
+	if call.pendingKind == baton.PendingSecret {
+		if len(p.Data) > 0 {
+			return fmt.Errorf("%w: a secret form's values must arrive sealed (use Engine.RespondUI)", errIgnored)
 		}
-		sealed, redacted, names, err := r.e.sealer.sealAll(st.chat.ID, st.vars[secretsVar], p.Data)
-		if err != nil {
-			return fmt.Errorf("%w: %v", errIgnored, err)
-		}
-		u.Context = map[string]json.RawMessage{secretsVar: sealed} // the snapshot only: no event carries it
+		box, redacted, names := mergeSealed(st.vars[secretsVar], p.Sealed)
+		u.Context = map[string]json.RawMessage{secretsVar: box} // the snapshot only: no event carries it
 		data, secretNames = redacted, names
 	}
 	res := tool.UIResult{Status: p.Status, UIEventID: p.UIEventID, Data: data}
@@ -452,9 +456,13 @@ func (r *run) synthetic(sender, content string) []baton.Event {
 		display = "system"
 	}
 	r.log.Debug("[SYNTHETIC_SPEAKER] Emitted synthetic select_speaker", "agent", display)
-	return []baton.Event{chatEvent(baton.TypeChatSelectSpeaker, r.st.chat.ID, display, selectSpeakerPayload{
-		Kind: "select_speaker", Agent: display, Source: "synthetic", Synthetic: true, TurnIndex: r.st.turns,
-	})}
+	return []baton.Event{syntheticEvent(r.st.chat.ID, display, r.st.turns)}
+}
+
+func syntheticEvent(chatID, agent string, turns int) baton.Event {
+	return chatEvent(baton.TypeChatSelectSpeaker, chatID, agent, selectSpeakerPayload{
+		Kind: "select_speaker", Agent: agent, Source: "synthetic", Synthetic: true, TurnIndex: turns,
+	})
 }
 
 // ResumeSignal is the internal message that resumes a chat after a pause
@@ -530,7 +538,16 @@ func (r *run) callModel(ctx context.Context) error {
 	if ctxEv != nil {
 		events = append(events, *ctxEv)
 	}
+	usageEv := chatEvent(baton.TypeChatUsageSummary, st.chat.ID, agent.Name, usagePayload{
+		Kind: "usage_summary", Agent: agent.Name, Model: cfg.Model, AgentMessageID: msgID,
+		PromptTokens: usage.PromptTokens, CompletionTokens: usage.CompletionTokens, CachedTokens: usage.CachedTokens,
+		ReasoningTokens: usage.ReasoningTokens, TotalTokens: usage.PromptTokens + usage.CompletionTokens, Cost: cost,
+	})
 	if len(calls) == 0 && agent.StructuredOutputsRequired && agent.Model() != nil {
+		// The usage goes before the outcome: a chat.error must be the last
+		// event of the append, as the fold reads it.
+		events = append(events, usageEv)
+		usageEv.ID = ""
 		more, failed, patch := r.structuredResult(agent, text)
 		events = append(events, more...)
 		for k, v := range patch {
@@ -558,11 +575,9 @@ func (r *run) callModel(ctx context.Context) error {
 		waiting := baton.ChatWaitingUITool
 		u.Status = &waiting
 	}
-	events = append(events, chatEvent(baton.TypeChatUsageSummary, st.chat.ID, agent.Name, usagePayload{
-		Kind: "usage_summary", Agent: agent.Name, Model: cfg.Model, AgentMessageID: msgID,
-		PromptTokens: usage.PromptTokens, CompletionTokens: usage.CompletionTokens, CachedTokens: usage.CachedTokens,
-		ReasoningTokens: usage.ReasoningTokens, TotalTokens: usage.PromptTokens + usage.CompletionTokens, Cost: cost,
-	}))
+	if usageEv.ID != "" {
+		events = append(events, usageEv)
+	}
 	if err := r.record(ctx, events, u); err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/batonhq/baton"
@@ -75,33 +76,43 @@ func (s *sealer) open(chatID, name, sealed string) (string, error) {
 	return string(plain), nil
 }
 
-// sealAll seals the string values of data (the person's form) and returns
-// the new sealed map (merged over the chat's existing secrets) and the
-// redacted copy of data for the record.
-func (s *sealer) sealAll(chatID string, existing json.RawMessage, data json.RawMessage) (sealed json.RawMessage, redacted json.RawMessage, names []string, err error) {
+// sealForm seals the string values of a secret form's data (name → value).
+func (s *sealer) sealForm(chatID string, data json.RawMessage) (map[string]string, error) {
 	var form map[string]any
-	if err := json.Unmarshal(data, &form); err != nil {
-		return nil, nil, nil, baton.Errorf(baton.EINVALID, "data: a secret form's response must be an object of name to value")
+	if err := json.Unmarshal(data, &form); err != nil || form == nil {
+		return nil, baton.Errorf(baton.EINVALID, "data: a secret form's response must be an object of name to value")
 	}
-	box := map[string]string{}
-	if len(existing) > 0 {
-		_ = json.Unmarshal(existing, &box)
-	}
-	red := make(map[string]string, len(form))
+	sealed := make(map[string]string, len(form))
 	for name, v := range form {
 		str, ok := v.(string)
 		if !ok {
-			return nil, nil, nil, baton.Errorf(baton.EINVALID, "data.%s: a secret must be a string", name)
+			return nil, baton.Errorf(baton.EINVALID, "data.%s: a secret must be a string", name)
 		}
-		if box[name], err = s.seal(chatID, name, str); err != nil {
-			return nil, nil, nil, err
+		var err error
+		if sealed[name], err = s.seal(chatID, name, str); err != nil {
+			return nil, err
 		}
+	}
+	return sealed, nil
+}
+
+// mergeSealed merges newly sealed secrets over a chat's existing ones and
+// returns the new box, the redacted form for the record, and the names.
+func mergeSealed(existing json.RawMessage, sealed map[string]string) (box, redacted json.RawMessage, names []string) {
+	all := map[string]string{}
+	if len(existing) > 0 {
+		_ = json.Unmarshal(existing, &all)
+	}
+	red := make(map[string]string, len(sealed))
+	for name, v := range sealed {
+		all[name] = v
 		red[name] = RedactedSecret
 		names = append(names, name)
 	}
-	sealed, _ = json.Marshal(box)
+	slices.Sort(names)
+	box, _ = json.Marshal(all)
 	redacted, _ = json.Marshal(red)
-	return sealed, redacted, names, nil
+	return box, redacted, names
 }
 
 // openAll opens a chat's sealed secrets for a tool call.

@@ -1,0 +1,442 @@
+package engine_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"iter"
+	"os"
+	"path"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/bus"
+	"github.com/batonhq/baton/engine"
+	"github.com/batonhq/baton/llm/scripted"
+	"github.com/batonhq/baton/workflow"
+)
+
+// override answers the model calls of one agent with a function, and every
+// other call with the workflow's scripted provider. n counts the agent's
+// calls, from 1.
+func override(agent string, f func(n int64, req *baton.Request) []baton.Delta) harnessOption {
+	var n atomic.Int64
+	return withProvider(func(wf *workflow.Workflow) (baton.Provider, error) {
+		sp, err := scripted.Load(wf.FS, path.Join(wf.Dir, "scripted.json"))
+		if err != nil {
+			return nil, err
+		}
+		return providerFunc(func(ctx context.Context, req *baton.Request) iter.Seq2[baton.Delta, error] {
+			if req.Agent != agent {
+				return sp.Stream(ctx, req)
+			}
+			return fakeProvider(func(req *baton.Request) ([]baton.Delta, error) { return f(n.Add(1), req), nil }).Stream(ctx, req)
+		}), nil
+	})
+}
+
+type providerFunc func(ctx context.Context, req *baton.Request) iter.Seq2[baton.Delta, error]
+
+func (f providerFunc) Stream(ctx context.Context, req *baton.Request) iter.Seq2[baton.Delta, error] {
+	return f(ctx, req)
+}
+
+const validPlan = `{"ActionPlan":{"workflow":{"name":"Plan B","description":"d","trigger":"manual","phases":[],"integrations":[],"estimated_minutes_saved":1}},"agent_message":"Look."}`
+
+// runToPlan drives the generator to the ActionPlan pause (or to one of
+// the statuses given).
+func runToPlan(t *testing.T, h *harness, until ...baton.ChatStatus) string {
+	t.Helper()
+	ctx := context.Background()
+	id := start(t, h, "generator")
+	h.waitStatus(id, baton.ChatWaitingInput)
+	if err := h.eng.Submit(ctx, testScope, id, "A newsletter.", "ws"); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus(id, baton.ChatWaitingSecret)
+	if err := h.eng.RespondUI(ctx, testScope, id, h.pending(id, baton.PendingSecret).UIEventID, "success", json.RawMessage(`{"NEWSLETTER_API_KEY":"`+testSecret+`"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if len(until) == 0 {
+		until = []baton.ChatStatus{baton.ChatWaitingUITool, baton.ChatFailed}
+	}
+	h.waitStatus(id, until...)
+	return id
+}
+
+func autoToolCalls(t *testing.T, evs []baton.Event) []map[string]any {
+	var out []map[string]any
+	for _, ev := range evs {
+		if ev.Type == baton.TypeChatToolCall {
+			if p := payloadOf(t, ev); p["interaction_type"] == "auto_tool" {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// ---- spec/synthetic-events.md ----------------------------------------------------
+
+// Scenario 2 and the resume signal: after the lifecycle pause the runtime
+// resumes with [SYSTEM_RESUME_SIGNAL], shown as agent "system", and the
+// agent's text gets a synthetic select_speaker.
+func TestSynthetic_ResumeSignalShowsAsSystem(t *testing.T) {
+	h := newHarness(t)
+	h, id := driveGenerator(t, h, nil)
+	evs := h.events(id)
+	checkSpeakers(t, evs)
+	var seq []string
+	for _, s := range summarize(evs) {
+		if s.Seq >= 20 && s.Seq <= 24 {
+			seq = append(seq, s.Type+" "+s.Agent+" "+s.Detail)
+		}
+	}
+	want := []string{
+		"chat.workflow_resumed ContextVariablesAgent ",
+		"chat.select_speaker system synthetic",
+		"chat.text system [SYSTEM_RESUME_SIGNAL] [hidden]",
+		"chat.select_speaker ContextVariablesAgent synthetic",
+	}
+	if strings.Join(seq[:4], "\n") != strings.Join(want, "\n") {
+		t.Fatalf("around the resume:\n%s", strings.Join(seq, "\n"))
+	}
+	for _, ev := range evs {
+		if ev.Type == baton.TypeChatSelectSpeaker {
+			if p := payloadOf(t, ev); p["source"] == "synthetic" && p["_synthetic"] != true {
+				t.Fatalf("synthetic select_speaker without _synthetic: %v", p)
+			}
+		}
+	}
+	if !strings.Contains(h.logs.String(), "[SYNTHETIC_SPEAKER]") {
+		t.Fatal("synthetic events are not logged with [SYNTHETIC_SPEAKER]")
+	}
+	if got := h.eng.SyntheticCount("generator"); got != 3 {
+		t.Fatalf("synthetic count = %d, want 3 (user, system, ContextVariablesAgent)", got)
+	}
+}
+
+// Edge case 1: consecutive speaker changes each get their own synthetic event.
+func TestSynthetic_ConsecutiveChangesEachGetOne(t *testing.T) {
+	h := newHarness(t)
+	h, id := driveGenerator(t, h, nil)
+	evs := h.events(id)
+	n := 0
+	for i := 0; i+1 < len(evs); i++ {
+		if evs[i].Type == baton.TypeChatSelectSpeaker && payloadOf(t, evs[i])["source"] == "synthetic" {
+			n++
+			next := evs[i+1]
+			if next.Type != baton.TypeChatText || payloadOf(t, next)["agent"] != payloadOf(t, evs[i])["agent"] {
+				t.Fatalf("synthetic select_speaker %d is not followed by its speaker's text", evs[i].Sequence)
+			}
+		}
+	}
+	if n != 3 {
+		t.Fatalf("%d synthetic events, want one for each of the 3 unannounced changes", n)
+	}
+}
+
+// Edge case 2: in baton the synthetic event and the text are one atomic
+// append, so the one cannot go out without the other; the text always does.
+func TestSynthetic_RecordedAtomicallyWithTheText(t *testing.T) {
+	h := newHarness(t)
+	h, id := driveGenerator(t, h, nil)
+	evs := h.events(id)
+	for i, ev := range evs {
+		if ev.Type == baton.TypeChatSelectSpeaker && payloadOf(t, ev)["source"] == "synthetic" {
+			if evs[i+1].Sequence != ev.Sequence+1 || evs[i+1].Type != baton.TypeChatText {
+				t.Fatalf("synthetic event %d is not immediately followed by its text", ev.Sequence)
+			}
+		}
+	}
+}
+
+// Edge case 3: the person's real text after a pause shows as "user", not "system".
+func TestSynthetic_UserContentShowsAsUser(t *testing.T) {
+	h := newHarness(t)
+	id := start(t, h, "generator")
+	h.waitStatus(id, baton.ChatWaitingInput)
+	if err := h.eng.Submit(context.Background(), testScope, id, "Here is what I want.", "ws"); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus(id, baton.ChatWaitingSecret)
+	evs := h.events(id)
+	for i, ev := range evs {
+		if ev.Type == baton.TypeChatText && payloadOf(t, ev)["agent"] == "user" && payloadOf(t, ev)["content"] == "Here is what I want." {
+			prev := payloadOf(t, evs[i-1])
+			if evs[i-1].Type != baton.TypeChatSelectSpeaker || prev["agent"] != "user" || prev["source"] != "synthetic" {
+				t.Fatalf("the person's text is preceded by %s %v, want a synthetic select_speaker for user", evs[i-1].Type, prev)
+			}
+			return
+		}
+	}
+	t.Fatal("the person's text was not recorded")
+}
+
+// Edge case 4: the same agent speaking again (a tool loop) gets no synthetic event.
+func TestSynthetic_NoEventWithoutSpeakerChange(t *testing.T) {
+	h := newHarness(t)
+	id := start(t, h, "hello")
+	h.waitStatus(id, baton.ChatCompleted)
+	for _, ev := range h.events(id) {
+		if ev.Type == baton.TypeChatSelectSpeaker && payloadOf(t, ev)["source"] == "synthetic" {
+			t.Fatalf("synthetic select_speaker %d although Greeter kept speaking", ev.Sequence)
+		}
+	}
+}
+
+// ---- spec/auto-tool-execution.md ---------------------------------------------------
+
+func TestAutoTool_ValidOutputFiresExactlyOneToolCall(t *testing.T) {
+	h := newHarness(t)
+	id := runToPlan(t, h)
+	evs := h.events(id)
+	calls := autoToolCalls(t, evs)
+	if len(calls) != 1 {
+		t.Fatalf("%d auto-tool calls, want 1", len(calls))
+	}
+	c := calls[0]
+	if c["tool_name"] != "action_plan" || c["awaiting_response"] != false || c["component_type"] != "ActionPlan" || c["ui_event_id"] == "" {
+		t.Fatalf("auto-tool call = %v", c)
+	}
+	payload := c["payload"].(map[string]any)
+	if payload["interaction_type"] != "auto_tool" || payload["tool_args"].(map[string]any)["ActionPlan"] == nil {
+		t.Fatalf("payload.tool_args must hold the structured output: %v", payload)
+	}
+	args := c["arguments"].(map[string]any)
+	if args["workflow"] == nil || args["agent_message"] == nil || args["ActionPlan"] != nil {
+		t.Fatalf("arguments must promote the nested model key: %v", args)
+	}
+	if !strings.HasPrefix(c["corr"].(string), "turn_"+id+"_ActionPlanAgent_") {
+		t.Fatalf("corr %v is not the turn idempotency key", c["corr"])
+	}
+	ready := lastOfType(t, evs, baton.TypeChatStructuredOutputReady)
+	if ready["model_name"] != "ActionPlanOutput" || ready["auto_tool_mode"] != true || ready["turn_idempotency_key"] != c["corr"] {
+		t.Fatalf("structured_output_ready = %v", ready)
+	}
+}
+
+func TestAutoTool_InvalidOutputGetsFeedbackThenRetry(t *testing.T) {
+	h := newHarness(t, override("ActionPlanAgent", func(n int64, req *baton.Request) []baton.Delta {
+		if n == 1 {
+			return reply(`{"ActionPlan":{"workflow":{"name":"x"}}}`) // no agent_message, workflow incomplete
+		}
+		if req.ResponseFormat == nil || req.ResponseFormat.Name != "ActionPlanOutput" || len(req.ResponseFormat.Schema) == 0 {
+			t.Errorf("structured agent called without its json_schema response format: %+v", req.ResponseFormat)
+		}
+		last := req.Messages[len(req.Messages)-1]
+		if last.Name != "system" || !strings.Contains(last.Content, "did not match the required schema") {
+			t.Errorf("the retry does not carry the validation feedback: %+v", last)
+		}
+		return reply(validPlan)
+	}))
+	id := runToPlan(t, h)
+	evs := h.events(id)
+	var texts []string
+	for _, s := range summarize(evs) {
+		if s.Type == baton.TypeChatText && (s.Agent == "ActionPlanAgent" || s.Agent == "system") {
+			texts = append(texts, s.Agent)
+		}
+	}
+	if strings.Join(texts, ",") != "system,ActionPlanAgent,system,ActionPlanAgent" { // resume signal, bad output, feedback, good output
+		t.Fatalf("texts: %v", texts)
+	}
+	if n := len(autoToolCalls(t, evs)); n != 1 {
+		t.Fatalf("%d auto-tool calls, want 1 (only for the valid output)", n)
+	}
+	checkSpeakers(t, evs)
+}
+
+func TestAutoTool_InvalidOutputTooOftenIsAnError(t *testing.T) {
+	h := newHarness(t, override("ActionPlanAgent", func(int64, *baton.Request) []baton.Delta { return reply(`not json`) }))
+	id := runToPlan(t, h)
+	c := h.waitStatus(id, baton.ChatFailed)
+	evs := h.events(id)
+	e := lastOfType(t, evs, baton.TypeChatError)
+	if e["code"] != "invalid_structured_output" || c.Status != baton.ChatFailed {
+		t.Fatalf("chat.error = %v", e)
+	}
+	if n := len(autoToolCalls(t, evs)); n != 0 {
+		t.Fatalf("an invalid output fired %d auto-tools", n)
+	}
+}
+
+// A duplicate: the engine is rebuilt from the store and told to resume
+// while the auto-tool waits for the person; it does not fire again.
+func TestAutoTool_DuplicateIsSkipped(t *testing.T) {
+	h := newHarness(t)
+	id := runToPlan(t, h)
+	h = h.restart()
+	for i := 0; i < 3; i++ {
+		if err := h.eng.Resume(context.Background(), testScope, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.waitStatus(id, baton.ChatWaitingUITool)
+	if n := len(autoToolCalls(t, h.events(id))); n != 1 {
+		t.Fatalf("%d auto-tool calls after duplicates, want 1", n)
+	}
+}
+
+// failingRecorder fails the first record of an auto-tool call, as if the
+// process died between recording the structured output and the tool call.
+type failingRecorder struct {
+	engine.Recorder
+	failed atomic.Bool
+}
+
+func (f *failingRecorder) Record(ctx context.Context, scope baton.Scope, chatID string, events []baton.Event, u *baton.ChatUpdate) ([]baton.Event, error) {
+	for _, ev := range events {
+		if ev.Type == baton.TypeChatToolCall && bytes.Contains(ev.Payload, []byte(`"interaction_type":"auto_tool"`)) && f.failed.CompareAndSwap(false, true) {
+			return nil, errors.New("injected: the process died here")
+		}
+	}
+	return f.Recorder.Record(ctx, scope, chatID, events, u)
+}
+
+func TestAutoTool_RestartBetweenOutputAndToolCallFiresOnce(t *testing.T) {
+	fr := &failingRecorder{}
+	h := newHarness(t, withRecorder(func(r engine.Recorder) engine.Recorder { fr.Recorder = r; return fr }))
+	id := runToPlan(t, h, baton.ChatRunning) // the auto-tool's record fails; the chat stays running
+	if !fr.failed.Load() {
+		t.Fatal("the failure was not injected")
+	}
+	evs := h.events(id)
+	if countType(evs, baton.TypeChatStructuredOutputReady) != 1 || len(autoToolCalls(t, evs)) != 0 {
+		t.Fatalf("before the restart the structured output is recorded and the tool call is not:\n%s", dump(evs))
+	}
+	// Restart: new store handle, new engine; recover running chats.
+	h = h.restart()
+	running, err := h.store.ChatsByStatus(context.Background(), baton.ChatRunning, 10)
+	if err != nil || len(running) != 1 {
+		t.Fatalf("running chats: %v %v", running, err)
+	}
+	if _, err := h.eng.Recover(context.Background(), running); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus(id, baton.ChatWaitingUITool)
+	evs = h.events(id)
+	checkSequences(t, evs)
+	if n := len(autoToolCalls(t, evs)); n != 1 {
+		t.Fatalf("%d auto-tool calls after the restart, want exactly 1", n)
+	}
+	eff, err := h.store.ClaimEffect(context.Background(), testScope, id, "auto_tool/"+id+":"+autoToolCalls(t, evs)[0]["corr"].(string))
+	if err != nil || eff.State != baton.EffectDone {
+		t.Fatalf("the ledger does not hold the auto-tool as done: %+v %v", eff, err)
+	}
+}
+
+func TestAutoTool_ErrorReachesThePerson(t *testing.T) {
+	h := newHarness(t)
+	id := runToPlan(t, h)
+	plan := h.pending(id, baton.PendingUITool)
+	if err := h.eng.RespondUI(context.Background(), testScope, id, plan.UIEventID, "error", json.RawMessage(`{"message":"the component crashed"}`)); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus(id, baton.ChatWaitingInput, baton.ChatCompleted, baton.ChatFailed)
+	var resp map[string]any
+	for _, ev := range h.events(id) {
+		if p := payloadOf(t, ev); ev.Type == baton.TypeChatToolResponse && p["interaction_type"] == "auto_tool" {
+			resp = p
+		}
+	}
+	if resp == nil || resp["success"] != false || resp["status"] != "error" || !strings.Contains(resp["content"].(string), "reported status error") {
+		t.Fatalf("auto-tool error response = %v", resp)
+	}
+}
+
+// ---- UI tools, secrets ------------------------------------------------------------
+
+func TestUIResponse_UnknownOrAnsweredIsRefused(t *testing.T) {
+	h := newHarness(t)
+	id := runToPlan(t, h)
+	before := len(h.events(id))
+	ctx := context.Background()
+	if err := h.eng.RespondUI(ctx, testScope, id, "ui_nope", "success", nil); !errors.Is(err, baton.ErrNotFound) || !strings.Contains(err.Error(), "ui_nope") {
+		t.Fatalf("unknown ui_event_id: %v, want not found naming it", err)
+	}
+	other := baton.Scope{App: "other", User: "eve"}
+	plan := h.pending(id, baton.PendingUITool)
+	if err := h.eng.RespondUI(ctx, other, id, plan.UIEventID, "success", nil); !errors.Is(err, baton.ErrNotFound) {
+		t.Fatalf("another tenant's response: %v, want not found", err)
+	}
+	if err := h.eng.RespondUI(ctx, testScope, id, plan.UIEventID, "success", json.RawMessage(`{"ok":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus(id, baton.ChatCompleted)
+	after := len(h.events(id))
+	if err := h.eng.RespondUI(ctx, testScope, id, plan.UIEventID, "success", json.RawMessage(`{"ok":2}`)); !errors.Is(err, baton.ErrNotFound) { // already answered
+		t.Fatalf("answered ui_event_id: %v, want not found", err)
+	}
+	// Even published directly to the bus, a response that fits no pending
+	// request changes nothing.
+	raw, _ := json.Marshal(map[string]string{"ui_event_id": plan.UIEventID, "status": "success"})
+	if err := h.bus.Publish(ctx, engine.InputEvent(testScope, baton.TypeUIToolResponse, id, raw)); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus(id, baton.ChatCompleted)
+	if len(h.events(id)) != after || after <= before {
+		t.Fatalf("events %d → %d → %d: an unknown or answered ui_event_id must change nothing", before, after, len(h.events(id)))
+	}
+	if !strings.Contains(h.logs.String(), "is not pending in this chat") {
+		t.Fatalf("refusal not logged:\n%s", h.logs)
+	}
+}
+
+// TestSecrets_NeverStoredOrLoggedInTheClear searches everything the run
+// left behind for the secret's value: the SQLite database and its WAL, the
+// logs at debug level, and every event any observer saw.
+func TestSecrets_NeverStoredOrLoggedInTheClear(t *testing.T) {
+	h := newHarness(t)
+	sub, err := h.bus.Subscribe(nil, bus.Buffer(100000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen atomic.Int64
+	leak := make(chan string, 1)
+	go func() {
+		for ev := range sub.C() {
+			seen.Add(1)
+			raw, _ := json.Marshal(ev)
+			if bytes.Contains(raw, []byte(testSecret)) {
+				select {
+				case leak <- string(raw):
+				default:
+				}
+			}
+		}
+	}()
+	h, id := driveGenerator(t, h, nil)
+	// The secret reached the tools' call context, sealed in the snapshot.
+	in, err := h.eng.Inspect(context.Background(), testScope, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := in.Variables["__secrets"]; ok {
+		t.Fatal("Inspect shows the sealed secrets")
+	}
+	h.close()
+	select {
+	case ev := <-leak:
+		t.Fatalf("an observer saw the secret: %s", ev)
+	default:
+	}
+	if seen.Load() == 0 {
+		t.Fatal("the observer saw no events")
+	}
+	for _, f := range []string{h.dbPath, h.dbPath + "-wal"} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		if bytes.Contains(data, []byte(testSecret)) {
+			t.Fatalf("%s holds the secret in the clear", f)
+		}
+	}
+	if strings.Contains(h.logs.String(), testSecret) {
+		t.Fatal("the logs hold the secret")
+	}
+}
