@@ -21,6 +21,15 @@ func BenchmarkAppend(b *testing.B) {
 	}
 }
 
+// BenchmarkAppend4: 1,000 chats each appending 4 events at a time.
+func BenchmarkAppend4(b *testing.B) {
+	dsn, schema := freshSchema(b)
+	s := open(b, dsn, schema)
+	storetest.BenchAppendN(b, s, 1000, 4)
+	st := s.Stats()
+	b.ReportMetric(float64(st.Appends)/float64(max(1, st.Commits)), "appends/commit")
+}
+
 func BenchmarkReplay10k(b *testing.B) {
 	dsn, schema := freshSchema(b)
 	storetest.BenchReplay(b, open(b, dsn, schema), 10_000)

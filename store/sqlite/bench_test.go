@@ -28,6 +28,14 @@ func BenchmarkAppend(b *testing.B) {
 	}
 }
 
+// BenchmarkAppend4: 1,000 chats each appending 4 events at a time, with group commit.
+func BenchmarkAppend4(b *testing.B) {
+	s := openTemp(b)
+	storetest.BenchAppendN(b, s, 1000, 4)
+	st := s.Stats()
+	b.ReportMetric(float64(st.Writes)/float64(max(1, st.Commits)), "writes/commit")
+}
+
 func BenchmarkReplay10k(b *testing.B) {
 	storetest.BenchReplay(b, openTemp(b), 10_000)
 }

@@ -117,6 +117,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		q.Add("_pragma", "journal_mode(WAL)")
 		q.Add("_pragma", "synchronous("+s.sync+")")
 		q.Add("_pragma", "cache_size(-65536)") // 64 MiB of page cache per connection
+		q.Add("_pragma", "wal_autocheckpoint(8192)")
 		for _, e := range extra {
 			q.Add("_pragma", e)
 		}

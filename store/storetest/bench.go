@@ -20,7 +20,11 @@ var benchPayload = json.RawMessage(`{"kind":"text","agent":"Planner","content":"
 // with its own appender goroutine (chats == 1 is one chat appended to
 // sequentially, the way the engine appends to a chat). It reports events/s
 // and the p50 and p99 latency of one Append in milliseconds.
-func BenchAppend(b *testing.B, s baton.Store, chats int) {
+func BenchAppend(b *testing.B, s baton.Store, chats int) { BenchAppendN(b, s, chats, 1) }
+
+// BenchAppendN is BenchAppend with perAppend events in each Append (a turn
+// records several events at once); b.N counts appends, events/s counts events.
+func BenchAppendN(b *testing.B, s baton.Store, chats, perAppend int) {
 	ctx := context.Background()
 	scope := NewScope()
 	ids := make([]string, chats)
@@ -45,12 +49,14 @@ func BenchAppend(b *testing.B, s baton.Store, chats int) {
 	start := time.Now()
 	for i := range chats {
 		wg.Go(func() {
-			ev := baton.Event{Type: baton.TypeChatText, Metadata: baton.Metadata{Source: baton.SourceLLM}, Payload: benchPayload}
+			evs := make([]baton.Event, perAppend)
 			for next.Add(1) <= int64(b.N) {
-				ev.ID = baton.NewID()
-				ev.Timestamp = time.Now().UnixMilli()
+				for j := range evs {
+					evs[j] = baton.Event{ID: baton.NewID(), Type: baton.TypeChatText, Timestamp: time.Now().UnixMilli(),
+						Metadata: baton.Metadata{Source: baton.SourceLLM}, Payload: benchPayload}
+				}
 				t0 := time.Now()
-				if _, err := s.Append(ctx, scope, ids[i], []baton.Event{ev}, nil); err != nil {
+				if _, err := s.Append(ctx, scope, ids[i], evs, nil); err != nil {
 					b.Error(err)
 					return
 				}
@@ -67,7 +73,7 @@ func BenchAppend(b *testing.B, s baton.Store, chats int) {
 		return
 	}
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-	b.ReportMetric(float64(len(all))/elapsed.Seconds(), "events/s")
+	b.ReportMetric(float64(len(all)*perAppend)/elapsed.Seconds(), "events/s")
 	b.ReportMetric(ms(all[len(all)/2]), "p50-ms")
 	b.ReportMetric(ms(all[min(len(all)-1, len(all)*99/100)]), "p99-ms")
 }
