@@ -1,0 +1,567 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/engine"
+)
+
+func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	if err := s.cfg.Store.Ping(r.Context()); err != nil {
+		s.log.Warn("server: store not ready", "err", err)
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": "store"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// needEngine is the error of endpoints that run chats when the server has no engine.
+func (s *Server) needEngine() error {
+	if s.cfg.Engine == nil {
+		return baton.Errorf(baton.EUNAVAILABLE, "session support not available: this server does not run chats")
+	}
+	return nil
+}
+
+// workflowInfo is what a client may know of a workflow: never its system
+// messages, tools or models.
+type workflowInfo struct {
+	Name         string   `json:"name"`
+	Description  string   `json:"description"`
+	Version      string   `json:"version,omitempty"`
+	VisualAgents []string `json:"visual_agents"`
+	StartupMode  string   `json:"startup_mode,omitempty"`
+}
+
+func (s *Server) handleWorkflows(w http.ResponseWriter, r *http.Request) {
+	if bearer(r) != "" || !s.cfg.Dev {
+		if _, err := s.principal(r, ""); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	}
+	out := []workflowInfo{}
+	if s.cfg.Engine != nil {
+		for _, wf := range s.cfg.Engine.Workflows() {
+			out = append(out, workflowInfo{
+				Name: wf.Name, Description: wf.Config.Description, Version: wf.Config.Version,
+				VisualAgents: append([]string{}, wf.Config.VisualAgents...), StartupMode: wf.Config.Orchestration.StartupMode,
+			})
+		}
+	}
+	slices.SortFunc(out, func(a, b workflowInfo) int { return strings.Compare(a.Name, b.Name) })
+	writeJSON(w, http.StatusOK, map[string]any{"workflows": out})
+}
+
+// startRequest is the optional body of the start endpoint.
+type startRequest struct {
+	Message string                     `json:"message"`
+	Context map[string]json.RawMessage `json:"context"`
+}
+
+func (s *Server) handleStart(w http.ResponseWriter, r *http.Request) {
+	if err := s.start(w, r); err != nil {
+		s.writeError(w, r, err)
+	}
+}
+
+func (s *Server) start(w http.ResponseWriter, r *http.Request) error {
+	p, err := s.principal(r, r.PathValue("app"))
+	if err != nil {
+		return err
+	}
+	if err := s.needEngine(); err != nil {
+		return err
+	}
+	var req startRequest
+	if err := s.decodeBody(w, r, &req, true); err != nil {
+		return err
+	}
+	if len(req.Message) > maxContent {
+		return baton.Errorf(baton.EINVALID, "message: longer than %d bytes", maxContent)
+	}
+	chat, err := s.cfg.Engine.Start(r.Context(), p.scope, r.PathValue("workflow"), engine.StartOptions{Message: req.Message, Context: req.Context})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"chat_id": chat.ID, "app": chat.App, "workflow": chat.Workflow, "status": chat.Status})
+	return nil
+}
+
+func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
+	err := func() error {
+		p, err := s.principal(r, r.PathValue("app"))
+		if err != nil {
+			return err
+		}
+		if err := s.needEngine(); err != nil {
+			return err
+		}
+		chat, err := s.chatIn(r.Context(), p.scope, r.PathValue("chat_id"))
+		if err != nil {
+			return err
+		}
+		switch chat.Status {
+		case baton.ChatCompleted:
+			return baton.Errorf(baton.ECONFLICT, "chat %s has completed: start a new chat", chat.ID)
+		case baton.ChatWaitingInput, baton.ChatWaitingUITool, baton.ChatWaitingSecret:
+			return baton.Errorf(baton.ECONFLICT, "chat %s is %s: answer it with POST /api/input/submit", chat.ID, chat.Status)
+		}
+		if err := s.cfg.Engine.Resume(r.Context(), p.scope, chat.ID); err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusAccepted, map[string]any{"chat_id": chat.ID, "status": "resuming"})
+		return nil
+	}()
+	if err != nil {
+		s.writeError(w, r, err)
+	}
+}
+
+// chatSummary is a chat in the list.
+type chatSummary struct {
+	ChatID       string           `json:"chat_id"`
+	Workflow     string           `json:"workflow"`
+	Status       baton.ChatStatus `json:"status"`
+	LastSequence int64            `json:"last_sequence"`
+	CreatedAt    time.Time        `json:"created_at"`
+	UpdatedAt    time.Time        `json:"updated_at"`
+}
+
+func summaryOf(c baton.Chat) chatSummary {
+	return chatSummary{ChatID: c.ID, Workflow: c.Workflow, Status: c.Status, LastSequence: c.LastSequence, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt}
+}
+
+func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
+	err := func() error {
+		p, err := s.principal(r, r.PathValue("app"))
+		if err != nil {
+			return err
+		}
+		q := r.URL.Query()
+		opts := baton.ListOptions{Workflow: q.Get("workflow"), Status: baton.ChatStatus(q.Get("status"))}
+		if opts.Status != "" && !opts.Status.Valid() {
+			return baton.Errorf(baton.EINVALID, "status: %q is not a chat status", truncate(string(opts.Status), 64))
+		}
+		if opts.Limit, err = intParam(q.Get("limit"), "limit", 100, 1, 1000); err != nil {
+			return err
+		}
+		chats, err := s.cfg.Store.ListChats(r.Context(), p.scope, opts)
+		if err != nil {
+			return err
+		}
+		out := make([]chatSummary, 0, len(chats))
+		for _, c := range chats {
+			out = append(out, summaryOf(c))
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"chats": out})
+		return nil
+	}()
+	if err != nil {
+		s.writeError(w, r, err)
+	}
+}
+
+// pendingView is a request the chat waits for, as a client sees it.
+type pendingView struct {
+	UIEventID string `json:"ui_event_id"`
+	Kind      string `json:"kind"`
+	ToolName  string `json:"tool_name,omitempty"`
+	Agent     string `json:"agent,omitempty"`
+}
+
+func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
+	err := func() error {
+		p, err := s.principal(r, r.PathValue("app"))
+		if err != nil {
+			return err
+		}
+		c, err := s.chatIn(r.Context(), p.scope, r.PathValue("chat_id"))
+		if err != nil {
+			return err
+		}
+		pending := make([]pendingView, 0, len(c.Pending))
+		for _, pr := range c.Pending {
+			pending = append(pending, pendingView{UIEventID: pr.UIEventID, Kind: pr.Kind, ToolName: pr.ToolName, Agent: pr.Agent})
+		}
+		writeJSON(w, http.StatusOK, struct {
+			chatSummary
+			Context map[string]json.RawMessage `json:"context"`
+			Pending []pendingView              `json:"pending"`
+		}{summaryOf(c), clientContext(c.Context), pending})
+		return nil
+	}()
+	if err != nil {
+		s.writeError(w, r, err)
+	}
+}
+
+func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) {
+	err := func() error {
+		p, err := s.principal(r, r.PathValue("app"))
+		if err != nil {
+			return err
+		}
+		id := r.PathValue("chat_id")
+		if err := s.cfg.Store.DeleteChat(r.Context(), p.scope, id); err != nil {
+			if baton.ErrorCode(err) == baton.ENOTFOUND {
+				return baton.Errorf(baton.ENOTFOUND, "chat %q not found", truncate(id, baton.MaxEventIDLen))
+			}
+			return err
+		}
+		s.hub.kickChat(id, kickDeleted)
+		payload, _ := json.Marshal(map[string]string{"chat_id": id})
+		ev := engine.InputEvent(p.scope, baton.TypeSessionDeleted, id, payload)
+		ev.Metadata.Source = baton.SourceSystem
+		if err := s.cfg.Bus.Publish(r.Context(), ev); err != nil {
+			s.log.Warn("server: publish session.deleted", "chat_id", id, "err", err)
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"chat_id": id, "deleted": true})
+		return nil
+	}()
+	if err != nil {
+		s.writeError(w, r, err)
+	}
+}
+
+// historyPage is the answer of the events endpoint.
+type historyPage struct {
+	ChatID string            `json:"chat_id"`
+	Events []json.RawMessage `json:"events"`
+	// LastSequence is the last sequence this page covers (shown or not):
+	// ask for after=LastSequence next.
+	LastSequence int64 `json:"last_sequence"`
+	// More is true when the chat has events after LastSequence.
+	More bool `json:"more"`
+}
+
+func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
+	err := func() error {
+		p, err := s.principal(r, r.PathValue("app"))
+		if err != nil {
+			return err
+		}
+		q := r.URL.Query()
+		after, err := seqParam(q.Get("after"), "after")
+		if err != nil {
+			return err
+		}
+		limit, err := intParam(q.Get("limit"), "limit", 1000, 1, 10000)
+		if err != nil {
+			return err
+		}
+		c, err := s.chatIn(r.Context(), p.scope, r.PathValue("chat_id"))
+		if err != nil {
+			return err
+		}
+		evs, err := s.cfg.Store.Events(r.Context(), p.scope, c.ID, after, limit)
+		if err != nil {
+			return err
+		}
+		wf := s.workflowOf(c.Workflow)
+		page := historyPage{ChatID: c.ID, Events: []json.RawMessage{}, LastSequence: after}
+		for i := range evs {
+			if f := encodeFrame(wf, &evs[i]); f.data != nil {
+				page.Events = append(page.Events, f.data)
+			}
+			page.LastSequence = evs[i].Sequence
+		}
+		page.More = page.LastSequence < c.LastSequence
+		writeJSON(w, http.StatusOK, page)
+		return nil
+	}()
+	if err != nil {
+		s.writeError(w, r, err)
+	}
+}
+
+// submitRequest is the body of POST /api/input/submit: a message (content)
+// or a UI tool response (ui_event_id, data, status).
+type submitRequest struct {
+	App       string          `json:"app"`
+	ChatID    string          `json:"chat_id"`
+	Content   *string         `json:"content"`
+	UIEventID string          `json:"ui_event_id"`
+	Status    string          `json:"status"`
+	Data      json.RawMessage `json:"data"`
+}
+
+func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
+	err := func() error {
+		var req submitRequest
+		if err := s.decodeBody(w, r, &req, false); err != nil {
+			return err
+		}
+		p, err := s.principal(r, req.App)
+		if err != nil {
+			return err
+		}
+		if err := s.needEngine(); err != nil {
+			return err
+		}
+		in := clientMessage{ChatID: req.ChatID, Content: req.Content, UIEventID: req.UIEventID, Status: req.Status, Data: req.Data}
+		switch {
+		case req.Content != nil && req.UIEventID != "":
+			return baton.Errorf(baton.EINVALID, "content: give either content (a message) or ui_event_id (a UI tool response), not both")
+		case req.Content != nil:
+			in.Type = msgSubmit
+			if req.Status != "" || req.Data != nil {
+				return baton.Errorf(baton.EINVALID, "data: only with ui_event_id")
+			}
+		case req.UIEventID != "":
+			in.Type = msgUIResponse
+		default:
+			return baton.Errorf(baton.EINVALID, "content: required (or ui_event_id and data for a UI tool response)")
+		}
+		if err := s.input(r.Context(), p.scope, req.ChatID, in, "http"); err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusAccepted, map[string]any{"chat_id": req.ChatID, "accepted": true})
+		return nil
+	}()
+	if err != nil {
+		s.writeError(w, r, err)
+	}
+}
+
+// input checks a person's message or UI tool response against the chat's
+// state and publishes it. The engine ignores input that does not fit the
+// chat, so everything it would ignore is refused here, with a 4xx that
+// names the field: the chat stays as it was.
+func (s *Server) input(ctx context.Context, scope baton.Scope, chatID string, m clientMessage, source string) error {
+	chat, err := s.chatIn(ctx, scope, chatID)
+	if err != nil {
+		return err
+	}
+	switch m.Type {
+	case msgSubmit:
+		content := strings.TrimSpace(*m.Content)
+		switch {
+		case content == "":
+			return baton.Errorf(baton.EINVALID, "content: must not be empty")
+		case len(content) > maxContent:
+			return baton.Errorf(baton.EINVALID, "content: longer than %d bytes", maxContent)
+		}
+		if err := acceptsMessage(chat); err != nil {
+			return err
+		}
+		return s.cfg.Engine.Submit(ctx, scope, chat.ID, content, source)
+	case msgUIResponse:
+		var pending *baton.PendingRequest
+		for i := range chat.Pending {
+			if chat.Pending[i].UIEventID == m.UIEventID {
+				pending = &chat.Pending[i]
+			}
+		}
+		if pending == nil || (pending.Kind != baton.PendingUITool && pending.Kind != baton.PendingSecret) {
+			return baton.Errorf(baton.ENOTFOUND, "ui_event_id: %q is not pending in this chat (unknown, already answered, or another chat's)", truncate(m.UIEventID, baton.MaxEventIDLen))
+		}
+		switch m.Status {
+		case "", "success", "error", "cancelled":
+		default:
+			return baton.Errorf(baton.EINVALID, "status: %q is not success, error or cancelled", truncate(m.Status, 64))
+		}
+		if len(m.Data) == 0 {
+			return baton.Errorf(baton.EINVALID, "data: required (the response, a JSON value)")
+		}
+		if pending.Kind == baton.PendingSecret && (m.Status == "" || m.Status == "success") {
+			var secrets map[string]string
+			if err := json.Unmarshal(m.Data, &secrets); err != nil || secrets == nil {
+				return baton.Errorf(baton.EINVALID, "data: a secret form's response must be an object of name to string value")
+			}
+		}
+		return s.cfg.Engine.RespondUI(ctx, scope, chat.ID, m.UIEventID, m.Status, m.Data)
+	}
+	return baton.Errorf(baton.EINVALID, "type: %q is not an input", m.Type)
+}
+
+// acceptsMessage says whether the chat can take a person's message now.
+func acceptsMessage(c baton.Chat) error {
+	switch c.Status {
+	case baton.ChatCompleted:
+		return baton.Errorf(baton.ECONFLICT, "chat %s has completed: it takes no more messages", c.ID)
+	case baton.ChatWaitingUITool, baton.ChatWaitingSecret:
+		return baton.Errorf(baton.ECONFLICT, "chat %s is %s: answer the pending ui_event_id with ui.tool.response", c.ID, c.Status)
+	}
+	return nil
+}
+
+// promptRequest is the body of POST /sessions/{id}/prompt (seed 004 §3.4).
+type promptRequest struct {
+	App     string `json:"app"`
+	Content string `json:"content"`
+}
+
+// handlePrompt is seed 004's session route: it only produces a user_query
+// event ({sessionId, content}, metadata trigger_session_id and source
+// user) and lets the bus route it.
+func (s *Server) handlePrompt(w http.ResponseWriter, r *http.Request) {
+	err := func() error {
+		if err := s.needEngine(); err != nil {
+			return err
+		}
+		var req promptRequest
+		if err := s.decodeBody(w, r, &req, true); err != nil {
+			return err
+		}
+		p, err := s.principal(r, req.App)
+		if err != nil {
+			return err
+		}
+		content := strings.TrimSpace(req.Content)
+		if content == "" {
+			return baton.Errorf(baton.EINVALID, "content: required")
+		}
+		if len(content) > maxContent {
+			return baton.Errorf(baton.EINVALID, "content: longer than %d bytes", maxContent)
+		}
+		id := r.PathValue("id")
+		chat, err := s.chatIn(r.Context(), p.scope, id)
+		if err != nil {
+			return err
+		}
+		if err := acceptsMessage(chat); err != nil {
+			return err
+		}
+		payload, _ := json.Marshal(map[string]string{"sessionId": id, "content": content, "source": "api"})
+		if err := s.cfg.Bus.Publish(r.Context(), engine.InputEvent(p.scope, baton.TypeUserQuery, id, payload)); err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"success": true, "sessionId": id, "message": "Processing started"})
+		return nil
+	}()
+	if err != nil {
+		s.writeError(w, r, err)
+	}
+}
+
+// reservedExternal are the event types POST /api/events refuses: facts only
+// the runtime records or streams, its own commands, and inputs that have
+// their own validated endpoints.
+func reservedExternal(typ string) bool {
+	switch {
+	case baton.IsChatType(typ), baton.IsStreamType(typ), strings.HasPrefix(typ, "run."), strings.HasPrefix(typ, "session."):
+		return true
+	case typ == baton.TypeUserQuery, typ == baton.TypeUIToolResponse:
+		return true
+	}
+	return false
+}
+
+// handleExternalEvent accepts an environment event into a chat
+// (spec/environment-events.md): validated, scoped to the caller, and
+// idempotent by id (the bus drops an id it has already seen).
+func (s *Server) handleExternalEvent(w http.ResponseWriter, r *http.Request) {
+	err := func() error {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody))
+		if err != nil {
+			return baton.Errorf(codeTooLarge, "body: larger than %d bytes", s.cfg.MaxBody)
+		}
+		var app string
+		ev, err := baton.DecodeEvent(stripApp(body, &app))
+		if err != nil {
+			return err
+		}
+		p, err := s.principal(r, app)
+		if err != nil {
+			return err
+		}
+		if ev.Type == "" {
+			return baton.Errorf(baton.EINVALID, "type: required")
+		}
+		if reservedExternal(ev.Type) {
+			return baton.Errorf(baton.EINVALID, "type: %q is reserved to the runtime (use the input endpoints for user_query and ui.tool.response)", ev.Type)
+		}
+		if ev.Sequence != 0 {
+			return baton.Errorf(baton.EINVALID, "sequence: set by the store, not by clients")
+		}
+		if ev.ChatID() == "" {
+			return baton.Errorf(baton.EINVALID, "chat_id: required")
+		}
+		if _, err := s.chatIn(r.Context(), p.scope, ev.ChatID()); err != nil {
+			return err
+		}
+		if ev.ID == "" {
+			ev.ID = baton.NewID()
+		}
+		if ev.Timestamp == 0 {
+			ev.Timestamp = time.Now().UnixMilli()
+		}
+		// The scope comes from the key, never from the client's metadata.
+		scoped := engine.InputEvent(p.scope, ev.Type, ev.ChatID(), nil)
+		if ev.Metadata.Extra == nil {
+			ev.Metadata.Extra = map[string]json.RawMessage{}
+		}
+		for k, v := range scoped.Metadata.Extra {
+			ev.Metadata.Extra[k] = v
+		}
+		if ev.Metadata.Source == "" {
+			ev.Metadata.Source = baton.SourceEnv
+		}
+		if err := ev.Validate(); err != nil {
+			return err
+		}
+		if err := s.cfg.Bus.Publish(r.Context(), ev); err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusAccepted, map[string]any{"id": ev.ID, "type": ev.Type, "chat_id": ev.ChatID(), "accepted": true})
+		return nil
+	}()
+	if err != nil {
+		s.writeError(w, r, err)
+	}
+}
+
+// stripApp removes a top-level "app" string field (the dev-mode scope) from
+// an event body, which baton.DecodeEvent would refuse as unknown.
+func stripApp(body []byte, app *string) []byte {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(body, &fields) != nil || fields["app"] == nil {
+		return body
+	}
+	if json.Unmarshal(fields["app"], app) != nil {
+		return body // DecodeEvent names the field
+	}
+	delete(fields, "app")
+	out, err := json.Marshal(fields)
+	if err != nil {
+		return body
+	}
+	return out
+}
+
+// seqParam parses a sequence query parameter (default 0).
+func seqParam(v, name string) (int64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, baton.Errorf(baton.EINVALID, "%s: must be a sequence number (an integer >= 0)", name)
+	}
+	return n, nil
+}
+
+// intParam parses an integer query parameter within [lo, hi].
+func intParam(v, name string, def, lo, hi int) (int, error) {
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > hi {
+		return 0, baton.Errorf(baton.EINVALID, "%s: must be an integer from %d to %d", name, lo, hi)
+	}
+	return n, nil
+}

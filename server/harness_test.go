@@ -1,0 +1,310 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/bus"
+	"github.com/batonhq/baton/engine"
+	"github.com/batonhq/baton/llm/scripted"
+	"github.com/batonhq/baton/recorder"
+	"github.com/batonhq/baton/store/sqlite"
+	"github.com/batonhq/baton/workflow"
+	"github.com/coder/websocket"
+)
+
+// The tests run the real engine with the scripted provider on a real SQLite
+// file, behind a real httptest.Server, with real WebSocket and HTTP clients.
+
+const (
+	examplesDir = "../workflows"
+	benchDir    = "testdata/workflows"
+	testSecret  = "sk-live-DO-NOT-LEAK-4242"
+)
+
+// Scopes and their keys: ada of acme owns the chats; bob is another user of
+// acme; mallory is a user of another app.
+var (
+	scopeAda     = baton.Scope{App: "acme", User: "ada"}
+	scopeBob     = baton.Scope{App: "acme", User: "bob"}
+	scopeMallory = baton.Scope{App: "umbrella", User: "ada"}
+)
+
+type env struct {
+	t      *testing.T
+	store  *sqlite.Store
+	bus    *bus.Bus
+	eng    *engine.Engine
+	rec    *recorder.Recorder
+	srv    *Server
+	ts     *httptest.Server
+	keys   map[baton.Scope]string
+	noEng  bool
+	cfg    Config
+	wfRoot string
+}
+
+type envOption func(*env)
+
+func withConfig(f func(*Config)) envOption { return func(e *env) { f(&e.cfg) } }
+
+// withoutEngine builds a server that cannot run chats (seed: no session support).
+func withoutEngine() envOption { return func(e *env) { e.noEng = true } }
+
+// withWorkflows loads the workflows from dir instead of the examples.
+func withWorkflows(dir string) envOption { return func(e *env) { e.wfRoot = dir } }
+
+func quietLogger() *slog.Logger {
+	if os.Getenv("BATON_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+func newEnv(t testing.TB, opts ...envOption) *env {
+	t.Helper()
+	e := &env{keys: map[baton.Scope]string{}, wfRoot: examplesDir}
+	if tt, ok := t.(*testing.T); ok {
+		e.t = tt
+	}
+	for _, o := range opts {
+		o(e)
+	}
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "baton.db"), sqlite.WithSynchronous("NORMAL"))
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	e.store = st
+	log := quietLogger()
+	e.bus = bus.New(bus.WithLogger(log))
+	e.rec = recorder.New(st, engine.ObserverPublisher{Bus: e.bus})
+	if !e.noEng {
+		wfs, err := workflow.LoadAll(os.DirFS(e.wfRoot))
+		if err != nil {
+			t.Fatalf("load workflows: %v", err)
+		}
+		e.eng, err = engine.New(engine.Config{
+			Store: st, Recorder: e.rec, Bus: e.bus, Workflows: wfs, WorkflowRoot: e.wfRoot,
+			Providers: func(wf *workflow.Workflow) (baton.Provider, error) {
+				return scripted.Load(wf.FS, path.Join(wf.Dir, "scripted.json"))
+			},
+			Logger: log, SecretKey: []byte("0123456789abcdef0123456789abcdef"),
+		})
+		if err != nil {
+			t.Fatalf("engine: %v", err)
+		}
+	}
+	cfg := e.cfg
+	cfg.Store, cfg.Keys, cfg.Bus, cfg.Engine, cfg.Logger = st, st, e.bus, e.eng, log
+	e.srv, err = New(cfg)
+	if err != nil {
+		t.Fatalf("server: %v", err)
+	}
+	e.ts = httptest.NewServer(e.srv.Handler())
+	for _, sc := range []baton.Scope{scopeAda, scopeBob, scopeMallory} {
+		key, hash, err := NewKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.CreateKey(ctx, baton.APIKey{Hash: hash, App: sc.App, User: sc.User, Name: "test"}); err != nil {
+			t.Fatalf("create key: %v", err)
+		}
+		e.keys[sc] = key
+	}
+	t.Cleanup(func() {
+		e.ts.CloseClientConnections()
+		e.ts.Close()
+		e.srv.Close()
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = e.bus.Close(cctx)
+		if e.eng != nil {
+			_ = e.eng.Close()
+		}
+		_ = st.Close()
+	})
+	return e
+}
+
+// response is an HTTP answer.
+type response struct {
+	status int
+	body   []byte
+	header http.Header
+}
+
+func (r response) json(t testing.TB) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.body, &m); err != nil {
+		t.Fatalf("response %d is not JSON: %v: %s", r.status, err, r.body)
+	}
+	return m
+}
+
+// errorMessage returns the error message of an error response.
+func (r response) errorMessage() string {
+	var b errorBody
+	_ = json.Unmarshal(r.body, &b)
+	return b.Error.Message
+}
+
+// do sends a request with key (none when "") and an optional JSON or raw body.
+func (e *env) do(t testing.TB, method, p, key string, body any, hdr ...string) response {
+	t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		raw, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, e.ts.URL+p, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := e.ts.Client().Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, p, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	return response{status: resp.StatusCode, body: raw, header: resp.Header}
+}
+
+// start starts a chat of workflow for ada and returns its id.
+func (e *env) start(t testing.TB, wf string, body any) string {
+	t.Helper()
+	r := e.do(t, "POST", "/api/chats/acme/"+wf+"/start", e.keys[scopeAda], body)
+	if r.status != http.StatusCreated {
+		t.Fatalf("start %s: %d %s", wf, r.status, r.body)
+	}
+	id, _ := r.json(t)["chat_id"].(string)
+	if id == "" {
+		t.Fatalf("start %s: no chat_id in %s", wf, r.body)
+	}
+	return id
+}
+
+// waitStatus polls the store until the chat has one of the statuses and
+// the bus is idle.
+func (e *env) waitStatus(t testing.TB, chatID string, want ...baton.ChatStatus) baton.Chat {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := e.store.GetChat(context.Background(), scopeAda, chatID)
+		if err == nil && e.bus.Pending() == 0 && e.eng.Active() == 0 {
+			for _, w := range want {
+				if c.Status == w {
+					return c
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("chat %s: status %q (err %v), want %v", chatID, c.Status, err, want)
+		}
+		time.Sleep(2 * time.Millisecond) // polling the store with a deadline
+	}
+}
+
+// history returns the chat's envelopes from the events endpoint.
+func (e *env) history(t testing.TB, chatID string) []json.RawMessage {
+	t.Helper()
+	var out []json.RawMessage
+	after := int64(0)
+	for {
+		r := e.do(t, "GET", "/api/chats/acme/"+chatID+"/events?after="+itoa(after), e.keys[scopeAda], nil)
+		if r.status != 200 {
+			t.Fatalf("events: %d %s", r.status, r.body)
+		}
+		var page historyPage
+		if err := json.Unmarshal(r.body, &page); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, page.Events...)
+		after = page.LastSequence
+		if !page.More {
+			return out
+		}
+	}
+}
+
+// dial opens a WebSocket to the chat as scope, after lastSeq.
+func (e *env) dial(ctx context.Context, t testing.TB, chatID string, lastSeq int64, key string) *websocket.Conn {
+	t.Helper()
+	c, err := e.tryDial(ctx, chatID, lastSeq, key)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	return c
+}
+
+func (e *env) tryDial(ctx context.Context, chatID string, lastSeq int64, key string) (*websocket.Conn, error) {
+	h := http.Header{}
+	if key != "" {
+		h.Set("Authorization", "Bearer "+key)
+	}
+	u := "ws" + strings.TrimPrefix(e.ts.URL, "http") + "/ws/acme/" + chatID + "?last_sequence=" + itoa(lastSeq)
+	c, _, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPHeader: h})
+	if err != nil {
+		return nil, err
+	}
+	c.SetReadLimit(8 << 20)
+	return c, nil
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// envelope is a received envelope, decoded.
+type envelope struct {
+	Type string         `json:"type"`
+	Data map[string]any `json:"data"`
+	raw  []byte
+}
+
+func (v envelope) seq() int64 {
+	f, _ := v.Data["sequence"].(float64)
+	return int64(f)
+}
+
+func (v envelope) str(k string) string { s, _ := v.Data[k].(string); return s }
+
+func decodeEnvelope(t testing.TB, raw []byte) envelope {
+	t.Helper()
+	var v envelope
+	if err := json.Unmarshal(raw, &v); err != nil {
+		t.Fatalf("envelope is not JSON: %v: %s", err, raw)
+	}
+	v.raw = raw
+	return v
+}

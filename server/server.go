@@ -1,0 +1,233 @@
+// Package server is baton's HTTP API: chats started, resumed, answered,
+// listed, read and deleted over HTTP; their events streamed over WebSocket
+// and Server-Sent Events with gap-free replay; API-key authentication with
+// tenant isolation; and the seed's session prompt route.
+//
+// Every event a client sees goes through one door: the hub receives the
+// bus's chat.* and stream.* events through a single subscription, builds
+// each chat's filtered envelope once (envelope.go), and queues it to the
+// chat's streams, each through a bounded queue. A stream first subscribes,
+// then replays from the store everything after the client's last sequence,
+// then goes live, skipping sequences it already sent: nothing recorded
+// before a client connects is lost (it is in the store), and nothing is
+// sent twice (invariant 3). A stream that falls behind is closed with a
+// code that tells the client to reconnect and replay; it never holds up the
+// run or the other streams (invariant 9).
+//
+// The API is described in docs/api.md and, as OpenAPI 3.1, at
+// /api/openapi.json.
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/bus"
+	"github.com/batonhq/baton/engine"
+	"github.com/batonhq/baton/workflow"
+)
+
+// Config is what a Server is made of. Store, Keys and Bus are required;
+// without Engine the server reads and streams chats but cannot run them
+// (start, input and prompt answer 503).
+type Config struct {
+	Store  baton.Store
+	Keys   baton.KeyStore
+	Bus    *bus.Bus
+	Engine *engine.Engine
+	Logger *slog.Logger
+
+	// Dev allows requests without a key, as user "dev" of the app the URL
+	// names. The caller must allow it only on a loopback listener.
+	Dev bool
+	// AllowedOrigins are the browser origins, besides the server's own
+	// host, that may call the API and open streams (patterns as in
+	// coder/websocket's OriginPatterns: "app.example.com",
+	// "https://*.example.com"). They also get CORS headers; no other origin does.
+	AllowedOrigins []string
+	// MaxBody limits an HTTP request body (default DefaultMaxBody).
+	MaxBody int64
+	// MaxMessage limits one WebSocket message (default DefaultMaxMessage).
+	MaxMessage int64
+	// RateLimit is each key's sustained requests (and WebSocket messages)
+	// per second, RateBurst its bucket; 0 disables the limit.
+	RateLimit float64
+	RateBurst int
+	// QueueLen is each stream's queue of pending envelopes (default 256): a
+	// stream whose queue is full is cut off and told to replay.
+	QueueLen int
+	// HubBuffer is the hub's bus subscription buffer (default 65536).
+	HubBuffer int
+	// WriteTimeout bounds one write to a stream (default 10s).
+	WriteTimeout time.Duration
+	// Heartbeat is the SSE comment heartbeat interval (default 15s).
+	Heartbeat time.Duration
+	// AuthTimeout is how long a WebSocket without an Authorization header
+	// has to send its auth message (default 10s).
+	AuthTimeout time.Duration
+}
+
+// Server serves the API. Create it with New and stop it with Close.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	hub     *hub
+	limiter *limiter
+	mux     *http.ServeMux
+	routes  []route
+
+	ctx    context.Context // done when Close is called: streams end
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// route is one endpoint of the API.
+type route struct {
+	method, pattern string
+	handler         http.HandlerFunc
+}
+
+// New returns a server whose hub is subscribed to cfg.Bus. Close stops it.
+func New(cfg Config) (*Server, error) {
+	if cfg.Store == nil || cfg.Keys == nil || cfg.Bus == nil {
+		return nil, errors.New("server: Store, Keys and Bus are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxBody <= 0 {
+		cfg.MaxBody = DefaultMaxBody
+	}
+	if cfg.MaxMessage <= 0 {
+		cfg.MaxMessage = DefaultMaxMessage
+	}
+	if cfg.QueueLen <= 0 {
+		cfg.QueueLen = 256
+	}
+	if cfg.HubBuffer <= 0 {
+		cfg.HubBuffer = 1 << 16
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 10 * time.Second
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = 15 * time.Second
+	}
+	if cfg.AuthTimeout <= 0 {
+		cfg.AuthTimeout = 10 * time.Second
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, limiter: newLimiter(cfg.RateLimit, cfg.RateBurst)}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.hub = newHub(cfg.Bus, cfg.Logger, cfg.HubBuffer, cfg.QueueLen)
+	ready := make(chan error, 1)
+	s.wg.Go(func() { s.hub.run(s.ctx, ready) })
+	if err := <-ready; err != nil {
+		s.cancel()
+		s.wg.Wait()
+		return nil, err
+	}
+	s.routes = []route{
+		{"GET", "/healthz", s.handleHealth},
+		{"GET", "/readyz", s.handleReady},
+		{"GET", "/api/openapi.json", s.handleOpenAPI},
+		{"GET", "/api/workflows", s.handleWorkflows},
+		{"POST", "/api/chats/{app}/{workflow}/start", s.handleStart},
+		{"POST", "/api/chats/{app}/{chat_id}/resume", s.handleResume},
+		{"GET", "/api/chats/{app}", s.handleList},
+		{"GET", "/api/chats/{app}/{chat_id}", s.handleGet},
+		{"DELETE", "/api/chats/{app}/{chat_id}", s.handleDelete},
+		{"GET", "/api/chats/{app}/{chat_id}/events", s.handleEvents},
+		{"GET", "/api/chats/{app}/{chat_id}/stream", s.handleSSE},
+		{"POST", "/api/input/submit", s.handleSubmit},
+		{"POST", "/api/events", s.handleExternalEvent},
+		{"POST", "/sessions/{id}/prompt", s.handlePrompt},
+		{"GET", "/ws/{app}/{chat_id}", s.handleWS},
+	}
+	s.mux = http.NewServeMux()
+	for _, rt := range s.routes {
+		s.mux.HandleFunc(rt.method+" "+rt.pattern, rt.handler)
+	}
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, baton.Errorf(baton.ENOTFOUND, "no such endpoint: %s %s", r.Method, truncate(r.URL.Path, 200)))
+	})
+	return s, nil
+}
+
+// Handler returns the server's http.Handler: the routes, behind the Origin
+// check and CORS.
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !originAllowed(r, s.cfg.AllowedOrigins) {
+			s.writeError(w, r, baton.Errorf(codeForbidden, "origin %q is not allowed", truncate(r.Header.Get("Origin"), 200)))
+			return
+		}
+		if o := r.Header.Get("Origin"); o != "" && len(s.cfg.AllowedOrigins) > 0 {
+			h := w.Header()
+			h.Set("Access-Control-Allow-Origin", o)
+			h.Add("Vary", "Origin")
+			if r.Method == http.MethodOptions {
+				h.Set("Access-Control-Allow-Methods", "GET, POST, DELETE")
+				h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Last-Event-ID")
+				h.Set("Access-Control-Max-Age", "600")
+				w.WriteHeader(http.StatusNoContent)
+				return
+			}
+		}
+		s.mux.ServeHTTP(w, r)
+	})
+}
+
+// Close ends every stream (WebSockets close with 1012, "service restart":
+// reconnect and replay) and stops the hub. It does not stop the engine or
+// the bus. It is idempotent.
+func (s *Server) Close() {
+	s.cancel()
+	s.wg.Wait()
+}
+
+// Delivered returns how many envelopes the hub has queued to streams.
+func (s *Server) Delivered() int64 { return s.hub.delivered.Load() }
+
+// Streams returns the number of open streams.
+func (s *Server) Streams() int { return s.hub.subscribers() }
+
+// principal authenticates r for app and takes a token from its rate bucket.
+func (s *Server) principal(r *http.Request, app string) (principal, error) {
+	p, err := s.authenticate(r, bearer(r), app)
+	if err != nil {
+		return principal{}, err
+	}
+	if !s.limiter.allow(p.limit) {
+		return principal{}, baton.Errorf(codeRateLimited, "rate limit exceeded: slow down")
+	}
+	return p, nil
+}
+
+// workflowOf returns the workflow of a chat, nil when the engine does not
+// have it (every event is then visible).
+func (s *Server) workflowOf(name string) *workflow.Workflow {
+	if s.cfg.Engine == nil {
+		return nil
+	}
+	return s.cfg.Engine.Workflow(name)
+}
+
+// chatIn returns the chat of scope, or ENOTFOUND.
+func (s *Server) chatIn(ctx context.Context, scope baton.Scope, chatID string) (baton.Chat, error) {
+	if chatID == "" {
+		return baton.Chat{}, baton.Errorf(baton.EINVALID, "chat_id: required")
+	}
+	c, err := s.cfg.Store.GetChat(ctx, scope, chatID)
+	if err != nil {
+		if baton.ErrorCode(err) == baton.ENOTFOUND {
+			return baton.Chat{}, baton.Errorf(baton.ENOTFOUND, "chat %q not found", truncate(chatID, baton.MaxEventIDLen))
+		}
+		return baton.Chat{}, err
+	}
+	return c, nil
+}

@@ -1,0 +1,419 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/engine"
+	"github.com/coder/websocket"
+)
+
+// reply is what the person answers to an envelope of the generator chat,
+// or nil when the envelope asks nothing of them.
+func (e *env) reply(t testing.TB, chatID string, v envelope) *clientMessage {
+	t.Helper()
+	switch v.Type {
+	case baton.TypeChatInputRequest:
+		content := "A weekly newsletter from our team notes."
+		return &clientMessage{Type: msgSubmit, ChatID: chatID, Content: &content}
+	case baton.TypeChatToolCall:
+		id := v.str("ui_event_id")
+		if id == "" {
+			return nil
+		}
+		c, err := e.store.GetChat(context.Background(), scopeAda, chatID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range c.Pending {
+			if p.UIEventID != id {
+				continue
+			}
+			if p.Kind == baton.PendingSecret {
+				return &clientMessage{Type: msgUIResponse, ChatID: chatID, UIEventID: id, Status: "success", Data: json.RawMessage(`{"NEWSLETTER_API_KEY":"` + testSecret + `"}`)}
+			}
+			return &clientMessage{Type: msgUIResponse, ChatID: chatID, UIEventID: id, Status: "success", Data: json.RawMessage(`{"action":"approve"}`)}
+		}
+	}
+	return nil
+}
+
+// submitHTTP sends m through POST /api/input/submit.
+func (e *env) submitHTTP(t testing.TB, m *clientMessage) {
+	t.Helper()
+	body := map[string]any{"chat_id": m.ChatID}
+	if m.Content != nil {
+		body["content"] = *m.Content
+	} else {
+		body["ui_event_id"], body["status"], body["data"] = m.UIEventID, m.Status, m.Data
+	}
+	if r := e.do(t, "POST", "/api/input/submit", e.keys[scopeAda], body); r.status != http.StatusAccepted {
+		t.Fatalf("submit %+v: %d %s", m, r.status, r.body)
+	}
+}
+
+func writeMsg(ctx context.Context, t testing.TB, c *websocket.Conn, m any) {
+	t.Helper()
+	raw, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Write(ctx, websocket.MessageText, raw); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+}
+
+// chatEnvelopes keeps the recorded (sequenced) envelopes of a list.
+func chatEnvelopes(vs []envelope) [][]byte {
+	var out [][]byte
+	for _, v := range vs {
+		if v.seq() > 0 {
+			out = append(out, v.raw)
+		}
+	}
+	return out
+}
+
+func sameEnvelopes(t *testing.T, what string, got [][]byte, want []json.RawMessage) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d envelopes, history has %d", what, len(got), len(want))
+	}
+	for i := range got {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("%s: envelope %d differs from history:\n got  %s\n want %s", what, i, got[i], want[i])
+		}
+	}
+}
+
+// TestWS_GeneratorChat runs the whole generator chat over one WebSocket:
+// the interview answer, the secret form and the plan approval are sent as
+// client messages; run_complete arrives; what the client saw equals the
+// history; the secret is in nothing it received.
+func TestWS_GeneratorChat(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	id := e.start(t, "generator", nil)
+	c := e.dial(ctx, t, id, 0, e.keys[scopeAda])
+	defer c.CloseNow()
+	var got []envelope
+	acks, streams := 0, 0
+	last := int64(0)
+	for done := false; !done; {
+		_, raw, err := c.Read(ctx)
+		if err != nil {
+			t.Fatalf("read: %v (received %d envelopes)", err, len(got))
+		}
+		if bytes.Contains(raw, []byte(testSecret)) {
+			t.Fatalf("the secret reached the client: %s", raw)
+		}
+		v := decodeEnvelope(t, raw)
+		switch {
+		case v.Type == "ack":
+			acks++
+			continue
+		case v.Type == "error":
+			t.Fatalf("error reply: %s", raw)
+		case baton.IsStreamType(v.Type):
+			streams++
+			if v.str("chat_id") != id {
+				t.Fatalf("stream event without the chat id: %s", raw)
+			}
+			continue
+		}
+		if v.seq() <= last {
+			t.Fatalf("sequence %d after %d", v.seq(), last)
+		}
+		last = v.seq()
+		for _, k := range []string{"is_visual", "is_structured_capable", "is_tool_agent"} {
+			if _, ok := v.Data[k]; !ok {
+				t.Fatalf("envelope without %s: %s", k, raw)
+			}
+		}
+		got = append(got, v)
+		if m := e.reply(t, id, v); m != nil {
+			writeMsg(ctx, t, c, m)
+		}
+		done = v.Type == baton.TypeChatRunComplete
+	}
+	if acks != 3 {
+		t.Errorf("acks: %d, want 3 (message, secret, approval)", acks)
+	}
+	if streams == 0 {
+		t.Errorf("no stream.* events reached the client")
+	}
+	e.waitStatus(t, id, baton.ChatCompleted)
+	sameEnvelopes(t, "websocket", chatEnvelopes(got), e.history(t, id))
+	// The filter hid the internal agent and kept what the UI needs.
+	seen := map[string]bool{}
+	for _, v := range got {
+		seen[v.Type+"/"+v.str("agent")] = true
+		if v.str("agent") == "ContextVariablesAgent" && v.Type == baton.TypeChatText {
+			t.Errorf("text of the non-visual ContextVariablesAgent reached the client: %s", v.raw)
+		}
+	}
+	for _, want := range []string{"chat.input_request/InterviewAgent", "chat.tool_call/ContextVariablesAgent", "chat.text/user", "chat.run_complete/"} {
+		if !seen[want] {
+			t.Errorf("client did not see %s; saw %v", want, seen)
+		}
+	}
+}
+
+// TestWS_ReconnectRandomDrops drops the connection at random moments 50
+// times while the generator chat runs, reconnecting each time with the
+// last sequence seen; the person answers over HTTP. Put together, what the
+// client saw has every sequence once, in order, and equals the history.
+func TestWS_ReconnectRandomDrops(t *testing.T) {
+	e := newEnv(t)
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 1))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	id := e.start(t, "generator", nil)
+	var got [][]byte
+	last := int64(0)
+	complete := false
+	for drop := 0; drop < 50 || !complete; drop++ {
+		if drop > 500 {
+			t.Fatalf("chat did not complete after %d connections", drop)
+		}
+		c := e.dial(ctx, t, id, last, e.keys[scopeAda])
+		// Read for a random while (0 to 4 ms), then drop the connection
+		// without a close handshake.
+		rctx, rcancel := context.WithTimeout(ctx, time.Duration(rng.IntN(4000))*time.Microsecond)
+		for {
+			_, raw, err := c.Read(rctx)
+			if err != nil {
+				break
+			}
+			v := decodeEnvelope(t, raw)
+			if v.seq() == 0 {
+				continue
+			}
+			if v.seq() <= last {
+				t.Fatalf("connection %d: sequence %d after %d: duplicate or out of order", drop, v.seq(), last)
+			}
+			last = v.seq()
+			got = append(got, raw)
+			if m := e.reply(t, id, v); m != nil {
+				e.submitHTTP(t, m)
+			}
+			complete = complete || v.Type == baton.TypeChatRunComplete
+		}
+		rcancel()
+		c.CloseNow()
+	}
+	e.waitStatus(t, id, baton.ChatCompleted)
+	sameEnvelopes(t, "union of 50+ connections", got, e.history(t, id))
+}
+
+// readUntilComplete collects a client's recorded envelopes until run_complete.
+func readUntilComplete(ctx context.Context, c *websocket.Conn) ([][]byte, error) {
+	var got [][]byte
+	for {
+		_, raw, err := c.Read(ctx)
+		if err != nil {
+			return got, err
+		}
+		var v envelope
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return got, err
+		}
+		v.raw = raw
+		if v.seq() > 0 {
+			got = append(got, raw)
+		}
+		if v.Type == baton.TypeChatRunComplete {
+			return got, nil
+		}
+	}
+}
+
+// TestWS_TwoClientsSameSequence connects two clients to one chat before it
+// runs; both see the same envelopes, equal to the history.
+func TestWS_TwoClientsSameSequence(t *testing.T) {
+	e := newEnv(t, withWorkflows(benchDir))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	chat, err := e.eng.Start(ctx, scopeAda, "bench", engine.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	results := make([][][]byte, 2)
+	errs := make([]error, 2)
+	for i := range 2 {
+		c := e.dial(ctx, t, chat.ID, 0, e.keys[scopeAda])
+		defer c.CloseNow()
+		wg.Go(func() { results[i], errs[i] = readUntilComplete(ctx, c) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("client %d: %v", i, err)
+		}
+	}
+	h := e.history(t, chat.ID)
+	sameEnvelopes(t, "client 0", results[0], h)
+	sameEnvelopes(t, "client 1", results[1], h)
+}
+
+// TestWS_SlowClientCutOff records thousands of large events in a chat while
+// one client never reads: it is closed with CloseReconnect, the fast client
+// receives everything, and recording never waits. The slow client then
+// reconnects with its last sequence and gets exactly the rest.
+func TestWS_SlowClientCutOff(t *testing.T) {
+	e := newEnv(t, withWorkflows(benchDir), withConfig(func(c *Config) { c.QueueLen = 256 }))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	chat, err := e.store.CreateChat(ctx, scopeAda, baton.Chat{Workflow: "bench", Status: baton.ChatRunning})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := e.dial(ctx, t, chat.ID, 0, e.keys[scopeAda])
+	defer slow.CloseNow()
+	fast := e.dial(ctx, t, chat.ID, 0, e.keys[scopeAda])
+	defer fast.CloseNow()
+	waitStreams(t, e, 2)
+
+	const n, batch = 1600, 10
+	text := bytes.Repeat([]byte("x"), 8<<10)
+	fastGot := make(chan int, 1)
+	go func() {
+		count := 0
+		for count < n {
+			if _, _, err := fast.Read(ctx); err != nil {
+				t.Logf("fast client: %v", err)
+				break
+			}
+			count++
+		}
+		fastGot <- count
+	}()
+	recorded := make(chan error, 1)
+	go func() {
+		for i := 0; i < n; i += batch {
+			evs := make([]baton.Event, 0, batch)
+			for j := range batch {
+				payload, _ := json.Marshal(map[string]any{"kind": "text", "agent": "Talker", "content": string(text), "index": i + j})
+				evs = append(evs, baton.NewEvent(baton.TypeChatText, baton.Metadata{TriggerSessionID: chat.ID, TriggerAgentName: "Talker", Source: baton.SourceLLM}, payload))
+			}
+			if _, err := e.rec.Record(ctx, scopeAda, chat.ID, evs, nil); err != nil {
+				recorded <- err
+				return
+			}
+		}
+		recorded <- nil
+	}()
+	// The slow client reads nothing until the hub has cut it off; the run
+	// goes on meanwhile.
+	waitStreams(t, e, -1)
+	if err := <-recorded; err != nil {
+		t.Fatal(err)
+	}
+	if got := <-fastGot; got != n {
+		t.Fatalf("fast client received %d of %d", got, n)
+	}
+	// The slow client drains what the network buffered, then finds the close.
+	last := int64(0)
+	for {
+		_, raw, err := slow.Read(ctx)
+		if err != nil {
+			if st := websocket.CloseStatus(err); st != CloseReconnect {
+				t.Fatalf("slow client ended with %v (status %d), want close %d", err, st, CloseReconnect)
+			}
+			break
+		}
+		v := decodeEnvelope(t, raw)
+		if v.seq() != last+1 {
+			t.Fatalf("slow client: sequence %d after %d", v.seq(), last)
+		}
+		last = v.seq()
+	}
+	if last >= n {
+		t.Fatalf("slow client received all %d events: it was not cut off", n)
+	}
+	// Reconnect and replay: exactly the rest.
+	again := e.dial(ctx, t, chat.ID, last, e.keys[scopeAda])
+	defer again.CloseNow()
+	for last < n {
+		_, raw, err := again.Read(ctx)
+		if err != nil {
+			t.Fatalf("replay after %d: %v", last, err)
+		}
+		v := decodeEnvelope(t, raw)
+		if v.seq() != last+1 {
+			t.Fatalf("replay: sequence %d after %d", v.seq(), last)
+		}
+		last = v.seq()
+	}
+}
+
+// waitStreams waits until the server has n streams open; n < 0 waits until
+// at most one is left.
+func waitStreams(t *testing.T, e *env, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for (n >= 0 && e.srv.Streams() < n) || (n < 0 && e.srv.Streams() > 1) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d streams, want %d", e.srv.Streams(), n)
+		}
+		time.Sleep(time.Millisecond) // polling with a deadline
+	}
+}
+
+// TestWS_ResumeMessage: a resume message replays exactly the events after
+// its last_sequence on the open connection.
+func TestWS_ResumeMessage(t *testing.T) {
+	e := newEnv(t, withWorkflows(benchDir))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	id := e.start(t, "bench", nil)
+	e.waitStatus(t, id, baton.ChatCompleted)
+	h := e.history(t, id)
+	c := e.dial(ctx, t, id, int64(len(h)+1000), e.keys[scopeAda])
+	defer c.CloseNow()
+	from := decodeEnvelope(t, h[1]).seq()
+	writeMsg(ctx, t, c, map[string]any{"type": "resume", "last_sequence": from})
+	got, err := readUntilComplete(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameEnvelopes(t, "after resume", got, h[2:])
+}
+
+// TestWS_ShutdownClosesWithRestart: Close ends streams with 1012.
+func TestWS_ShutdownClosesWithRestart(t *testing.T) {
+	e := newEnv(t, withWorkflows(benchDir))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	chat, err := e.store.CreateChat(ctx, scopeAda, baton.Chat{Workflow: "bench"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := e.dial(ctx, t, chat.ID, 0, e.keys[scopeAda])
+	defer c.CloseNow()
+	waitStreams(t, e, 1)
+	e.srv.Close()
+	_, _, err = c.Read(ctx)
+	if st := websocket.CloseStatus(err); st != websocket.StatusServiceRestart {
+		t.Fatalf("read after Close: %v, want close 1012", err)
+	}
+	// A stream opened after Close is told the same.
+	if c2, err := e.tryDial(ctx, chat.ID, 0, e.keys[scopeAda]); err == nil {
+		defer c2.CloseNow()
+		_, _, err = c2.Read(ctx)
+		if st := websocket.CloseStatus(err); st != websocket.StatusServiceRestart {
+			t.Fatalf("read on a stream opened after Close: %v, want close 1012", err)
+		}
+	}
+}
