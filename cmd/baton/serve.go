@@ -8,8 +8,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/server"
 )
 
 func init() {
@@ -24,6 +27,12 @@ type serveConfig struct {
 	logFormat       string
 	logLevel        string
 	shutdownTimeout time.Duration
+	dev             bool
+	allowedOrigins  string
+	maxBody         int64
+	maxMessage      int64
+	rateLimit       float64
+	rateBurst       int
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -33,9 +42,18 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&cfg.logFormat, "log-format", envOr("BATON_LOG_FORMAT", "text"), "log format: text or json (env BATON_LOG_FORMAT)")
 	fs.StringVar(&cfg.logLevel, "log-level", envOr("BATON_LOG_LEVEL", "info"), "log level: debug, info, warn or error (env BATON_LOG_LEVEL)")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown may take")
+	fs.BoolVar(&cfg.dev, "dev", envOr("BATON_DEV", "") == "1", "allow requests without an API key, as user \"dev\" (only on a loopback address; env BATON_DEV=1)")
+	fs.StringVar(&cfg.allowedOrigins, "allowed-origins", envOr("BATON_ALLOWED_ORIGINS", ""), "comma-separated browser origins allowed besides the server's own host, with CORS (env BATON_ALLOWED_ORIGINS)")
+	fs.Int64Var(&cfg.maxBody, "max-body", server.DefaultMaxBody, "largest HTTP request body, in bytes")
+	fs.Int64Var(&cfg.maxMessage, "max-message", server.DefaultMaxMessage, "largest WebSocket message, in bytes")
+	fs.Float64Var(&cfg.rateLimit, "rate-limit", 20, "requests and WebSocket messages per second per API key (0: no limit)")
+	fs.IntVar(&cfg.rateBurst, "rate-burst", 60, "burst of the per-key rate limit")
 	cfg.runtime.flags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if cfg.dev && !server.IsLoopback(cfg.addr) {
+		return fmt.Errorf("--dev allows requests without an API key, so it needs a loopback --addr (127.0.0.1:PORT, [::1]:PORT or localhost:PORT), not %q", cfg.addr)
 	}
 	log, err := newLogger(stderr, cfg.logFormat, cfg.logLevel)
 	if err != nil {
@@ -52,38 +70,58 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"status":"ok"}`)
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		if err := rt.store.Ping(r.Context()); err != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = io.WriteString(w, `{"status":"unavailable","reason":"store"}`)
-			return
+	keys, ok := rt.store.(baton.KeyStore)
+	if !ok {
+		_ = closeRuntime(context.Background())
+		return fmt.Errorf("store %T keeps no API keys", rt.store)
+	}
+	var origins []string
+	for _, o := range strings.Split(cfg.allowedOrigins, ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			origins = append(origins, o)
 		}
-		_, _ = io.WriteString(w, `{"status":"ready"}`)
+	}
+	api, err := server.New(server.Config{
+		Store: rt.store, Keys: keys, Bus: rt.bus, Engine: rt.engine, Logger: log,
+		Dev: cfg.dev, AllowedOrigins: origins, MaxBody: cfg.maxBody, MaxMessage: cfg.maxMessage,
+		RateLimit: cfg.rateLimit, RateBurst: cfg.rateBurst,
 	})
+	if err != nil {
+		_ = closeRuntime(context.Background())
+		return err
+	}
+	if cfg.dev {
+		log.Warn("DEV MODE: requests WITHOUT an API key are accepted as user \"dev\" of the app in the URL; never expose this server", "addr", cfg.addr)
+		fmt.Fprintln(stderr, "WARNING: baton is running in --dev mode: no API key is needed. Use it only on this machine.")
+	}
 
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.addr, err)
 	}
+	// No WriteTimeout: streams are long-lived; each stream write has its own
+	// deadline (server.Config.WriteTimeout) and ReadTimeout bounds bodies.
 	srv := &http.Server{
-		Handler:           mux,
+		Handler:           api.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	log.Info("baton listening", "addr", ln.Addr().String(), "version", versionString())
 	fmt.Fprintf(stdout, "baton listening on http://%s\n", ln.Addr())
 
+	// Shutdown stops accepting and waits for requests; streams never end
+	// on their own, so the server closes them first (WebSockets with 1012:
+	// reconnect and replay).
+	srv.RegisterOnShutdown(api.Close)
+
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	select {
 	case err := <-serveErr:
+		api.Close()
 		_ = closeRuntime(context.Background())
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
@@ -93,6 +131,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
 	defer cancel()
 	shutdownErr := srv.Shutdown(sctx)
+	api.Close()
+	// Running turns reach a recorded point as the bus drains.
 	busErr := closeRuntime(sctx)
 	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serve: %w", err)

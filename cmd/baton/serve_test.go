@@ -1,0 +1,104 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestServe_DevNeedsLoopback: --dev refuses an address other machines can reach.
+func TestServe_DevNeedsLoopback(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"serve", "--dev", "--addr", "0.0.0.0:0", "--data-dir", t.TempDir()}, &out, &errb)
+	if code != 1 || !strings.Contains(errb.String(), "loopback") {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+}
+
+// TestServe_DevSmoke starts `baton serve --dev` on a loopback port, runs the
+// hello chat to completion over HTTP, and shuts down gracefully.
+func TestServe_DevSmoke(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	var errb syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--dev", "--addr", "127.0.0.1:0", "--data-dir", t.TempDir()}, pw, &errb)
+		pw.Close()
+	}()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		t.Fatalf("no listening line: %v; stderr: %s", err, errb.String())
+	}
+	go io.Copy(io.Discard, pr)
+	base := strings.TrimSpace(strings.TrimPrefix(line, "baton listening on "))
+	if !strings.Contains(errb.String(), "dev mode") && !strings.Contains(errb.String(), "DEV MODE") {
+		t.Errorf("dev mode is not announced loudly: %s", errb.String())
+	}
+	resp, err := http.Post(base+"/api/chats/local/hello/start", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var started struct {
+		ChatID string `json:"chat_id"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&started)
+	resp.Body.Close()
+	if resp.StatusCode != 201 || started.ChatID == "" {
+		t.Fatalf("start: %d", resp.StatusCode)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(base + "/api/chats/local/" + started.ChatID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c struct {
+			Status string `json:"status"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&c)
+		resp.Body.Close()
+		if c.Status == "completed" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("hello chat: status %q", c.Status)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the server with a deadline
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("serve exited %d: %s", code, errb.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not shut down")
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
