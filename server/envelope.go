@@ -79,7 +79,14 @@ func encodeFrame(wf *workflow.Workflow, ev *baton.Event) *frame {
 		return f
 	}
 	var v eventView
-	_ = json.Unmarshal(ev.Payload, &v) // a payload of another shape has no agent
+	stream := baton.IsStreamType(ev.Type)
+	if stream {
+		// Stream deltas are the bulk of the traffic: their agent is in the
+		// metadata (llm.StreamEvent), so the payload is not parsed.
+		v.Agent = ev.Metadata.TriggerAgentName
+	} else {
+		_ = json.Unmarshal(ev.Payload, &v) // a payload of another shape has no agent
+	}
 	if !visible(wf, ev, &v) {
 		return f
 	}
@@ -124,8 +131,10 @@ func encodeFrame(wf *workflow.Workflow, ev *baton.Event) *frame {
 	b.WriteString(`},"timestamp":"`)
 	b.WriteString(time.UnixMilli(ev.Timestamp).UTC().Format("2006-01-02T15:04:05.000Z07:00"))
 	b.WriteString(`"}`)
-	if !json.Valid(b.Bytes()) {
-		return f // a payload that is not a JSON object is never sent half-formed
+	// A payload that is not a JSON object is never sent half-formed. Stream
+	// payloads are built by llm.StreamEvent and always are objects.
+	if !stream && !json.Valid(b.Bytes()) {
+		return f
 	}
 	f.data = b.Bytes()
 	return f

@@ -55,6 +55,7 @@ type env struct {
 	noEng  bool
 	cfg    Config
 	wfRoot string
+	stamp  *stampPublisher
 }
 
 type envOption func(*env)
@@ -63,6 +64,9 @@ func withConfig(f func(*Config)) envOption { return func(e *env) { f(&e.cfg) } }
 
 // withoutEngine builds a server that cannot run chats (seed: no session support).
 func withoutEngine() envOption { return func(e *env) { e.noEng = true } }
+
+// withPublisher puts p between the recorder and the bus.
+func withPublisher(p *stampPublisher) envOption { return func(e *env) { e.stamp = p } }
 
 // withWorkflows loads the workflows from dir instead of the examples.
 func withWorkflows(dir string) envOption { return func(e *env) { e.wfRoot = dir } }
@@ -92,6 +96,10 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	log := quietLogger()
 	e.bus = bus.New(bus.WithLogger(log))
 	e.rec = recorder.New(st, engine.ObserverPublisher{Bus: e.bus})
+	if e.stamp != nil {
+		e.stamp.next = engine.ObserverPublisher{Bus: e.bus}
+		e.rec = recorder.New(st, e.stamp)
+	}
 	if !e.noEng {
 		wfs, err := workflow.LoadAll(os.DirFS(e.wfRoot))
 		if err != nil {
