@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -117,7 +118,9 @@ func benchWS(b *testing.B, workflowName string, stagger time.Duration) {
 		for i, c := range conns {
 			wg.Go(func() {
 				for {
-					_, raw, err := c.Read(ctx)
+					// No deadline on the read: a context with one costs a
+					// timer per call, which is the client's cost, not the server's.
+					_, raw, err := c.Read(context.Background())
 					if err != nil {
 						b.Errorf("chat %d: %v", i, err)
 						return
@@ -136,6 +139,7 @@ func benchWS(b *testing.B, workflowName string, stagger time.Duration) {
 		runtime.ReadMemStats(&after)
 		perConn := float64((after.HeapInuse+after.StackInuse)-(before.HeapInuse+before.StackInuse)) / chats
 
+		schedBefore := schedLatencies()
 		b.StartTimer()
 		start := time.Now()
 		tick := time.NewTicker(max(stagger, time.Microsecond))
@@ -151,6 +155,7 @@ func benchWS(b *testing.B, workflowName string, stagger time.Duration) {
 		wg.Wait()
 		elapsed := time.Since(start)
 		b.StopTimer()
+		schedP99 := schedLatencyP99(schedBefore, schedLatencies())
 
 		total := 0
 		var lat []time.Duration
@@ -172,6 +177,7 @@ func benchWS(b *testing.B, workflowName string, stagger time.Duration) {
 		b.ReportMetric(float64(total)/elapsed.Seconds(), "envelopes/s")
 		b.ReportMetric(pct(0.50), "p50-ms")
 		b.ReportMetric(pct(0.99), "p99-ms")
+		b.ReportMetric(schedP99*1000, "sched-p99-ms")
 		b.ReportMetric(perConn/1024, "KiB/idle-conn-both-ends")
 		b.ReportMetric(perConnServer/1024, "KiB/idle-conn-server")
 		b.Logf("%d chats, %d envelopes (%d recorded) in %v; persist-to-client p50 %.2f ms p99 %.2f ms max %.2f ms; per idle connection %.1f KiB in the server, %.1f KiB both ends in one process",
@@ -262,4 +268,30 @@ func TestHelperIdleClients(t *testing.T) {
 	for _, c := range conns {
 		c.Close(websocket.StatusNormalClosure, "")
 	}
+}
+
+// schedLatencies reads the runtime's histogram of how long runnable
+// goroutines waited for a CPU.
+func schedLatencies() *metrics.Float64Histogram {
+	m := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	metrics.Read(m)
+	return m[0].Value.Float64Histogram()
+}
+
+// schedLatencyP99 is the 99th percentile of the waits between two reads.
+func schedLatencyP99(before, after *metrics.Float64Histogram) float64 {
+	var total uint64
+	counts := make([]uint64, len(after.Counts))
+	for i := range after.Counts {
+		counts[i] = after.Counts[i] - before.Counts[i]
+		total += counts[i]
+	}
+	var seen uint64
+	for i, c := range counts {
+		seen += c
+		if float64(seen) >= 0.99*float64(total) {
+			return after.Buckets[i+1]
+		}
+	}
+	return 0
 }

@@ -188,12 +188,18 @@ func (s *Server) serveWS(ctx context.Context, cancel context.CancelFunc, conn *w
 	defer cancel()
 	wg.Go(func() { s.readWS(ctx, cancel, conn, p, chat.ID, replies, resumes) })
 
-	send := func(f *frame) error {
-		wctx, wcancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
+	// Writes share one deadline per burst (a timer per message would cost
+	// more than the message); a client that stops reading fails the write
+	// within WriteTimeout, or is cut off by the hub when its queue fills.
+	wctx := ctx
+	send := func(f *frame) error { return conn.Write(wctx, websocket.MessageText, f.data) }
+	burst := func(f func() error) error {
+		var wcancel context.CancelFunc
+		wctx, wcancel = context.WithTimeout(ctx, s.cfg.WriteTimeout)
 		defer wcancel()
-		return conn.Write(wctx, websocket.MessageText, f.data)
+		return f()
 	}
-	if err := cur.replay(ctx, send); err != nil {
+	if err := burst(func() error { return cur.replay(ctx, send) }); err != nil {
 		s.closeWS(conn, err)
 		return
 	}
@@ -201,13 +207,28 @@ func (s *Server) serveWS(ctx context.Context, cancel context.CancelFunc, conn *w
 		var err error
 		select {
 		case f := <-sub.q:
-			err = cur.live(ctx, f, send)
+			err = burst(func() error {
+				if err := cur.live(ctx, f, send); err != nil {
+					return err
+				}
+				for range cap(sub.q) { // what else is queued, without waiting
+					select {
+					case f := <-sub.q:
+						if err := cur.live(ctx, f, send); err != nil {
+							return err
+						}
+					default:
+						return nil
+					}
+				}
+				return nil
+			})
 		case rep := <-replies:
 			b, _ := json.Marshal(rep)
-			err = send(&frame{data: b})
+			err = burst(func() error { return send(&frame{data: b}) })
 		case n := <-resumes:
 			cur.last = n
-			err = cur.replay(ctx, send)
+			err = burst(func() error { return cur.replay(ctx, send) })
 		case <-sub.kicked:
 			switch sub.reason.Load() {
 			case kickSlow, kickResync:
