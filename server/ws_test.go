@@ -417,3 +417,63 @@ func TestWS_ShutdownClosesWithRestart(t *testing.T) {
 		}
 	}
 }
+
+// TestHub_ResubscribesWhenDropped: when the hub's own bus subscription
+// falls behind and is dropped, every stream is closed with CloseReconnect
+// (it missed events) and the hub subscribes again, so new streams work.
+func TestHub_ResubscribesWhenDropped(t *testing.T) {
+	e := newEnv(t, withWorkflows(benchDir), withConfig(func(c *Config) { c.HubBuffer = 1 }))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	chat, err := e.store.CreateChat(ctx, scopeAda, baton.Chat{Workflow: "bench", Status: baton.ChatRunning})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := e.dial(ctx, t, chat.ID, 0, e.keys[scopeAda])
+	defer c.CloseNow()
+	waitStreams(t, e, 1)
+	// Flood the bus faster than a one-event buffer can take.
+	closed := make(chan error, 1)
+	go func() {
+		for {
+			if _, _, err := c.Read(ctx); err != nil {
+				closed <- err
+				return
+			}
+		}
+	}()
+	var err2 error
+	for i := 0; err2 == nil; i++ {
+		ev := baton.NewEvent(baton.TypeStreamText, baton.Metadata{TriggerSessionID: chat.ID, TriggerAgentName: "Talker", Source: baton.SourceLLM},
+			json.RawMessage(`{"message_id":"m","agent":"Talker","delta":"x"}`))
+		_ = e.bus.Broadcast(ev)
+		select {
+		case err2 = <-closed:
+		default:
+			if i > 5_000_000 {
+				t.Fatal("the hub never fell behind")
+			}
+		}
+	}
+	if st := websocket.CloseStatus(err2); st != CloseReconnect {
+		t.Fatalf("stream ended with %v, want close %d", err2, CloseReconnect)
+	}
+	// A new stream gets a newly recorded event: the hub is subscribed again.
+	c2 := e.dial(ctx, t, chat.ID, 0, e.keys[scopeAda])
+	defer c2.CloseNow()
+	waitStreams(t, e, 1)
+	payload := json.RawMessage(`{"kind":"text","agent":"Talker","content":"after","index":0}`)
+	ev := baton.NewEvent(baton.TypeChatText, baton.Metadata{TriggerSessionID: chat.ID, TriggerAgentName: "Talker", Source: baton.SourceLLM}, payload)
+	if _, err := e.rec.Record(ctx, scopeAda, chat.ID, []baton.Event{ev}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		_, raw, err := c2.Read(ctx)
+		if err != nil {
+			t.Fatalf("new stream: %v", err)
+		}
+		if v := decodeEnvelope(t, raw); v.seq() == 1 && v.str("content") == "after" {
+			return
+		}
+	}
+}
