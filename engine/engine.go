@@ -93,6 +93,10 @@ type Config struct {
 	// RulePriority is the priority of the engine's bus rules (default 100,
 	// seed 004 §3.3).
 	RulePriority int
+	// StateCache is how many chat states stay in memory between inputs
+	// (default DefaultStateCache; negative: none, every input rebuilds from
+	// the store).
+	StateCache int
 }
 
 // Engine runs chats. It is safe for concurrent use.
@@ -114,6 +118,7 @@ type Engine struct {
 
 	sealer    *sealer
 	autoTools recentAutoTools
+	cache     *stateCache
 
 	synthMu   sync.Mutex
 	synthetic map[string]int64 // synthetic select_speaker events recorded, per workflow
@@ -144,6 +149,12 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if e.log == nil {
 		e.log = slog.Default()
+	}
+	switch {
+	case cfg.StateCache == 0:
+		e.cache = newStateCache(DefaultStateCache)
+	case cfg.StateCache > 0:
+		e.cache = newStateCache(cfg.StateCache)
 	}
 	if cfg.SecretKey != nil {
 		sl, err := newSealer(cfg.SecretKey)

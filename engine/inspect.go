@@ -27,7 +27,7 @@ type Inspection struct {
 // Inspect rebuilds a chat's state from the store. It reads only: it is safe
 // while the chat runs, and shows its last recorded point.
 func (e *Engine) Inspect(ctx context.Context, scope baton.Scope, chatID string) (Inspection, error) {
-	r, err := e.load(ctx, scope, chatID)
+	r, err := e.load(ctx, scope, chatID, false)
 	if err != nil {
 		return Inspection{}, err
 	}

@@ -65,10 +65,16 @@ func (e *Engine) handle(ctx context.Context, ev baton.Event) error {
 	}
 	e.active.Add(1)
 	defer e.active.Add(-1)
-	r, err := e.load(ctx, ScopeOf(ev), chatID)
+	r, err := e.load(ctx, ScopeOf(ev), chatID, true)
 	if err != nil {
 		return fmt.Errorf("%s for chat %s: %w", ev.Type, chatID, err)
 	}
+	clean := false
+	defer func() {
+		if clean {
+			e.cache.put(r.st) // only a state that matches what was recorded
+		}
+	}()
 	switch ev.Type {
 	case TypeRunStart:
 		var p startPayload
@@ -78,15 +84,19 @@ func (e *Engine) handle(ctx context.Context, ev baton.Event) error {
 		r.retry = true
 	case baton.TypeUserQuery:
 		if err := r.userInput(ctx, ev); err != nil {
+			clean = errors.Is(err, errIgnored)
 			return r.ignored(ev, err)
 		}
 		r.retry = true
 	case baton.TypeUIToolResponse:
 		if err := r.uiResponse(ctx, ev); err != nil {
+			clean = errors.Is(err, errIgnored)
 			return r.ignored(ev, err)
 		}
 	}
-	return r.drive(ctx)
+	err = r.drive(ctx)
+	clean = err == nil
+	return err
 }
 
 // errIgnored marks an input that does not fit the chat's state: logged, not
@@ -101,9 +111,10 @@ func (r *run) ignored(ev baton.Event, err error) error {
 	return err
 }
 
-// load rebuilds a chat's state from the store.
-func (e *Engine) load(ctx context.Context, scope baton.Scope, chatID string) (*run, error) {
-	chat, err := e.store.GetChat(ctx, scope, chatID)
+// load returns a chat's state: the cached one caught up with the store, or
+// (cached false, or none cached) one rebuilt from the store alone.
+func (e *Engine) load(ctx context.Context, scope baton.Scope, chatID string, cached bool) (*run, error) {
+	chat, err := e.store.GetChat(ctx, scope, chatID) // the tenant check, in the store's query
 	if err != nil {
 		return nil, err
 	}
@@ -111,18 +122,32 @@ func (e *Engine) load(ctx context.Context, scope baton.Scope, chatID string) (*r
 	if wf == nil {
 		return nil, baton.Errorf(baton.ENOTFOUND, "workflow %q of chat %s: not loaded", chat.Workflow, chatID)
 	}
-	var events []baton.Event
-	for after := int64(0); ; {
+	var st *state
+	if cached {
+		st = e.cache.take(chatID)
+	}
+	if st != nil && (st.chat.App != chat.App || st.chat.User != chat.User || st.wf != wf || st.chat.LastSequence > chat.LastSequence) {
+		st = nil // not this chat as the store knows it
+	}
+	if st == nil {
+		st = newState(chat, wf)
+		st.chat.LastSequence = 0 // nothing folded yet
+	}
+	// Fold what the store holds beyond the state (everything, for a new one).
+	for after := st.chat.LastSequence; after < chat.LastSequence; {
 		page, err := e.store.Events(ctx, scope, chatID, after, 1000)
 		if err != nil {
 			return nil, err
 		}
-		events = append(events, page...)
-		if len(page) < 1000 {
+		if len(page) == 0 {
 			break
+		}
+		for i := range page {
+			st.apply(&page[i])
 		}
 		after = page[len(page)-1].Sequence
 	}
+	st.sync(chat)
 	prov, err := e.provider(wf)
 	if err != nil {
 		return nil, err
@@ -132,7 +157,7 @@ func (e *Engine) load(ctx context.Context, scope baton.Scope, chatID string) (*r
 		return nil, err
 	}
 	return &run{
-		e: e, scope: scope, st: rebuild(chat, wf, events), wf: wf, prov: prov, reg: reg,
+		e: e, scope: scope, st: st, wf: wf, prov: prov, reg: reg,
 		log: e.log.With("chat_id", chatID, "app", scope.App, "workflow", wf.Name),
 	}, nil
 }

@@ -86,22 +86,18 @@ func initialVars(wf *workflow.Workflow) map[string]json.RawMessage {
 	return vars
 }
 
-// rebuild returns the state of chat from its stored events, in order. The
-// chat row's context snapshot wins over the fold's variables: they agree,
-// since every change is recorded with its event in one append, but the
-// snapshot is the store's word.
-func rebuild(chat baton.Chat, wf *workflow.Workflow, events []baton.Event) *state {
-	st := newState(chat, wf)
-	for i := range events {
-		st.apply(&events[i])
-	}
+// sync takes the chat row's word for what the row holds: status, pending
+// requests, speaker, and the context snapshot, which wins over the fold's
+// variables (they agree, since every change is recorded with its event in
+// one append, but the snapshot is the store's word).
+func (st *state) sync(chat baton.Chat) {
+	st.chat = chat
 	if len(chat.Context) > 0 {
 		var snap map[string]json.RawMessage
 		if json.Unmarshal(chat.Context, &snap) == nil {
 			maps.Copy(st.vars, snap)
 		}
 	}
-	return st
 }
 
 // apply folds one recorded event into the state.
