@@ -1,0 +1,315 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"golang.org/x/term"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/bus"
+	"github.com/batonhq/baton/engine"
+)
+
+func init() {
+	register(command{name: "chat", summary: "chat with a workflow in the terminal (runs in-process)", run: runChat})
+}
+
+// runChat runs one chat of a workflow in this process, against the same
+// store `baton serve` uses, and streams it to the terminal: the workflow
+// author's quickest loop. It answers the chat's requests from standard
+// input: a message when the chat waits for the person, JSON (or "approve")
+// for a UI tool, and secrets without echo.
+func runChat(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var rc runtimeConfig
+	var app, user, resume string
+	fs := newFlagSet("chat", stderr)
+	rc.flags(fs)
+	fs.StringVar(&app, "app", envOr("BATON_APP", "local"), "the chat's app (tenant)")
+	fs.StringVar(&user, "user", envOr("USER", "me"), "the chat's user")
+	fs.StringVar(&resume, "resume", "", "resume this chat id instead of starting a new chat")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: baton chat [flags] WORKFLOW\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 && resume == "" {
+		fs.Usage()
+		return errUsage
+	}
+	rc.log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	rt, err := openRuntime(ctx, rc)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = rt.Close(cctx)
+	}()
+	scope := baton.Scope{App: app, User: user}
+	chatID := resume
+	if chatID == "" {
+		chatID = baton.NewID()
+	}
+	sub, err := rt.bus.Subscribe([]string{"chat.*", "stream.*"}, bus.ForChat(chatID), bus.Buffer(4096))
+	if err != nil {
+		return err
+	}
+	defer sub.Close()
+	c := &chatUI{rt: rt, scope: scope, chatID: chatID, out: stdout, in: bufio.NewReader(os.Stdin)}
+	if resume != "" {
+		chat, err := rt.store.GetChat(ctx, scope, resume)
+		if err != nil {
+			return fmt.Errorf("resume %s: %w", resume, err)
+		}
+		c.wf = chat.Workflow
+		if err := c.replay(ctx); err != nil {
+			return err
+		}
+		if err := c.prompt(ctx, chat); err != nil {
+			return err
+		}
+	} else {
+		c.wf = fs.Arg(0)
+		if _, err := rt.engine.Start(ctx, scope, c.wf, engine.StartOptions{ChatID: chatID}); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "chat %s of %s (resume with: baton chat --resume %s)\n", chatID, c.wf, chatID)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-sub.C():
+			if !ok {
+				return fmt.Errorf("event stream ended: %w", sub.Err())
+			}
+			done, err := c.show(ctx, ev)
+			if err != nil || done {
+				return err
+			}
+		}
+	}
+}
+
+// chatUI prints a chat's events and answers its requests.
+type chatUI struct {
+	rt        *runtime
+	scope     baton.Scope
+	chatID    string
+	wf        string
+	out       io.Writer
+	in        *bufio.Reader
+	streaming string // the message being streamed
+}
+
+// replay prints what the chat recorded before this process joined it.
+func (c *chatUI) replay(ctx context.Context) error {
+	evs, err := c.rt.store.Events(ctx, c.scope, c.chatID, 0, 0)
+	if err != nil {
+		return err
+	}
+	for _, ev := range evs {
+		if _, err := c.showRecorded(ev); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// show prints one event; after a recorded event that pauses the chat it
+// asks the person. It reports true when the chat ended.
+func (c *chatUI) show(ctx context.Context, ev baton.Event) (bool, error) {
+	if ev.Type == baton.TypeStreamText {
+		var p struct {
+			MessageID string `json:"message_id"`
+			Agent     string `json:"agent"`
+			Delta     string `json:"delta"`
+		}
+		_ = json.Unmarshal(ev.Payload, &p)
+		if a := c.rt.engine.Workflow(c.wf).Agent(p.Agent); a != nil && a.AutoToolMode {
+			return false, nil // its JSON is shown as the component, not as text
+		}
+		if c.streaming != p.MessageID {
+			c.streaming = p.MessageID
+			fmt.Fprintf(c.out, "\n%s: ", p.Agent)
+		}
+		fmt.Fprint(c.out, p.Delta)
+		return false, nil
+	}
+	if !baton.IsChatType(ev.Type) {
+		return false, nil
+	}
+	done, err := c.showRecorded(ev)
+	if done || err != nil {
+		return done, err
+	}
+	switch ev.Type {
+	case baton.TypeChatInputRequest, baton.TypeChatToolCall, baton.TypeChatError:
+		chat, err := c.rt.store.GetChat(ctx, c.scope, c.chatID)
+		if err != nil {
+			return false, err
+		}
+		if chat.LastSequence == ev.Sequence { // the chat stopped here
+			return false, c.prompt(ctx, chat)
+		}
+	}
+	return false, nil
+}
+
+// showRecorded prints a recorded event; true means the chat ended.
+func (c *chatUI) showRecorded(ev baton.Event) (bool, error) {
+	var p map[string]any
+	_ = json.Unmarshal(ev.Payload, &p)
+	str := func(k string) string { s, _ := p[k].(string); return s }
+	switch ev.Type {
+	case baton.TypeChatText:
+		streamed := c.streaming == str("agent_message_id") && c.streaming != ""
+		c.streaming = ""
+		if p["ui_hidden"] == true || p["tool_only"] == true || str("agent") == "user" {
+			if streamed {
+				fmt.Fprintln(c.out)
+			}
+			return false, nil
+		}
+		if streamed {
+			fmt.Fprintln(c.out)
+		} else {
+			fmt.Fprintf(c.out, "\n%s: %s\n", str("agent"), str("content"))
+		}
+	case baton.TypeChatToolCall:
+		args, _ := json.Marshal(p["arguments"])
+		fmt.Fprintf(c.out, "  → %s %s\n", str("tool_name"), args)
+	case baton.TypeChatToolResponse:
+		fmt.Fprintf(c.out, "  ← %s: %s\n", str("status"), oneLine(str("content"), 200))
+	case baton.TypeChatHandoff:
+		if to := str("to"); to != "" && str("from") != "user" {
+			fmt.Fprintf(c.out, "  (%s hands over to %s)\n", str("from"), to)
+		}
+	case baton.TypeChatError:
+		fmt.Fprintf(c.out, "\n! error: %s\n", str("message"))
+	case baton.TypeChatRunComplete:
+		fmt.Fprintf(c.out, "\n✓ chat complete (%s: %s)\n", str("status"), str("reason"))
+		c.printUsage()
+		return true, nil
+	}
+	return false, nil
+}
+
+// prompt asks the person for what the chat waits for.
+func (c *chatUI) prompt(ctx context.Context, chat baton.Chat) error {
+	switch chat.Status {
+	case baton.ChatCompleted:
+		fmt.Fprintln(c.out, "\n✓ this chat is complete")
+		return nil
+	case baton.ChatFailed:
+		if _, err := c.ask("press Enter to retry, or write a message: "); err != nil {
+			return err
+		}
+		return c.rt.engine.Resume(ctx, c.scope, c.chatID)
+	case baton.ChatWaitingInput:
+		line, err := c.ask("\nyou: ")
+		if err != nil {
+			return err
+		}
+		return c.rt.engine.Submit(ctx, c.scope, c.chatID, line, "api")
+	}
+	for _, p := range chat.Pending {
+		switch p.Kind {
+		case baton.PendingSecret:
+			fmt.Fprintf(c.out, "\n%s asks for secrets. Enter NAME=value (hidden), an empty line to finish.\n", p.ToolName)
+			form := map[string]string{}
+			for {
+				line, err := c.askSecret("secret: ")
+				if err != nil {
+					return err
+				}
+				if line == "" {
+					break
+				}
+				name, value, ok := strings.Cut(line, "=")
+				if !ok {
+					fmt.Fprintln(c.out, "  write NAME=value")
+					continue
+				}
+				form[strings.TrimSpace(name)] = value
+			}
+			data, _ := json.Marshal(form)
+			return c.rt.engine.RespondUI(ctx, c.scope, c.chatID, p.UIEventID, "success", data)
+		case baton.PendingUITool:
+			line, err := c.ask(fmt.Sprintf("\n%s waits for you: type JSON for its data, \"approve\" or \"cancel\": ", p.ToolName))
+			if err != nil {
+				return err
+			}
+			status, data := "success", json.RawMessage(nil)
+			switch line {
+			case "approve":
+				data = json.RawMessage(`{"action":"approve"}`)
+			case "cancel":
+				status = "cancelled"
+			default:
+				if !json.Valid([]byte(line)) {
+					data, _ = json.Marshal(map[string]string{"text": line})
+				} else {
+					data = json.RawMessage(line)
+				}
+			}
+			return c.rt.engine.RespondUI(ctx, c.scope, c.chatID, p.UIEventID, status, data)
+		}
+	}
+	return nil
+}
+
+func (c *chatUI) ask(prompt string) (string, error) {
+	fmt.Fprint(c.out, prompt)
+	line, err := c.in.ReadString('\n')
+	if err != nil && (line == "" || !errors.Is(err, io.EOF)) {
+		return "", fmt.Errorf("read input: %w", err)
+	}
+	return strings.TrimSpace(line), nil
+}
+
+// askSecret reads a line without echo when standard input is a terminal.
+func (c *chatUI) askSecret(prompt string) (string, error) {
+	fd := int(os.Stdin.Fd())
+	if !term.IsTerminal(fd) {
+		return c.ask(prompt)
+	}
+	fmt.Fprint(c.out, prompt)
+	b, err := term.ReadPassword(fd)
+	fmt.Fprintln(c.out)
+	if err != nil {
+		return "", fmt.Errorf("read secret: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+func (c *chatUI) printUsage() {
+	total, perAgent, err := c.rt.store.ChatUsage(context.Background(), c.scope, c.chatID)
+	if err != nil {
+		return
+	}
+	fmt.Fprintf(c.out, "  tokens: %d in, %d out; cost $%.6f\n", total.PromptTokens, total.CompletionTokens, total.Cost)
+	for _, a := range perAgent {
+		fmt.Fprintf(c.out, "    %-24s %6d calls  %8d tokens  $%.6f\n", a.Agent, a.Calls, a.PromptTokens+a.CompletionTokens, a.Cost)
+	}
+}
+
+func oneLine(s string, max int) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) > max {
+		return s[:max] + "…"
+	}
+	return s
+}
