@@ -182,6 +182,8 @@ func TestBadInput(t *testing.T) {
 		{"events bad limit", "GET", "/api/chats/acme/" + id + "/events?limit=x", nil, 400, "limit"},
 		{"stream bad Last-Event-ID", "GET", "/api/chats/acme/" + id + "/stream?last_sequence=x", nil, 400, "last_sequence"},
 		{"ws bad last_sequence", "GET", "/ws/acme/" + id + "?last_sequence=-3", nil, 400, "last_sequence"},
+		{"ws last_sequence past the end", "GET", "/ws/acme/" + id + "?last_sequence=999", nil, 400, "last_sequence"},
+		{"stream last_sequence past the end", "GET", "/api/chats/acme/" + id + "/stream?last_sequence=999", nil, 400, "last_sequence"},
 		{"resume waiting chat", "POST", "/api/chats/acme/" + id + "/resume", nil, 409, "waiting_input"},
 		{"events malformed", "POST", "/api/events", `{"type":`, 400, "malformed JSON"},
 		{"events no type", "POST", "/api/events", `{"chat_id":"` + id + `"}`, 400, "type"},
@@ -228,6 +230,7 @@ func TestBadInput(t *testing.T) {
 		{`{"type":"resume"}`, "last_sequence"},
 		{`{"type":"resume","last_sequence":-1}`, "last_sequence"},
 		{`{"type":"resume","last_sequence":"1"}`, "last_sequence"},
+		{`{"type":"resume","last_sequence":999}`, "last_sequence"},
 		{`{"type":"ping","content":"x"}`, "content"},
 		{`{"type":"auth","token":"bk_x"}`, "auth"},
 		{`{"type":"ping","extra":true}`, "extra"},
@@ -379,7 +382,7 @@ func TestEndpoints(t *testing.T) {
 	// Delete: the chat is gone, session.deleted is published, streams end.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c := e.dial(ctx, t, id, 1<<40, key)
+	c := e.dial(ctx, t, id, e.waitStatus(t, id, baton.ChatCompleted).LastSequence, key)
 	defer c.CloseNow()
 	waitStreams(t, e, 1)
 	if r := e.do(t, "DELETE", "/api/chats/acme/"+id, key, nil); r.status != 200 {

@@ -103,7 +103,9 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	)
 	if bearer(r) != "" || s.cfg.Dev {
 		if p, err = s.principal(r, app); err == nil {
-			chat, err = s.chatIn(r.Context(), p.scope, chatID)
+			if chat, err = s.chatIn(r.Context(), p.scope, chatID); err == nil {
+				err = checkLast(last, chat)
+			}
 		}
 		if err != nil {
 			s.writeError(w, r, err)
@@ -153,7 +155,20 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if last > chat.LastSequence {
+		conn.Close(websocket.StatusPolicyViolation, fmt.Sprintf("last_sequence: %d is after the chat's last sequence %d", last, chat.LastSequence))
+		return
+	}
 	s.serveWS(ctx, cancel, conn, p, chat, last)
+}
+
+// checkLast refuses a starting point past the chat's end: the client would
+// silently miss the events up to it.
+func checkLast(last int64, c baton.Chat) error {
+	if last > c.LastSequence {
+		return baton.Errorf(baton.EINVALID, "last_sequence: %d is after the chat's last sequence %d", last, c.LastSequence)
+	}
+	return nil
 }
 
 // wsReply is a message the server sends besides envelopes.
@@ -324,6 +339,13 @@ func (s *Server) wsMessage(ctx context.Context, p principal, chatID string, m cl
 	case msgAuth:
 		return baton.Errorf(baton.EINVALID, "type: auth is only the first message of a connection without an Authorization header")
 	case msgResume:
+		c, err := s.chatIn(ctx, p.scope, chatID)
+		if err != nil {
+			return err
+		}
+		if err := checkLast(*m.LastSequence, c); err != nil {
+			return err
+		}
 		select {
 		case resumes <- *m.LastSequence:
 			return nil
@@ -356,6 +378,9 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	chat, err := s.chatIn(r.Context(), p.scope, r.PathValue("chat_id"))
+	if err == nil {
+		err = checkLast(last, chat)
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -380,7 +380,7 @@ func TestWS_ResumeMessage(t *testing.T) {
 	id := e.start(t, "bench", nil)
 	e.waitStatus(t, id, baton.ChatCompleted)
 	h := e.history(t, id)
-	c := e.dial(ctx, t, id, int64(len(h)+1000), e.keys[scopeAda])
+	c := e.dial(ctx, t, id, decodeEnvelope(t, h[len(h)-1]).seq(), e.keys[scopeAda])
 	defer c.CloseNow()
 	from := decodeEnvelope(t, h[1]).seq()
 	writeMsg(ctx, t, c, map[string]any{"type": "resume", "last_sequence": from})
