@@ -63,9 +63,3 @@ func (c *stateCache) put(st *state) {
 		delete(c.m, old.Value.(*state).chat.ID)
 	}
 }
-
-func (c *stateCache) len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.ll.Len()
-}

@@ -247,7 +247,7 @@ func parseLiterals(s string) ([]any, error) {
 		}
 	}
 	if len(out) == 0 {
-		return nil, errors.New("Literal[] needs at least one value")
+		return nil, errors.New("a Literal[] type needs at least one value")
 	}
 	return out, nil
 }

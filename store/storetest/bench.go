@@ -3,7 +3,6 @@ package storetest
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -103,7 +102,7 @@ func BenchReplay(b *testing.B, s baton.Store, n int) {
 			b.Fatal(err)
 		}
 		if len(evs) != n {
-			b.Fatal(fmt.Sprintf("replayed %d events, want %d", len(evs), n))
+			b.Fatalf("replayed %d events, want %d", len(evs), n)
 		}
 	}
 }
