@@ -69,6 +69,11 @@ type Broadcaster interface {
 	Broadcast(ev baton.Event) error
 }
 
+// BudgetFunc reports whether a chat has reached a token or cost limit, and
+// why. It must answer quickly: it runs before every model call. An error is
+// logged and the call goes ahead (metrics never stop a run, invariant 9).
+type BudgetFunc func(ctx context.Context, scope baton.Scope, chat baton.Chat, wf *workflow.Workflow) (exceeded bool, reason string, err error)
+
 // ProviderFunc returns the model provider for a workflow.
 type ProviderFunc func(wf *workflow.Workflow) (baton.Provider, error)
 
@@ -93,6 +98,10 @@ type Config struct {
 	// RulePriority is the priority of the engine's bus rules (default 100,
 	// seed 004 §3.3).
 	RulePriority int
+	// Budget, when set, is asked before every model call whether the chat
+	// may spend more (metrics keeps the totals). A reached budget ends the
+	// run with chat.run_complete {status: "budget_exceeded"}.
+	Budget BudgetFunc
 	// StateCache is how many chat states stay in memory between inputs
 	// (default DefaultStateCache; negative: none, every input rebuilds from
 	// the store).
@@ -119,6 +128,7 @@ type Engine struct {
 	sealer    *sealer
 	autoTools recentAutoTools
 	cache     *stateCache
+	budget    BudgetFunc
 
 	synthMu   sync.Mutex
 	synthetic map[string]int64 // synthetic select_speaker events recorded, per workflow
@@ -143,6 +153,7 @@ func New(cfg Config) (*Engine, error) {
 		root:       cfg.WorkflowRoot,
 		providers:  cfg.Providers,
 		toolOpts:   cfg.ToolOptions,
+		budget:     cfg.Budget,
 		provCache:  map[string]baton.Provider{},
 		synthetic:  map[string]int64{},
 		registries: map[string]*tool.Registry{},

@@ -42,6 +42,7 @@ type harness struct {
 	wfs      []*workflow.Workflow
 	prov     engine.ProviderFunc
 	wrap     func(engine.Recorder) engine.Recorder
+	budget   engine.BudgetFunc
 }
 
 type harnessOption func(*harness)
@@ -61,6 +62,9 @@ func withTools(opts ...tool.Option) harnessOption {
 func withRecorder(wrap func(engine.Recorder) engine.Recorder) harnessOption {
 	return func(h *harness) { h.wrap = wrap }
 }
+
+// withBudget sets the engine's budget hook.
+func withBudget(f engine.BudgetFunc) harnessOption { return func(h *harness) { h.budget = f } }
 
 // withDB reuses a database file (a restart).
 func withDB(path string) harnessOption { return func(h *harness) { h.dbPath = path } }
@@ -106,6 +110,7 @@ func newHarness(t *testing.T, opts ...harnessOption) *harness {
 		Providers:    h.prov,
 		Logger:       log,
 		SecretKey:    []byte("0123456789abcdef0123456789abcdef"),
+		Budget:       h.budget,
 	})
 	if err != nil {
 		t.Fatalf("engine: %v", err)

@@ -225,6 +225,10 @@ func (r *run) drive(ctx context.Context) error {
 			err = r.runTool(ctx, t.open[0])
 		case t != nil && !t.finished && t.transfer == "" && t.calls <= r.maxAutoReply(t.agent)+t.retries:
 			r.retry = false
+			if over, reason := r.overBudget(ctx); over {
+				err = r.complete(ctx, "budget_exceeded", reason)
+				break
+			}
 			err = r.callModel(ctx)
 		case t != nil && t.structured != nil && !t.autoFired && r.isAutoToolAgent(t.agent):
 			err = r.fireAutoTool(ctx)
@@ -255,6 +259,19 @@ func (r *run) drive(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// overBudget asks the budget hook, if any, before a model call.
+func (r *run) overBudget(ctx context.Context) (bool, string) {
+	if r.e.budget == nil {
+		return false, ""
+	}
+	over, reason, err := r.e.budget(ctx, r.scope, r.st.chat, r.wf)
+	if err != nil {
+		r.log.Warn("engine: budget check failed; the call goes ahead", "err", err)
+		return false, ""
+	}
+	return over, reason
 }
 
 func (r *run) isAutoToolAgent(name string) bool {

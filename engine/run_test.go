@@ -324,3 +324,18 @@ func TestThousandConcurrentChats(t *testing.T) {
 		}
 	}
 }
+
+func TestBudgetEndsTheRunBeforeTheNextModelCall(t *testing.T) {
+	var calls atomic.Int64
+	h := newHarness(t, withWorkflows(loopDir), withTools(bumpTool(new(atomic.Int64))),
+		fake(func(req *baton.Request) ([]baton.Delta, error) { calls.Add(1); return reply("spend"), nil }),
+		withBudget(func(context.Context, baton.Scope, baton.Chat, *workflow.Workflow) (bool, string, error) {
+			return calls.Load() >= 2, "token budget of the test reached", nil
+		}))
+	id := start(t, h, "loop")
+	h.waitStatus(id, baton.ChatCompleted)
+	done := lastOfType(t, h.events(id), baton.TypeChatRunComplete)
+	if done["status"] != "budget_exceeded" || calls.Load() != 2 || done["reason"] != "token budget of the test reached" {
+		t.Fatalf("run_complete = %v after %d calls, want budget_exceeded after 2", done, calls.Load())
+	}
+}
