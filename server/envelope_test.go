@@ -1,0 +1,108 @@
+package server
+
+import (
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/workflow"
+)
+
+// TestEnvelopeFilter is the filter of docs/api.md, rule by rule, on the
+// generator workflow (visual: InterviewAgent, ActionPlanAgent, ReviewAgent,
+// DeliveryAgent; internal: ContextVariablesAgent).
+func TestEnvelopeFilter(t *testing.T) {
+	wfs, err := workflow.LoadAll(os.DirFS(examplesDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gen *workflow.Workflow
+	for _, wf := range wfs {
+		if wf.Name == "generator" {
+			gen = wf
+		}
+	}
+	const internal = "ContextVariablesAgent"
+	cases := []struct {
+		name, typ, agent, payload string
+		shown                     bool
+	}{
+		{"visual agent text", baton.TypeChatText, "InterviewAgent", `{"kind":"text","agent":"InterviewAgent","content":"hi"}`, true},
+		{"internal agent text", baton.TypeChatText, internal, `{"kind":"text","agent":"ContextVariablesAgent","content":"x"}`, false},
+		{"internal agent usage", baton.TypeChatUsageSummary, internal, `{"kind":"usage_summary","agent":"ContextVariablesAgent"}`, false},
+		{"internal agent context", baton.TypeChatContextUpdated, internal, `{"kind":"context_updated","agent":"ContextVariablesAgent","variables":{"a":1}}`, false},
+		{"internal agent select_speaker", baton.TypeChatSelectSpeaker, internal, `{"kind":"select_speaker","agent":"ContextVariablesAgent"}`, false},
+		{"user text", baton.TypeChatText, "user", `{"kind":"text","agent":"user","content":"hello"}`, true},
+		{"system text", baton.TypeChatText, "system", `{"kind":"text","agent":"system","content":"[SYSTEM_RESUME_SIGNAL]","ui_hidden":true}`, true},
+		{"user select_speaker", baton.TypeChatSelectSpeaker, "user", `{"kind":"select_speaker","agent":"user","_synthetic":true}`, true},
+		{"input_request of an internal agent", baton.TypeChatInputRequest, internal, `{"kind":"input_request","agent":"ContextVariablesAgent"}`, true},
+		{"run_complete", baton.TypeChatRunComplete, "", `{"kind":"run_complete","status":"success"}`, true},
+		{"error of an internal agent", baton.TypeChatError, internal, `{"kind":"error","agent":"ContextVariablesAgent","message":"m"}`, true},
+		{"workflow_resumed", baton.TypeChatWorkflowResumed, internal, `{"kind":"workflow_resumed","agent":"ContextVariablesAgent"}`, true},
+		{"UI form of an internal agent", baton.TypeChatToolCall, internal, `{"kind":"tool_call","agent":"ContextVariablesAgent","ui_event_id":"u1","awaiting_response":true}`, true},
+		{"its response", baton.TypeChatToolResponse, internal, `{"kind":"tool_response","agent":"ContextVariablesAgent","ui_event_id":"u1"}`, true},
+		{"plain tool call of an internal agent", baton.TypeChatToolCall, internal, `{"kind":"tool_call","agent":"ContextVariablesAgent","tool_name":"t"}`, false},
+		{"handoff visual to internal", baton.TypeChatHandoff, "InterviewAgent", `{"kind":"handoff","from":"InterviewAgent","to":"ContextVariablesAgent"}`, false},
+		{"handoff internal to visual", baton.TypeChatHandoff, internal, `{"kind":"handoff","from":"ContextVariablesAgent","to":"ActionPlanAgent"}`, false},
+		{"handoff visual to the person", baton.TypeChatHandoff, "InterviewAgent", `{"kind":"handoff","from":"InterviewAgent","transition_target":"RevertToUserTarget"}`, true},
+		{"handoff user to visual", baton.TypeChatHandoff, "user", `{"kind":"handoff","from":"user","to":"InterviewAgent"}`, true},
+		{"stream of a visual agent", baton.TypeStreamText, "InterviewAgent", `{"message_id":"m","agent":"InterviewAgent","delta":"x"}`, true},
+		{"stream of an internal agent", baton.TypeStreamText, internal, `{"message_id":"m","agent":"ContextVariablesAgent","delta":"x"}`, false},
+		{"not an event for clients", baton.TypeUserQuery, "", `{"content":"x"}`, false},
+	}
+	for _, tc := range cases {
+		ev := baton.NewEvent(tc.typ, baton.Metadata{TriggerSessionID: "c1", TriggerAgentName: tc.agent}, json.RawMessage(tc.payload))
+		if baton.IsChatType(tc.typ) {
+			ev.Sequence = 7
+		}
+		f := encodeFrame(gen, &ev)
+		if (f.data != nil) != tc.shown {
+			t.Errorf("%s: shown = %v, want %v", tc.name, f.data != nil, tc.shown)
+			continue
+		}
+		if f.data == nil {
+			continue
+		}
+		var env struct {
+			Type      string         `json:"type"`
+			Data      map[string]any `json:"data"`
+			Timestamp string         `json:"timestamp"`
+		}
+		if err := json.Unmarshal(f.data, &env); err != nil || env.Type != tc.typ || env.Timestamp == "" {
+			t.Errorf("%s: envelope %s (%v)", tc.name, f.data, err)
+			continue
+		}
+		if baton.IsChatType(tc.typ) {
+			if env.Data["sequence"] != float64(7) || env.Data["is_visual"] != gen.IsVisual(tc.agent) {
+				t.Errorf("%s: envelope %s", tc.name, f.data)
+			}
+		} else if env.Data["chat_id"] != "c1" || env.Data["sequence"] != nil {
+			t.Errorf("%s: stream envelope %s", tc.name, f.data)
+		}
+	}
+	// ui_hidden is kept; reserved variables are dropped; a workflow without
+	// visual_agents shows every agent; a payload that is not an object is never sent.
+	ev := baton.NewEvent(baton.TypeChatContextUpdated, baton.Metadata{TriggerSessionID: "c1"},
+		json.RawMessage(`{"kind":"context_updated","agent":"InterviewAgent","variables":{"__secrets":"sealed","plan":"x"}}`))
+	if f := encodeFrame(gen, &ev); f.data == nil || strings.Contains(string(f.data), "__secrets") || !strings.Contains(string(f.data), `"plan":"x"`) {
+		t.Errorf("context_updated: %s", f.data)
+	}
+	ev = baton.NewEvent(baton.TypeChatText, baton.Metadata{TriggerSessionID: "c1"}, json.RawMessage(`{"kind":"text","agent":"InterviewAgent","content":"NEXT","ui_hidden":true}`))
+	if f := encodeFrame(gen, &ev); !strings.Contains(string(f.data), `"ui_hidden":true`) {
+		t.Errorf("ui_hidden dropped: %s", f.data)
+	}
+	open := *gen
+	open.Config.VisualAgents = nil
+	ev = baton.NewEvent(baton.TypeChatText, baton.Metadata{TriggerSessionID: "c1"}, json.RawMessage(`{"kind":"text","agent":"ContextVariablesAgent","content":"x"}`))
+	if f := encodeFrame(&open, &ev); f.data == nil {
+		t.Errorf("workflow without visual_agents hides an agent")
+	}
+	for _, bad := range []string{`[1,2]`, `"text"`, `{"a":`, ``} {
+		ev = baton.NewEvent(baton.TypeChatText, baton.Metadata{TriggerSessionID: "c1"}, json.RawMessage(bad))
+		if f := encodeFrame(gen, &ev); f.data != nil && !json.Valid(f.data) {
+			t.Errorf("payload %q: invalid envelope %s", bad, f.data)
+		}
+	}
+}
