@@ -70,13 +70,18 @@ func seqOf(raw []byte) int64 {
 // connection (both ends, as client and server share the process).
 //
 //	go test -run XXX -bench BenchmarkWS -benchtime 1x ./server/
+//
+// BATON_BENCH_CHATS=N runs N chats instead of 1,000.
 func BenchmarkWS(b *testing.B) {
 	b.Run("burst", func(b *testing.B) { benchWS(b, "bench", 0) })
 	b.Run("paced", func(b *testing.B) { benchWS(b, "benchpaced", time.Millisecond) })
 }
 
 func benchWS(b *testing.B, workflowName string, stagger time.Duration) {
-	const chats = 1000
+	chats := 1000
+	if n, err := strconv.Atoi(os.Getenv("BATON_BENCH_CHATS")); err == nil && n > 0 {
+		chats = n
+	}
 	for range b.N {
 		b.StopTimer()
 		stamp := &stampPublisher{at: make(map[string]time.Time, chats*16)}
@@ -137,7 +142,7 @@ func benchWS(b *testing.B, workflowName string, stagger time.Duration) {
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&after)
-		perConn := float64((after.HeapInuse+after.StackInuse)-(before.HeapInuse+before.StackInuse)) / chats
+		perConn := float64((after.HeapInuse+after.StackInuse)-(before.HeapInuse+before.StackInuse)) / float64(chats)
 
 		schedBefore := schedLatencies()
 		b.StartTimer()
