@@ -502,6 +502,12 @@ func (l *loader) checkConfig() {
 			l.errorf(FileWorkflow, "pricing."+model, "prices must not be negative")
 		}
 	}
+	if c.Budget.MaxTokens < 0 {
+		l.errorf(FileWorkflow, "budget.max_tokens", "must not be negative")
+	}
+	if c.Budget.MaxCostUSD < 0 {
+		l.errorf(FileWorkflow, "budget.max_cost_usd", "must not be negative")
+	}
 	for name, s := range c.MCPServers {
 		p := "mcp_servers." + name
 		switch {

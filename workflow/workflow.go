@@ -148,6 +148,17 @@ type Config struct {
 	LLM           LLMConfig            `json:"llm"`
 	Pricing       map[string]Price     `json:"pricing"`
 	MCPServers    map[string]MCPServer `json:"mcp_servers"`
+	// Budget limits what one chat may spend; zero fields mean no limit.
+	Budget Budget `json:"budget"`
+}
+
+// Budget is workflow.json's budget block: per-chat limits on the tokens
+// (prompt + completion, over every model call) and the cost in US dollars
+// (from pricing). A chat that reaches one ends before its next model call
+// with chat.run_complete {status: "budget_exceeded"}. Zero means no limit.
+type Budget struct {
+	MaxTokens  int64   `json:"max_tokens"`
+	MaxCostUSD float64 `json:"max_cost_usd"`
 }
 
 // Orchestration is workflow.json's orchestration block.
