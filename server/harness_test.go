@@ -56,6 +56,8 @@ type env struct {
 	cfg    Config
 	wfRoot string
 	stamp  *stampPublisher
+	// readTimeout is the http.Server's ReadTimeout (0: none).
+	readTimeout time.Duration
 }
 
 type envOption func(*env)
@@ -122,7 +124,9 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	if err != nil {
 		t.Fatalf("server: %v", err)
 	}
-	e.ts = httptest.NewServer(e.srv.Handler())
+	e.ts = httptest.NewUnstartedServer(e.srv.Handler())
+	e.ts.Config.ReadTimeout = e.readTimeout
+	e.ts.Start()
 	for _, sc := range []baton.Scope{scopeAda, scopeBob, scopeMallory} {
 		key, hash, err := NewKey()
 		if err != nil {

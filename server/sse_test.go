@@ -153,3 +153,24 @@ func TestSSE_ReplayLastEventID(t *testing.T) {
 		}
 	}
 }
+
+// TestSSE_OutlivesReadTimeout: the http.Server's ReadTimeout bounds reading
+// a request, not the life of a stream.
+func TestSSE_OutlivesReadTimeout(t *testing.T) {
+	e := newEnv(t, withWorkflows(benchDir), withConfig(func(c *Config) { c.Heartbeat = 10 * time.Millisecond }),
+		func(e *env) { e.readTimeout = 100 * time.Millisecond })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	chat, err := e.store.CreateChat(ctx, scopeAda, baton.Chat{Workflow: "bench"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, r := e.openSSE(ctx, t, chat.ID, "")
+	defer resp.Body.Close()
+	until := time.Now().Add(500 * time.Millisecond)
+	for time.Now().Before(until) {
+		if _, err := r.ReadString('\n'); err != nil {
+			t.Fatalf("stream ended after %v: %v", 500*time.Millisecond-time.Until(until), err)
+		}
+	}
+}

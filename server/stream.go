@@ -398,6 +398,9 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 	defer stop()
 
 	rc := http.NewResponseController(w)
+	// The server's ReadTimeout bounds reading requests; a stream has nothing
+	// more to read, and an expired read deadline would end it.
+	_ = rc.SetReadDeadline(time.Time{})
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")

@@ -97,6 +97,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
+		api.Close()
+		_ = closeRuntime(context.Background())
 		return fmt.Errorf("listen on %s: %w", cfg.addr, err)
 	}
 	// No WriteTimeout: streams are long-lived; each stream write has its own
