@@ -29,6 +29,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
@@ -102,6 +103,9 @@ type Config struct {
 	// may spend more (metrics keeps the totals). A reached budget ends the
 	// run with chat.run_complete {status: "budget_exceeded"}.
 	Budget BudgetFunc
+	// TimeoutSweep is how often Run looks for expired UI tool requests
+	// (default DefaultTimeoutSweep).
+	TimeoutSweep time.Duration
 	// StateCache is how many chat states stay in memory between inputs
 	// (default DefaultStateCache; negative: none, every input rebuilds from
 	// the store).
@@ -129,6 +133,7 @@ type Engine struct {
 	autoTools recentAutoTools
 	cache     *stateCache
 	budget    BudgetFunc
+	sweep     time.Duration
 
 	synthMu   sync.Mutex
 	synthetic map[string]int64 // synthetic select_speaker events recorded, per workflow
@@ -154,12 +159,16 @@ func New(cfg Config) (*Engine, error) {
 		providers:  cfg.Providers,
 		toolOpts:   cfg.ToolOptions,
 		budget:     cfg.Budget,
+		sweep:      cfg.TimeoutSweep,
 		provCache:  map[string]baton.Provider{},
 		synthetic:  map[string]int64{},
 		registries: map[string]*tool.Registry{},
 	}
 	if e.log == nil {
 		e.log = slog.Default()
+	}
+	if e.sweep <= 0 {
+		e.sweep = DefaultTimeoutSweep
 	}
 	switch {
 	case cfg.StateCache == 0:

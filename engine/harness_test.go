@@ -110,6 +110,7 @@ func newHarness(t *testing.T, opts ...harnessOption) *harness {
 		Providers:    h.prov,
 		Logger:       log,
 		SecretKey:    []byte("0123456789abcdef0123456789abcdef"),
+		TimeoutSweep: 20 * time.Millisecond,
 		Budget:       h.budget,
 	})
 	if err != nil {

@@ -440,3 +440,31 @@ func TestSecrets_NeverStoredOrLoggedInTheClear(t *testing.T) {
 		t.Fatal("the logs hold the secret")
 	}
 }
+
+// A UI tool nobody answers within its timeout_seconds gives the model a
+// "timed out" tool error, and the run goes on.
+func TestUITool_TimeoutGivesTheModelAnError(t *testing.T) {
+	var n atomic.Int64
+	h := newHarness(t, withWorkflows(loopDir), withTools(bumpTool(new(atomic.Int64))),
+		fake(func(req *baton.Request) ([]baton.Delta, error) {
+			if req.Agent == "Ping" && n.Add(1) == 1 {
+				return callTool("c1", "confirm", `{"question":"sure?"}`), nil
+			}
+			return reply("going on"), nil
+		}))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.eng.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	id := start(t, h, "loop")
+	h.waitStatus(id, baton.ChatCompleted)
+	var resp map[string]any
+	for _, ev := range h.events(id) {
+		if p := payloadOf(t, ev); ev.Type == baton.TypeChatToolResponse && p["tool_name"] == "confirm" {
+			resp = p
+		}
+	}
+	if resp == nil || resp["status"] != "error" || !strings.Contains(resp["content"].(string), "Timed out") {
+		t.Fatalf("confirm's response = %v, want a timed-out tool error", resp)
+	}
+}

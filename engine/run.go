@@ -431,6 +431,9 @@ func (r *run) uiResponse(ctx context.Context, ev baton.Event) error {
 	}
 	res := tool.UIResult{Status: p.Status, UIEventID: p.UIEventID, Data: data}
 	result := res.ToolResult()
+	if p.Status == uiStatusTimeout {
+		result.Content = fmt.Sprintf("Timed out: the person did not respond to %s in time. Go on without it.", call.name)
+	}
 	payload, _ := json.Marshal(res)
 	var events []baton.Event
 	switch call.interaction {

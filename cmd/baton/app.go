@@ -39,6 +39,9 @@ type runtime struct {
 	engine    *engine.Engine
 	workflows []*workflow.Workflow
 	log       *slog.Logger
+
+	stopEngine context.CancelFunc // stops the engine's background work
+	engineDone chan struct{}
 }
 
 // addRuntimeFlags are the flags every command that runs chats takes.
@@ -65,7 +68,7 @@ func openRuntime(ctx context.Context, cfg runtimeConfig) (*runtime, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := store.Open(ctx, cfg.storeURL)
+	st, err := store.Open(ctx, cfg.storeURL, store.WithLogger(log))
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
@@ -80,7 +83,14 @@ func openRuntime(ctx context.Context, cfg runtimeConfig) (*runtime, error) {
 		return nil, err
 	}
 	log.Info("baton runtime ready", "store", redactURL(cfg.storeURL), "workflows", len(wfs), "workflow_root", root)
-	return &runtime{store: st, bus: b, recorder: rec, engine: eng, workflows: wfs, log: log}, nil
+	rt := &runtime{store: st, bus: b, recorder: rec, engine: eng, workflows: wfs, log: log, engineDone: make(chan struct{})}
+	var runCtx context.Context
+	runCtx, rt.stopEngine = context.WithCancel(context.Background())
+	go func() {
+		defer close(rt.engineDone)
+		_ = eng.Run(runCtx) // UI tool timeouts; stopped by Close
+	}()
+	return rt, nil
 }
 
 // Recover resumes the chats that were running when the process stopped.
@@ -99,6 +109,8 @@ func (rt *runtime) recover(ctx context.Context) error {
 // Close drains the bus (running turns reach a recorded point), then stops
 // the engine and the store.
 func (rt *runtime) Close(ctx context.Context) error {
+	rt.stopEngine()
+	<-rt.engineDone
 	busErr := rt.bus.Close(ctx)
 	engErr := rt.engine.Close()
 	stErr := rt.store.Close()

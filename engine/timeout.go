@@ -1,0 +1,88 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/workflow"
+)
+
+// DefaultTimeoutSweep is how often Run looks for UI tool requests whose
+// tool's timeout_seconds has passed.
+const DefaultTimeoutSweep = time.Second
+
+// Run does the engine's background work until ctx is done: it answers the
+// UI tool requests that waited longer than their tool's timeout_seconds with
+// a "timeout" response, which the model gets as a tool error, and the run
+// goes on. A paused chat holds no goroutine, so this one sweeper, owned by
+// the caller of Run, watches them all through the store; it looks only when
+// some workflow has a UI tool with a timeout. Run returns nil when ctx ends.
+func (e *Engine) Run(ctx context.Context) error {
+	if !e.hasUITimeouts() {
+		<-ctx.Done()
+		return nil
+	}
+	tick := time.NewTicker(e.sweep)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case now := <-tick.C:
+			if err := e.sweepUITimeouts(ctx, now); err != nil && ctx.Err() == nil {
+				e.log.Warn("engine: UI tool timeout sweep", "err", err)
+			}
+		}
+	}
+}
+
+func (e *Engine) hasUITimeouts() bool {
+	for _, wf := range e.workflows {
+		for _, t := range wf.Tools {
+			if t.ToolType == workflow.UITool && t.TimeoutSeconds > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// sweepUITimeouts publishes a timeout response for every expired request.
+// The event id is derived from the ui_event_id, so a request found again
+// before its timeout was handled is dropped by the bus as a duplicate.
+func (e *Engine) sweepUITimeouts(ctx context.Context, now time.Time) error {
+	chats, err := e.store.ChatsByStatus(ctx, baton.ChatWaitingUITool, 10000)
+	if err != nil {
+		return err
+	}
+	for _, c := range chats {
+		wf := e.workflows[c.Workflow]
+		if wf == nil {
+			continue
+		}
+		// Listing returns chat rows; the pending requests come with GetChat.
+		if c, err = e.store.GetChat(ctx, baton.Scope{App: c.App, User: c.User}, c.ID); err != nil {
+			continue // deleted meanwhile
+		}
+		for _, p := range c.Pending {
+			t := wf.Tool(p.ToolName)
+			if p.Kind != baton.PendingUITool || t == nil || t.TimeoutSeconds <= 0 || now.Before(p.CreatedAt.Add(t.Timeout())) {
+				continue
+			}
+			payload, _ := json.Marshal(uiResponse{UIEventID: p.UIEventID, Status: uiStatusTimeout})
+			ev := InputEvent(baton.Scope{App: c.App, User: c.User}, baton.TypeUIToolResponse, c.ID, payload)
+			ev.ID = "timeout_" + p.UIEventID
+			ev.Metadata.Source = baton.SourceSystem
+			if err := e.bus.Publish(ctx, ev); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// uiStatusTimeout is the status of the runtime's response to a UI request
+// nobody answered in time.
+const uiStatusTimeout = "timeout"
