@@ -16,6 +16,9 @@ const (
 	EUNAUTHORIZED = "unauthorized" // no or bad credentials
 	EUNAVAILABLE  = "unavailable"  // a dependency is down or the component is closed; retrying later may work
 	EINTERNAL     = "internal"     // a bug or an unexpected failure; details are logged, not shown
+	EFORBIDDEN    = "forbidden"    // the request comes from where it may not (an Origin that is not allowed)
+	ERATELIMITED  = "rate_limited" // the caller sent too much too fast; retrying later works
+	ETOOLARGE     = "too_large"    // the request is larger than the limit
 )
 
 // Error is baton's application error: a code from the list above, a message
@@ -122,6 +125,12 @@ func HTTPStatus(code string) int {
 		return http.StatusUnauthorized
 	case EUNAVAILABLE:
 		return http.StatusServiceUnavailable
+	case EFORBIDDEN:
+		return http.StatusForbidden
+	case ERATELIMITED:
+		return http.StatusTooManyRequests
+	case ETOOLARGE:
+		return http.StatusRequestEntityTooLarge
 	default:
 		return http.StatusInternalServerError
 	}

@@ -147,7 +147,7 @@ func TestErrors(t *testing.T) {
 	if e := Errorf(EUNAVAILABLE, "append: %w", cause); !errors.Is(e, cause) {
 		t.Fatal("Errorf must wrap %w causes")
 	}
-	for code, status := range map[string]int{EINVALID: 400, EUNAUTHORIZED: 401, ECONFLICT: 409, EUNAVAILABLE: 503} {
+	for code, status := range map[string]int{EINVALID: 400, EUNAUTHORIZED: 401, EFORBIDDEN: 403, ECONFLICT: 409, ETOOLARGE: 413, ERATELIMITED: 429, EUNAVAILABLE: 503} {
 		if HTTPStatus(code) != status {
 			t.Errorf("HTTPStatus(%s) = %d, want %d", code, HTTPStatus(code), status)
 		}

@@ -238,6 +238,7 @@ type Store interface {
 	UsageStore
 	TaskStore
 	LeaseStore
+	KeyStore
 	// Ping checks that the store can be reached.
 	Ping(ctx context.Context) error
 	// Close releases the store; later calls fail with an EUNAVAILABLE error.

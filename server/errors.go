@@ -9,29 +9,16 @@ import (
 	"github.com/batonhq/baton"
 )
 
-// Codes of transport-level errors that the root package has no code for.
-// They are *baton.Error codes like the root ones, and errStatus maps them
-// with the root ones, in this one place.
+// Codes of transport-level errors, from the root package.
 const (
-	codeForbidden   = "forbidden"    // 403: an Origin that is not allowed
-	codeRateLimited = "rate_limited" // 429: the key's token bucket is empty
-	codeTooLarge    = "too_large"    // 413: the request body is over the limit
+	codeForbidden   = baton.EFORBIDDEN   // 403: an Origin that is not allowed
+	codeRateLimited = baton.ERATELIMITED // 429: the key's token bucket is empty
+	codeTooLarge    = baton.ETOOLARGE    // 413: the request body is over the limit
 )
 
-// errStatus maps an error to its HTTP status: the server's own codes, then
-// baton.HTTPStatus for the root codes.
-func errStatus(err error) int {
-	switch code := baton.ErrorCode(err); code {
-	case codeForbidden:
-		return http.StatusForbidden
-	case codeRateLimited:
-		return http.StatusTooManyRequests
-	case codeTooLarge:
-		return http.StatusRequestEntityTooLarge
-	default:
-		return baton.HTTPStatus(code)
-	}
-}
+// errStatus maps an error to its HTTP status through baton.HTTPStatus, the
+// one place where codes meet statuses.
+func errStatus(err error) int { return baton.HTTPStatus(baton.ErrorCode(err)) }
 
 // errorBody is the JSON of every error response: {"error": {"code", "message"}}.
 type errorBody struct {

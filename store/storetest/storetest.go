@@ -46,6 +46,7 @@ func Run(t *testing.T, newStore func(t *testing.T) baton.Store) {
 		{"Tasks", testTasks},
 		{"Leases", testLeases},
 		{"Validation", testValidation},
+		{"Keys", func(t *testing.T, s baton.Store) { RunKeys(t, s) }},
 		{"Closed", testClosed},
 	}
 	for _, tt := range tests {
