@@ -23,6 +23,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -70,6 +71,10 @@ type Config struct {
 	// AuthTimeout is how long a WebSocket without an Authorization header
 	// has to send its auth message (default 10s).
 	AuthTimeout time.Duration
+	// UI, when set, serves the browser UI: every GET or HEAD of a path
+	// outside /api/, /ws/ and /sessions/ that is not a route (the page at
+	// "/" and its assets). It needs no key; the page asks for one.
+	UI http.Handler
 }
 
 // Server serves the API. Create it with New and stop it with Close.
@@ -153,9 +158,24 @@ func New(cfg Config) (*Server, error) {
 		s.mux.HandleFunc(rt.method+" "+rt.pattern, rt.handler)
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if cfg.UI != nil && (r.Method == http.MethodGet || r.Method == http.MethodHead) && !apiPath(r.URL.Path) {
+			cfg.UI.ServeHTTP(w, r)
+			return
+		}
 		s.writeError(w, r, baton.Errorf(baton.ENOTFOUND, "no such endpoint: %s %s", r.Method, truncate(r.URL.Path, 200)))
 	})
 	return s, nil
+}
+
+// apiPath reports whether path belongs to the API, whose unknown paths are
+// JSON 404s rather than the UI's.
+func apiPath(path string) bool {
+	for _, p := range []string{"/api/", "/ws/", "/sessions/"} {
+		if strings.HasPrefix(path, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // Handler returns the server's http.Handler: the routes, behind the Origin
