@@ -1,0 +1,890 @@
+// baton's chat UI. Plain ES module, no framework: it talks to the API of
+// docs/api.md and renders every piece of model output either as sanitised
+// markdown (marked, then DOMPurify) or as plain text (textContent), never as
+// raw HTML.
+import { marked } from "./vendor/marked.esm.js";
+import DOMPurify from "./vendor/purify.es.mjs";
+
+const $ = (id) => document.getElementById(id);
+
+const KEY_STORE = "baton.key";
+const APP_STORE = "baton.app";
+const DEFAULT_APP = "default";
+const DEV_LOG_MAX = 500;
+
+const state = {
+  key: sessionStorage.getItem(KEY_STORE) || "",
+  app: sessionStorage.getItem(APP_STORE) || DEFAULT_APP,
+  workflows: [],
+  chat: null, // {id, workflow}
+};
+
+// ---------- small DOM helpers ----------
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "class") node.className = v;
+    else if (k === "text") node.textContent = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else if (k === "dataset") Object.assign(node.dataset, v);
+    else node.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children) {
+    if (c === null || c === undefined) continue;
+    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return node;
+}
+
+// renderMarkdown turns model text into sanitised HTML inside a container.
+function renderMarkdown(container, text) {
+  const html = marked.parse(String(text ?? ""), { async: false, gfm: true, breaks: true });
+  container.innerHTML = DOMPurify.sanitize(html, { USE_PROFILES: { html: true } });
+  for (const a of container.querySelectorAll("a[href]")) {
+    a.setAttribute("rel", "noopener noreferrer");
+    a.setAttribute("target", "_blank");
+  }
+}
+
+// ---------- HTTP ----------
+
+class HTTPError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+async function api(method, path, body) {
+  const headers = { Accept: "application/json" };
+  if (state.key) headers.Authorization = `Bearer ${state.key}`;
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  let data = null;
+  try {
+    data = await res.json();
+  } catch {
+    data = null;
+  }
+  if (!res.ok) {
+    const err = data && data.error ? data.error : {};
+    throw new HTTPError(res.status, err.code || "http_" + res.status, err.message || res.statusText);
+  }
+  return data;
+}
+
+const enc = encodeURIComponent;
+
+// ---------- banner ----------
+
+function showBanner(text, kind = "info") {
+  const b = $("banner");
+  b.textContent = text;
+  b.dataset.kind = kind;
+  b.hidden = false;
+}
+
+function hideBanner() {
+  const b = $("banner");
+  b.hidden = true;
+  b.textContent = "";
+  delete b.dataset.kind;
+}
+
+// ---------- authentication ----------
+
+function askForKey(message) {
+  const dlg = $("auth-dialog");
+  $("auth-error").textContent = message || "";
+  $("auth-app").value = state.app;
+  if (!dlg.open) dlg.showModal();
+  $("auth-key").focus();
+}
+
+$("auth-form").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const key = $("auth-key").value.trim();
+  const app = $("auth-app").value.trim();
+  if (!key || !app) return;
+  state.key = key;
+  state.app = app;
+  sessionStorage.setItem(KEY_STORE, key);
+  sessionStorage.setItem(APP_STORE, app);
+  $("auth-key").value = "";
+  $("auth-dialog").close();
+  boot();
+});
+
+$("signout").addEventListener("click", () => {
+  sessionStorage.removeItem(KEY_STORE);
+  state.key = "";
+  closeChat();
+  askForKey("");
+});
+
+// ---------- workflows and chats ----------
+
+async function loadWorkflows() {
+  const data = await api("GET", "/api/workflows");
+  state.workflows = data.workflows || [];
+  const sel = $("workflow-select");
+  sel.replaceChildren();
+  for (const wf of state.workflows) {
+    sel.append(el("option", { value: wf.name, text: wf.name }));
+  }
+  const first = state.workflows[0];
+  sel.title = first ? first.description || "" : "";
+}
+
+$("workflow-select").addEventListener("change", () => {
+  const wf = state.workflows.find((w) => w.name === $("workflow-select").value);
+  $("workflow-select").title = wf ? wf.description || "" : "";
+});
+
+async function loadChats() {
+  const list = $("chat-list");
+  let data;
+  try {
+    data = await api("GET", `/api/chats/${enc(state.app)}?limit=50`);
+  } catch (err) {
+    list.replaceChildren(el("li", { class: "muted", text: `Could not list chats: ${err.message}` }));
+    return;
+  }
+  list.replaceChildren();
+  const chats = data.chats || [];
+  if (chats.length === 0) list.append(el("li", { class: "muted", text: "No chats yet." }));
+  for (const c of chats) {
+    const when = new Date(c.updated_at || c.created_at);
+    const current = state.chat && state.chat.id === c.chat_id;
+    list.append(
+      el(
+        "li",
+        {},
+        el(
+          "button",
+          {
+            type: "button",
+            class: "chat-item",
+            "aria-current": current ? "true" : null,
+            dataset: { chatId: c.chat_id },
+            onclick: () => openChat(c.chat_id, c.workflow),
+          },
+          el("span", { class: "chat-item-name", text: c.workflow }),
+          el("span", { class: `status-pill s-${c.status}`, text: c.status }),
+          el("time", { datetime: when.toISOString(), class: "muted small", text: when.toLocaleString() }),
+        ),
+      ),
+    );
+  }
+}
+
+$("refresh-chats").addEventListener("click", loadChats);
+
+$("chats-toggle").addEventListener("click", () => {
+  const open = document.body.classList.toggle("sidebar-open");
+  $("chats-toggle").setAttribute("aria-expanded", String(open));
+});
+
+async function startChat(workflow) {
+  const btn = $("start-button");
+  btn.disabled = true;
+  try {
+    const data = await api("POST", `/api/chats/${enc(state.app)}/${enc(workflow)}/start`, {});
+    await openChat(data.chat_id, data.workflow || workflow);
+    loadChats();
+  } catch (err) {
+    showBanner(`Could not start a chat: ${err.message}`, "error");
+  } finally {
+    btn.disabled = false;
+  }
+}
+
+$("start-form").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const wf = $("workflow-select").value;
+  if (wf) startChat(wf);
+});
+
+// ---------- the chat view ----------
+
+// view holds the rendering state of the open chat.
+let view = null;
+
+function newView(id, workflow) {
+  return {
+    id,
+    workflow,
+    lastSeq: 0,
+    streams: new Map(), // message_id -> {node, body, agent, text}
+    settled: new Set(), // agent_message_ids recorded
+    thinking: null, // {node, agent}
+    components: new Map(), // ui_event_id -> {node, done, kind}
+    structured: new Set(), // agents whose text is structured output
+    tokens: 0,
+    cost: 0,
+    socket: null,
+    retry: 0,
+    timer: null,
+    closed: false,
+    status: "",
+    msgId: 0,
+  };
+}
+
+function closeChat() {
+  if (!view) return;
+  view.closed = true;
+  clearTimeout(view.timer);
+  if (view.socket) view.socket.close(1000, "chat closed");
+  view = null;
+}
+
+async function openChat(id, workflow) {
+  closeChat();
+  state.chat = { id, workflow };
+  view = newView(id, workflow);
+  if (location.hash !== `#chat=${id}`) history.replaceState(null, "", `#chat=${id}`);
+  $("messages").replaceChildren();
+  $("artifact-panel").hidden = true;
+  $("artifact-body").replaceChildren();
+  $("dev-log").replaceChildren();
+  updateUsage();
+  $("chat-title").textContent = workflow ? `${workflow} chat` : "Chat";
+  $("chat-title").title = id;
+  setStatus("");
+  hideBanner();
+  setInput(false);
+  document.body.classList.remove("sidebar-open");
+  for (const b of document.querySelectorAll(".chat-item")) {
+    if (b.dataset.chatId === id) b.setAttribute("aria-current", "true");
+    else b.removeAttribute("aria-current");
+  }
+  if (!workflow) {
+    try {
+      const c = await api("GET", `/api/chats/${enc(state.app)}/${enc(id)}`);
+      if (view && view.id === id) {
+        view.workflow = c.workflow;
+        $("chat-title").textContent = `${c.workflow} chat`;
+      }
+    } catch (err) {
+      showBanner(`Could not open the chat: ${err.message}`, "error");
+      return;
+    }
+  }
+  connect(view);
+}
+
+function setStatus(text) {
+  const pill = $("chat-status");
+  pill.textContent = text;
+  pill.hidden = !text;
+  pill.className = `status-pill s-${text}`;
+  if (view) view.status = text;
+}
+
+function setInput(enabled, prompt) {
+  const input = $("composer-input");
+  input.disabled = !enabled;
+  $("send-button").disabled = !enabled;
+  input.placeholder = enabled ? prompt || "Type your message" : "The agent has not asked for input yet";
+  if (enabled) input.focus();
+}
+
+function scrollDown() {
+  const m = $("messages");
+  m.scrollTop = m.scrollHeight;
+}
+
+function append(node) {
+  $("messages").append(node);
+  scrollDown();
+  return node;
+}
+
+// ---------- thinking bubble: at most one, never orphaned ----------
+
+function showThinking(agent) {
+  removeThinking();
+  const node = el(
+    "div",
+    { class: "msg thinking", role: "status", dataset: { agent } },
+    el("span", { class: "who", text: agent }),
+    el("span", { class: "dots", "aria-hidden": "true" }, el("i"), el("i"), el("i")),
+    el("span", { class: "visually-hidden", text: `${agent} is thinking` }),
+  );
+  view.thinking = { node, agent };
+  append(node);
+}
+
+function removeThinking(agent) {
+  if (!view || !view.thinking) return;
+  if (agent !== undefined && view.thinking.agent !== agent) return;
+  view.thinking.node.remove();
+  view.thinking = null;
+}
+
+// ---------- messages ----------
+
+function messageNode(agent, role) {
+  const body = el("div", { class: "body" });
+  const node = el("article", { class: `msg ${role}`, dataset: { agent } }, el("span", { class: "who", text: role === "user" ? "You" : agent }), body);
+  return { node, body };
+}
+
+function onStreamText(d) {
+  const id = d.message_id;
+  if (!id || view.settled.has(id)) return;
+  if (view.structured.has(d.agent)) return; // raw JSON; the component shows it
+  let s = view.streams.get(id);
+  if (!s) {
+    removeThinking(d.agent);
+    const { node, body } = messageNode(d.agent, "agent");
+    node.classList.add("streaming");
+    node.dataset.messageId = id;
+    s = { node, body, agent: d.agent, text: "" };
+    view.streams.set(id, s);
+    append(node);
+  }
+  s.text += d.delta || "";
+  s.body.textContent = s.text;
+  scrollDown();
+}
+
+function dropStreams() {
+  for (const s of view.streams.values()) s.node.remove();
+  view.streams.clear();
+}
+
+function onText(d, env) {
+  const agent = d.agent || "";
+  removeThinking(agent);
+  const id = d.agent_message_id;
+  let s = id ? view.streams.get(id) : null;
+  if (id) {
+    view.settled.add(id);
+    view.streams.delete(id);
+  }
+  if (d.ui_hidden || d.tool_only || (!d.content && d.has_tool_calls)) {
+    if (s) s.node.remove();
+    return;
+  }
+  if (agent === "user") {
+    const { node, body } = messageNode(agent, "user");
+    body.textContent = d.content || "";
+    node.dataset.seq = d.sequence;
+    append(node);
+    setInput(false);
+    return;
+  }
+  if (!s) {
+    const m = messageNode(agent, agent === "system" ? "system" : "agent");
+    s = { node: m.node, body: m.body };
+    if (id) s.node.dataset.messageId = id;
+    append(s.node);
+  }
+  s.node.classList.remove("streaming");
+  s.node.dataset.seq = d.sequence;
+  renderMarkdown(s.body, d.content);
+  scrollDown();
+  void env;
+}
+
+function toolLine(text, kind) {
+  return append(el("div", { class: `msg tool ${kind || ""}`, role: kind === "error" ? "alert" : null, text }));
+}
+
+// flattenPayload applies the two stages of spec/auto-tool-execution.md:
+// an auto-tool's tool_args are spread over the payload, and a nested key
+// named like the component (the structured output's model) is promoted.
+export function flattenPayload(payload, componentType) {
+  let base = payload && typeof payload === "object" ? { ...payload } : {};
+  if (base.interaction_type === "auto_tool" && base.tool_args && typeof base.tool_args === "object") {
+    const { tool_args: args, ...rest } = base;
+    const nestedKey = Object.keys(args).find((k) => k === componentType && args[k] && typeof args[k] === "object" && !Array.isArray(args[k]));
+    if (nestedKey) {
+      const { [nestedKey]: nested, ...others } = args;
+      base = { ...rest, ...nested, ...others };
+    } else {
+      base = { ...rest, ...args };
+    }
+  }
+  return base;
+}
+
+function onToolCall(d) {
+  const uid = d.ui_event_id;
+  const ct = d.component_type;
+  const answerable = uid && (d.awaiting_response || d.interaction_type === "auto_tool" || d.pending_kind);
+  if (!ct && !answerable) {
+    toolLine(`${d.agent} called ${d.tool_name}`, "info");
+    return;
+  }
+  if (!uid) {
+    toolLine(`${d.agent} showed ${ct || d.tool_name}`, "info");
+    return;
+  }
+  if (view.components.has(uid)) return;
+  removeThinking();
+  const payload = flattenPayload(d.payload || {}, ct);
+  const secret = d.pending_kind === "secret" || ct === "SecretsInput" || payload.masked === true;
+  let comp;
+  if (secret) comp = secretForm(d, payload);
+  else if (ct === "ActionPlan") comp = actionPlan(d, payload);
+  else comp = inlineForm(d, payload);
+  view.components.set(uid, comp);
+}
+
+function onToolResponse(d) {
+  const uid = d.ui_event_id;
+  const comp = uid ? view.components.get(uid) : null;
+  if (comp) comp.finish(d);
+  const failed = d.success === false || (d.status && !["ok", "success"].includes(d.status));
+  if (failed) {
+    toolLine(`${d.tool_name || "tool"} failed: ${typeof d.content === "string" ? d.content : JSON.stringify(d.content)}`, "error");
+  }
+  // A successful auto-tool (or any successful UI) response is not shown.
+}
+
+// send sends a client message over the chat's WebSocket.
+function send(msg) {
+  if (!view || !view.socket || view.socket.readyState !== WebSocket.OPEN) {
+    showBanner("Not connected: wait for the connection to come back, then try again.", "error");
+    return false;
+  }
+  view.msgId += 1;
+  const id = `m-${view.msgId}`;
+  view.socket.send(JSON.stringify({ ...msg, id }));
+  // Only the type and the ui_event_id go to the developer panel: a secret
+  // form's values must never be shown.
+  devLog(`→ ${msg.type}${msg.ui_event_id ? " " + msg.ui_event_id : ""} (${id})`, "out");
+  return true;
+}
+
+function respond(uid, data, status = "success") {
+  return send({ type: "ui.tool.response", ui_event_id: uid, status, data });
+}
+
+// secretForm is the masked form of a secret-collecting tool. Its values go
+// straight into the response and are cleared from the inputs at once.
+function secretForm(d, payload) {
+  const uid = d.ui_event_id;
+  const keys = Array.isArray(payload.keys) ? payload.keys : [];
+  const form = el("form", { class: "component secret-form", "aria-label": "Enter secret values", dataset: { uiEventId: uid } });
+  form.append(el("p", { class: "component-title", text: payload.agent_message || payload.prompt || "This workflow needs these secrets. They are never shown again." }));
+  const inputs = [];
+  keys.forEach((k, i) => {
+    const name = String(k.name || `secret_${i}`);
+    const inputId = `secret-${uid}-${i}`;
+    const input = el("input", { id: inputId, type: "password", name, autocomplete: "new-password", spellcheck: "false", required: true });
+    inputs.push(input);
+    form.append(el("label", { for: inputId, text: k.label || name }), input);
+  });
+  const err = el("p", { class: "error-text", role: "alert" });
+  const submit = el("button", { type: "submit", text: "Save secrets" });
+  const cancel = el("button", { type: "button", class: "secondary", text: "Cancel" });
+  form.append(err, el("div", { class: "buttons" }, submit, cancel));
+  const node = append(el("div", { class: "msg component-wrap" }, form));
+  const done = (text) => {
+    for (const i of inputs) i.value = "";
+    form.replaceChildren(el("p", { class: "component-done", text }));
+  };
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const data = {};
+    for (const i of inputs) data[i.name] = i.value;
+    if (inputs.some((i) => !i.value)) {
+      err.textContent = "Fill in every value.";
+      return;
+    }
+    if (respond(uid, data)) done("Secrets sent.");
+    for (const i of inputs) i.value = "";
+  });
+  cancel.addEventListener("click", () => {
+    if (respond(uid, {}, "cancelled")) done("Cancelled.");
+  });
+  if (inputs[0]) inputs[0].focus();
+  return {
+    node,
+    finish(r) {
+      if (form.isConnected && form.querySelector("input")) {
+        done(r && r.status === "cancelled" ? "Cancelled." : "Secrets sent.");
+      }
+    },
+  };
+}
+
+// actionPlan renders the ActionPlan artifact in the side panel, with a card
+// in the conversation pointing at it.
+function actionPlan(d, payload) {
+  const uid = d.ui_event_id;
+  const wf = payload.workflow && typeof payload.workflow === "object" ? payload.workflow : payload;
+  const panel = $("artifact-panel");
+  const body = $("artifact-body");
+  const art = el("article", { class: "action-plan", dataset: { uiEventId: uid } });
+  art.append(el("h3", { text: wf.name || "Action plan" }));
+  if (wf.description) art.append(el("p", { text: wf.description }));
+  const facts = el("dl", { class: "facts" });
+  if (wf.trigger) facts.append(el("dt", { text: "Trigger" }), el("dd", { text: wf.trigger }));
+  if (Array.isArray(wf.integrations) && wf.integrations.length) {
+    facts.append(el("dt", { text: "Integrations" }), el("dd", { text: wf.integrations.join(", ") }));
+  }
+  if (wf.estimated_minutes_saved !== undefined) {
+    facts.append(el("dt", { text: "Minutes saved" }), el("dd", { text: String(wf.estimated_minutes_saved) }));
+  }
+  art.append(facts);
+  if (Array.isArray(wf.phases)) {
+    const ol = el("ol", { class: "phases" });
+    for (const p of wf.phases) {
+      ol.append(
+        el(
+          "li",
+          {},
+          el("strong", { text: p.name || "Phase" }),
+          p.description ? el("p", { text: p.description }) : null,
+          Array.isArray(p.agents) && p.agents.length ? el("p", { class: "muted small", text: `Agents: ${p.agents.join(", ")}` }) : null,
+          p.approval ? el("p", { class: "muted small", text: `Approval: ${p.approval}` }) : null,
+        ),
+      );
+    }
+    art.append(ol);
+  }
+  const fbId = `revise-${uid}`;
+  const feedback = el("textarea", { id: fbId, rows: "2", name: "feedback" });
+  const approve = el("button", { type: "button", class: "approve", text: "Approve" });
+  const revise = el("button", { type: "button", class: "secondary revise", text: "Request changes" });
+  const controls = el(
+    "div",
+    { class: "artifact-controls" },
+    el("label", { for: fbId, text: "Changes you want (for Request changes)" }),
+    feedback,
+    el("div", { class: "buttons" }, approve, revise),
+  );
+  art.append(controls);
+  body.replaceChildren(art);
+  panel.hidden = false;
+  const card = append(
+    el(
+      "div",
+      { class: "msg agent artifact-card", dataset: { agent: d.agent } },
+      el("span", { class: "who", text: d.agent }),
+      el("p", { text: payload.agent_message || "An action plan is ready for your review." }),
+      el("button", { type: "button", class: "secondary", text: "Review the plan", onclick: () => approve.isConnected ? approve.focus() : art.focus() }),
+    ),
+  );
+  const done = (text) => {
+    controls.replaceChildren(el("p", { class: "component-done", text }));
+  };
+  approve.addEventListener("click", () => {
+    if (respond(uid, { action: "approve" })) done("Approved.");
+  });
+  revise.addEventListener("click", () => {
+    const text = feedback.value.trim();
+    if (!text) {
+      feedback.focus();
+      return;
+    }
+    if (respond(uid, { action: "revise", feedback: text })) done("Changes requested.");
+  });
+  art.tabIndex = -1;
+  approve.focus({ preventScroll: true });
+  return {
+    node: card,
+    finish(r) {
+      if (approve.isConnected) {
+        const a = r && r.payload && r.payload.data && r.payload.data.action;
+        done(a === "revise" ? "Changes requested." : r && r.status === "cancelled" ? "Cancelled." : "Answered.");
+      }
+    },
+  };
+}
+
+// inlineForm is the generic component of any other UI tool: what it shows
+// (as text) and a free-form answer.
+function inlineForm(d, payload) {
+  const uid = d.ui_event_id;
+  const form = el("form", { class: "component inline-form", "aria-label": `${d.tool_name} form`, dataset: { uiEventId: uid } });
+  form.append(el("p", { class: "component-title", text: payload.agent_message || payload.prompt || `${d.agent} asks (${d.component_type || d.tool_name})` }));
+  const shown = { ...payload };
+  delete shown.agent_message;
+  delete shown.prompt;
+  delete shown.interaction_type;
+  if (Object.keys(shown).length) form.append(el("pre", { class: "payload", text: JSON.stringify(shown, null, 2) }));
+  const inputId = `answer-${uid}`;
+  const input = el("input", { id: inputId, type: "text", name: "response", autocomplete: "off" });
+  const submit = el("button", { type: "submit", text: "Submit" });
+  const cancel = el("button", { type: "button", class: "secondary", text: "Cancel" });
+  form.append(el("label", { for: inputId, text: "Your answer" }), input, el("div", { class: "buttons" }, submit, cancel));
+  const node = append(el("div", { class: "msg component-wrap" }, form));
+  const done = (text) => form.replaceChildren(el("p", { class: "component-done", text }));
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    if (respond(uid, { response: input.value })) done("Answered.");
+  });
+  cancel.addEventListener("click", () => {
+    if (respond(uid, {}, "cancelled")) done("Cancelled.");
+  });
+  input.focus();
+  return {
+    node,
+    finish() {
+      if (input.isConnected) done("Answered.");
+    },
+  };
+}
+
+function onInputRequest(d) {
+  removeThinking();
+  setStatus("waiting_input");
+  setInput(true, d.prompt);
+}
+
+function onRunComplete(d) {
+  removeThinking();
+  dropStreams();
+  setInput(false);
+  setStatus("completed");
+  const again = el("button", { type: "button", class: "start-new", text: "Start new chat", onclick: () => startChat(view ? view.workflow : $("workflow-select").value) });
+  append(
+    el(
+      "div",
+      { class: "msg badge", role: "status" },
+      el("span", { class: "badge-mark", "aria-hidden": "true", text: "✓" }),
+      el("span", { text: d.status === "max_turns" ? "Chat ended: turn limit reached" : "Chat complete" }),
+      again,
+    ),
+  );
+  again.focus();
+}
+
+function onError(d) {
+  removeThinking();
+  dropStreams();
+  setInput(false);
+  setStatus("failed");
+  const retry = el("button", { type: "button", text: "Retry" });
+  const box = el(
+    "div",
+    { class: "msg error", role: "alert" },
+    el("strong", { text: "Something went wrong" }),
+    el("p", { text: d.message || "The chat stopped with an error." }),
+    el("p", { class: "muted small", text: [d.agent && `agent ${d.agent}`, d.code && `code ${d.code}`].filter(Boolean).join(" · ") }),
+    retry,
+  );
+  retry.addEventListener("click", async () => {
+    retry.disabled = true;
+    try {
+      await api("POST", `/api/chats/${enc(state.app)}/${enc(view.id)}/resume`, {});
+      retry.replaceWith(el("p", { class: "muted small", text: "Retrying…" }));
+      setStatus("running");
+    } catch (err) {
+      retry.disabled = false;
+      showBanner(`Retry failed: ${err.message}`, "error");
+    }
+  });
+  append(box);
+}
+
+function updateUsage() {
+  $("dev-seq").textContent = String(view ? view.lastSeq : 0);
+  $("dev-tokens").textContent = String(view ? view.tokens : 0);
+  $("dev-cost").textContent = view ? view.cost.toFixed(6) : "0";
+}
+
+function devLog(text, kind, seq) {
+  const log = $("dev-log");
+  const li = el("li", { class: `dev-${kind}` }, seq !== undefined ? el("span", { class: "seq", text: `#${seq} ` }) : null, el("code", { text }));
+  log.append(li);
+  while (log.childElementCount > DEV_LOG_MAX) log.firstElementChild.remove();
+  if (!$("dev-panel").hidden) log.scrollTop = log.scrollHeight;
+}
+
+// handle applies one envelope to the view. Recorded envelopes carry a
+// sequence; one at or below the last seen is a duplicate and is dropped.
+function handle(env) {
+  const d = env.data || {};
+  if (typeof d.sequence === "number") {
+    if (d.sequence <= view.lastSeq) return;
+    view.lastSeq = d.sequence;
+  }
+  if (env.type.startsWith("chat.") || env.type.startsWith("stream.")) {
+    devLog(JSON.stringify(env), env.type.startsWith("stream.") ? "stream" : "event", d.sequence);
+  }
+  if (d.is_structured_capable && d.agent) view.structured.add(d.agent);
+  switch (env.type) {
+    case "stream.start":
+      if (d.message_id && view.streams.has(d.message_id)) {
+        const s = view.streams.get(d.message_id);
+        s.text = "";
+        s.body.textContent = "";
+      }
+      break;
+    case "stream.text":
+      onStreamText(d);
+      break;
+    case "chat.select_speaker":
+      showThinking(d.agent || "agent");
+      if (view.status !== "running") setStatus("running");
+      break;
+    case "chat.text":
+      onText(d, env);
+      break;
+    case "chat.tool_call":
+      onToolCall(d);
+      break;
+    case "chat.tool_response":
+      onToolResponse(d);
+      break;
+    case "chat.input_request":
+      onInputRequest(d);
+      break;
+    case "chat.run_complete":
+      onRunComplete(d);
+      break;
+    case "chat.error":
+      onError(d);
+      break;
+    case "chat.workflow_resumed":
+      setStatus("running");
+      break;
+    case "chat.usage_summary":
+      view.tokens += Number(d.total_tokens) || 0;
+      view.cost += Number(d.cost) || 0;
+      break;
+    default:
+      break;
+  }
+  updateUsage();
+}
+
+// ---------- WebSocket with replay ----------
+
+function connect(v) {
+  if (v.closed) return;
+  const proto = location.protocol === "https:" ? "wss:" : "ws:";
+  const url = `${proto}//${location.host}/ws/${enc(state.app)}/${enc(v.id)}?last_sequence=${v.lastSeq}`;
+  const ws = new WebSocket(url);
+  v.socket = ws;
+  ws.addEventListener("open", () => {
+    if (state.key) ws.send(JSON.stringify({ type: "auth", token: state.key }));
+    v.retry = 0;
+    hideBanner();
+    devLog(`connected, replay after ${v.lastSeq}`, "info");
+  });
+  ws.addEventListener("message", (ev) => {
+    if (v !== view) return;
+    let env;
+    try {
+      env = JSON.parse(ev.data);
+    } catch {
+      return;
+    }
+    if (env.type === "ack") return;
+    if (env.type === "error") {
+      const e = env.data || {};
+      devLog(`error ${e.code}: ${e.message}`, "error");
+      showBanner(`The server refused that: ${e.message}`, "error");
+      return;
+    }
+    if (env.type === "pong") return;
+    handle(env);
+  });
+  ws.addEventListener("close", (ev) => {
+    if (v.socket !== ws || v.closed) return;
+    v.socket = null;
+    devLog(`closed ${ev.code} ${ev.reason || ""}`, "info");
+    if (ev.code === 4404) {
+      showBanner("This chat does not exist or was deleted.", "error");
+      setInput(false);
+      return;
+    }
+    if (ev.code === 4401) {
+      askForKey("The key was refused.");
+      return;
+    }
+    // Streams that had not been recorded yet are dropped: the replay brings
+    // their recorded text.
+    dropStreams();
+    const delay = Math.min(5000, 300 * 2 ** v.retry);
+    v.retry += 1;
+    showBanner(`Connection lost — reconnecting… (attempt ${v.retry})`, "warn");
+    v.timer = setTimeout(() => connect(v), delay);
+  });
+}
+
+// ---------- composer ----------
+
+$("composer").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const input = $("composer-input");
+  const content = input.value.trim();
+  if (!content || input.disabled) return;
+  if (send({ type: "user.input.submit", content })) {
+    input.value = "";
+    setInput(false);
+  }
+});
+
+$("composer-input").addEventListener("keydown", (ev) => {
+  if (ev.key === "Enter" && !ev.shiftKey && !ev.isComposing) {
+    ev.preventDefault();
+    $("composer").requestSubmit();
+  }
+});
+
+// ---------- developer panel ----------
+
+$("dev-toggle").addEventListener("click", () => {
+  const panel = $("dev-panel");
+  panel.hidden = !panel.hidden;
+  $("dev-toggle").setAttribute("aria-expanded", String(!panel.hidden));
+  if (!panel.hidden) {
+    $("dev-log").scrollTop = $("dev-log").scrollHeight;
+    refreshMetrics();
+  }
+});
+
+// refreshMetrics asks the metrics endpoint for the chat's totals, when the
+// server has one; otherwise the panel shows the sum of the usage summaries
+// the page has seen (the visible agents').
+async function refreshMetrics() {
+  const note = $("dev-usage-note");
+  note.textContent = "Sum of the chat.usage_summary events of visible agents.";
+  if (!view) return;
+  try {
+    const res = await fetch(`/metrics/perf/chats/${enc(view.id)}`, { headers: state.key ? { Authorization: `Bearer ${state.key}` } : {} });
+    if (!res.ok) return;
+    const m = await res.json();
+    const tokens = m.total_tokens ?? m.tokens;
+    const cost = m.total_cost ?? m.cost ?? m.cost_usd;
+    if (typeof tokens === "number") $("dev-tokens").textContent = String(tokens);
+    if (typeof cost === "number") $("dev-cost").textContent = cost.toFixed(6);
+    note.textContent = "Totals from /metrics/perf/chats.";
+  } catch {
+    // no metrics endpoint: keep the sum
+  }
+}
+
+// ---------- start ----------
+
+async function boot() {
+  $("app-label").textContent = `app: ${state.app}`;
+  $("signout").hidden = !state.key;
+  try {
+    await loadWorkflows();
+  } catch (err) {
+    if (err.status === 401) {
+      askForKey(state.key ? "That key was refused." : "");
+      return;
+    }
+    showBanner(`Could not load workflows: ${err.message}`, "error");
+    return;
+  }
+  await loadChats();
+  const m = /^#chat=([\w.-]+)$/.exec(location.hash);
+  if (m && (!view || view.id !== m[1])) openChat(m[1]);
+}
+
+boot();
