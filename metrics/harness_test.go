@@ -1,0 +1,303 @@
+package metrics_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/bus"
+	"github.com/batonhq/baton/engine"
+	"github.com/batonhq/baton/llm/scripted"
+	"github.com/batonhq/baton/metrics"
+	"github.com/batonhq/baton/recorder"
+	"github.com/batonhq/baton/store/sqlite"
+	"github.com/batonhq/baton/workflow"
+)
+
+const workflowsDir = "../workflows"
+
+var testScope = baton.Scope{App: "acme", User: "ada"}
+
+// harness is the engine with the scripted provider on a real SQLite file,
+// a real bus, and a metrics collector (and, when asked, a tracer) watching.
+type harness struct {
+	t     *testing.T
+	logs  *logBuffer
+	store *sqlite.Store
+	stats baton.StatsStore // what the collector writes rollups to
+	bus   *bus.Bus
+	eng   *engine.Engine
+	col   *metrics.Collector
+	tr    *metrics.Tracer
+	spans *tracetest.InMemoryExporter
+	tp    *sdktrace.TracerProvider
+}
+
+type config struct {
+	opts    metrics.Options
+	budget  *metrics.BudgetConfig
+	tracing bool
+	stats   func(baton.StatsStore) baton.StatsStore
+}
+
+func newHarness(t *testing.T, cfg config) *harness {
+	t.Helper()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "baton.db"))
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	h := &harness{t: t, store: st, logs: &logBuffer{}}
+	log := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	h.bus = bus.New(bus.WithLogger(log))
+	wfs, err := workflow.LoadAll(os.DirFS(workflowsDir))
+	if err != nil {
+		t.Fatalf("load workflows: %v", err)
+	}
+	h.stats = st
+	if cfg.stats != nil {
+		h.stats = cfg.stats(st)
+	}
+	o := cfg.opts
+	o.Bus, o.Stats, o.Chats, o.Usage, o.Logger = h.bus, h.stats, st.GetChat, st, log
+	col, err := metrics.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.col = col
+	if err := col.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.tracing {
+		h.spans = tracetest.NewInMemoryExporter()
+		h.tp = sdktrace.NewTracerProvider(sdktrace.WithSyncer(h.spans))
+		h.tr = metrics.NewTracer(h.bus, h.tp, log)
+		if err := h.tr.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var budget engine.BudgetFunc
+	if cfg.budget != nil {
+		budget = col.Budget(*cfg.budget)
+	}
+	rec := metrics.TimedRecorder{Next: recorder.New(st, engine.ObserverPublisher{Bus: h.bus}), Collector: col}
+	eng, err := engine.New(engine.Config{
+		Store: st, Recorder: rec, Bus: h.bus, Workflows: wfs, WorkflowRoot: workflowsDir,
+		Providers: func(wf *workflow.Workflow) (baton.Provider, error) {
+			return scripted.Load(wf.FS, path.Join(wf.Dir, "scripted.json"))
+		},
+		Logger: log, SecretKey: []byte("0123456789abcdef0123456789abcdef"), Budget: budget,
+	})
+	if err != nil {
+		t.Fatalf("engine: %v", err)
+	}
+	h.eng = eng
+	t.Cleanup(h.close)
+	return h
+}
+
+// close stops the bus, the engine, the tracer, the collector and the store.
+func (h *harness) close() {
+	if h.bus == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.bus.Close(ctx); err != nil {
+		h.t.Errorf("bus close: %v", err)
+	}
+	_ = h.eng.Close()
+	if h.tr != nil {
+		h.tr.Close()
+		_ = h.tp.Shutdown(ctx)
+	}
+	if err := h.col.Close(ctx); err != nil {
+		h.t.Errorf("collector close: %v", err)
+	}
+	if err := h.store.Close(); err != nil {
+		h.t.Errorf("store close: %v", err)
+	}
+	h.bus = nil
+}
+
+func (h *harness) start(wf string) string {
+	h.t.Helper()
+	c, err := h.eng.Start(context.Background(), testScope, wf, engine.StartOptions{})
+	if err != nil {
+		h.t.Fatalf("start %s: %v", wf, err)
+	}
+	return c.ID
+}
+
+// waitStatus polls the store, with a deadline, until the chat reaches one
+// of the statuses and the engine is idle.
+func (h *harness) waitStatus(chatID string, want ...baton.ChatStatus) baton.Chat {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := h.store.GetChat(context.Background(), testScope, chatID)
+		if err == nil && slices.Contains(want, c.Status) && h.bus.Pending() == 0 && h.eng.Active() == 0 {
+			return c
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("chat %s: status %q (err %v), want one of %v", chatID, c.Status, err, want)
+		}
+		time.Sleep(2 * time.Millisecond) // polling the store with a deadline
+	}
+}
+
+func (h *harness) pending(chatID, kind string) baton.PendingRequest {
+	h.t.Helper()
+	c, err := h.store.GetChat(context.Background(), testScope, chatID)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, p := range c.Pending {
+		if p.Kind == kind {
+			return p
+		}
+	}
+	h.t.Fatalf("chat %s has no pending %s request: %+v", chatID, kind, c.Pending)
+	return baton.PendingRequest{}
+}
+
+// driveGenerator runs the generator workflow to run_complete as the person
+// would: answer the interview, give the API key, approve the plan.
+func (h *harness) driveGenerator() string {
+	t := h.t
+	t.Helper()
+	ctx := context.Background()
+	id := h.start("generator")
+	h.waitStatus(id, baton.ChatWaitingInput)
+	if err := h.eng.Submit(ctx, testScope, id, "A weekly newsletter from our team notes.", "ws"); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus(id, baton.ChatWaitingSecret)
+	secret := h.pending(id, baton.PendingSecret)
+	if err := h.eng.RespondUI(ctx, testScope, id, secret.UIEventID, "success", json.RawMessage(`{"NEWSLETTER_API_KEY":"sk-test"}`)); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus(id, baton.ChatWaitingUITool)
+	plan := h.pending(id, baton.PendingUITool)
+	if err := h.eng.RespondUI(ctx, testScope, id, plan.UIEventID, "success", json.RawMessage(`{"action":"approve"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if c := h.waitStatus(id, baton.ChatCompleted, baton.ChatFailed); c.Status != baton.ChatCompleted {
+		t.Fatalf("generator ended %s", c.Status)
+	}
+	return id
+}
+
+// waitObserved waits until the collector has counted n ended runs, so that
+// every event of those runs has been observed.
+func (h *harness) waitObserved(n float64) {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for gathered(h.t, h.col.Registry(), "baton_runs_ended_total") < n {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("the collector observed %v ended runs, want %v", gathered(h.t, h.col.Registry(), "baton_runs_ended_total"), n)
+		}
+		time.Sleep(time.Millisecond) // polling the collector with a deadline
+	}
+}
+
+// gathered sums every series of a counter family.
+func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
+
+// scriptedUsage sums the usage of the scripted replies the chat consumed:
+// an agent that made n model calls (counted from the recorded
+// chat.usage_summary events) consumed the first n replies of its script.
+// A reply the run never asks for (ReviewAgent's second, after its transfer)
+// is not part of the total.
+func scriptedUsage(t *testing.T, h *harness, wf, chatID string) (calls int64, u baton.Usage) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(workflowsDir, wf, "scripted.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s struct {
+		Agents map[string][]struct {
+			Usage struct {
+				Prompt     int64 `json:"prompt_tokens"`
+				Completion int64 `json:"completion_tokens"`
+				Cached     int64 `json:"cached_tokens"`
+			} `json:"usage"`
+		} `json:"agents"`
+	}
+	if err := json.Unmarshal(raw, &s); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := h.store.Events(context.Background(), testScope, chatID, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := map[string]int{}
+	for _, ev := range evs {
+		if ev.Type == baton.TypeChatUsageSummary {
+			var p struct{ Agent string }
+			_ = json.Unmarshal(ev.Payload, &p)
+			used[p.Agent]++
+		}
+	}
+	for agent, n := range used {
+		replies := s.Agents[agent]
+		if n > len(replies) {
+			t.Fatalf("%s made %d model calls; its script has %d replies", agent, n, len(replies))
+		}
+		for _, r := range replies[:n] {
+			calls++
+			u = u.Add(baton.Usage{PromptTokens: r.Usage.Prompt, CompletionTokens: r.Usage.Completion, CachedTokens: r.Usage.Cached})
+		}
+	}
+	if calls == 0 {
+		t.Fatal("the chat made no model calls")
+	}
+	return calls, u
+}
+
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
