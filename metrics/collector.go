@@ -269,8 +269,20 @@ func (c *Collector) loop(ctx context.Context, sub *bus.Subscription) {
 	for {
 		select {
 		case <-ctx.Done():
-			sub.Close()
-			return
+			// Take what is already buffered (all of it once the bus has
+			// closed), then stop.
+			for {
+				select {
+				case ev, ok := <-sub.C():
+					if ok {
+						c.Observe(ev)
+						continue
+					}
+				default:
+				}
+				sub.Close()
+				return
+			}
 		case <-tick.C:
 			c.flush()
 			c.evict()

@@ -85,6 +85,7 @@ func newHarness(t *testing.T, cfg config) *harness {
 	if cfg.tracing {
 		h.spans = tracetest.NewInMemoryExporter()
 		h.tp = sdktrace.NewTracerProvider(sdktrace.WithSyncer(h.spans))
+		t.Cleanup(func() { _ = h.tp.Shutdown(context.Background()) }) // after the test read the spans
 		h.tr = metrics.NewTracer(h.bus, h.tp, log)
 		if err := h.tr.Start(); err != nil {
 			t.Fatal(err)
@@ -123,7 +124,6 @@ func (h *harness) close() {
 	_ = h.eng.Close()
 	if h.tr != nil {
 		h.tr.Close()
-		_ = h.tp.Shutdown(ctx)
 	}
 	if err := h.col.Close(ctx); err != nil {
 		h.t.Errorf("collector close: %v", err)

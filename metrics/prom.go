@@ -70,7 +70,7 @@ func newPromMetrics(c *Collector, reg *prometheus.Registry) (*promMetrics, error
 		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "model_time_to_first_token_seconds",
 			Help: "Observed time from stream.start to the first stream.text of a model call.", Buckets: modelBuckets}, []string{"model"}),
 		appendTime: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "store_append_seconds",
-			Help: "Time to record a batch of chat events (store append and publish to observers).",
+			Help:    "Time to record a batch of chat events (store append and publish to observers).",
 			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1}}),
 		appendErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "store_append_errors_total",
 			Help: "Appends of chat events that failed."}),

@@ -38,7 +38,9 @@ var tracePatterns = []string{
 //	│  └─ execute_tool {tool}      chat.tool_call to its chat.tool_response
 //
 // A run ends at chat.run_complete, chat.error, chat.input_request, or when
-// the chat's next input arrives (a pause for a person). Like the
+// the chat's next input arrives (a pause for a person). A tool call that
+// waits for a person (awaiting_response, or an auto-tool's ui_event_id) ends at its response, so its span
+// outlives its agent's span of the paused run. Like the
 // Collector, it reads one subscription from one goroutine and never delays
 // a run. Off (no Tracer), nothing subscribes and nothing is spent.
 type Tracer struct {
@@ -126,8 +128,20 @@ func (t *Tracer) loop(ctx context.Context, sub *bus.Subscription) {
 	for {
 		select {
 		case <-ctx.Done():
-			sub.Close()
-			return
+			// Take what is already buffered (all of it once the bus has
+			// closed), then stop.
+			for {
+				select {
+				case ev, ok := <-sub.C():
+					if ok {
+						t.Observe(ev)
+						continue
+					}
+				default:
+				}
+				sub.Close()
+				return
+			}
 		case ev, ok := <-sub.C():
 			if ok {
 				t.Observe(ev)
@@ -165,6 +179,8 @@ type tracePayload struct {
 	CompletionTokens int64  `json:"completion_tokens"`
 	CachedTokens     int64  `json:"cached_tokens"`
 	InteractionType  string `json:"interaction_type"`
+	Awaiting         bool   `json:"awaiting_response"`
+	UIEventID        string `json:"ui_event_id"`
 }
 
 // Observe folds one event into the spans. The tracer's goroutine calls it;
@@ -239,6 +255,11 @@ func (t *Tracer) Observe(ev baton.Event) {
 				attribute.String("gen_ai.tool.call.id", p.ToolCallID), attribute.String("gen_ai.agent.name", p.Agent)))
 		if p.InteractionType != "" {
 			s.SetAttributes(attribute.String("baton.interaction_type", p.InteractionType))
+		}
+		if p.Awaiting || p.UIEventID != "" {
+			// It waits for a person: it ends at the response, in a later
+			// run, after its agent's span in this one.
+			s.SetAttributes(attribute.Bool("baton.awaiting_response", true))
 		}
 		ct.tools[p.ToolCallID] = s
 	case baton.TypeChatToolResponse:
