@@ -69,6 +69,15 @@ func compilePatterns(patterns []string) ([]matcher, error) {
 	return ms, nil
 }
 
+// CheckPattern reports whether p is a valid event type pattern (an exact
+// type, a glob, or "*"), for validating rules before they are registered.
+func CheckPattern(p string) error {
+	if _, err := compilePatterns([]string{p}); err != nil {
+		return baton.Errorf(baton.EINVALID, "%s", strings.TrimPrefix(baton.ErrorMessage(err), "types[0]: "))
+	}
+	return nil
+}
+
 func (m matcher) match(typ string) bool {
 	if !m.glob {
 		return m.pattern == typ

@@ -103,6 +103,15 @@ type Config struct {
 	// may spend more (metrics keeps the totals). A reached budget ends the
 	// run with chat.run_complete {status: "budget_exceeded"}.
 	Budget BudgetFunc
+	// ShowEvents shows people the messages the event-handler agent records
+	// for an environment event (they are hidden by default; models see them).
+	ShowEvents bool
+	// Tasks are the Go functions background tasks may run, by name (see
+	// StartTask); a workflow's command tools can run as tasks too.
+	Tasks map[string]TaskFunc
+	// MaxTasks bounds the background tasks running at once (default
+	// DefaultMaxTasks); more wait, queued.
+	MaxTasks int
 	// TimeoutSweep is how often Run looks for expired UI tool requests
 	// (default DefaultTimeoutSweep).
 	TimeoutSweep time.Duration
@@ -135,6 +144,12 @@ type Engine struct {
 	budget    BudgetFunc
 	sweep     time.Duration
 
+	showEvents bool
+	wakeMu     sync.Mutex
+	wakes      map[string]*time.Timer // pending coalesced wakes, by chat
+
+	tasks taskRunner
+
 	synthMu   sync.Mutex
 	synthetic map[string]int64 // synthetic select_speaker events recorded, per workflow
 
@@ -159,6 +174,7 @@ func New(cfg Config) (*Engine, error) {
 		providers:  cfg.Providers,
 		toolOpts:   cfg.ToolOptions,
 		budget:     cfg.Budget,
+		showEvents: cfg.ShowEvents,
 		sweep:      cfg.TimeoutSweep,
 		provCache:  map[string]baton.Provider{},
 		synthetic:  map[string]int64{},
@@ -167,6 +183,7 @@ func New(cfg Config) (*Engine, error) {
 	if e.log == nil {
 		e.log = slog.Default()
 	}
+	e.tasks.init(e, cfg.Tasks, cfg.MaxTasks)
 	if e.sweep <= 0 {
 		e.sweep = DefaultTimeoutSweep
 	}
@@ -192,7 +209,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if err := e.bus.RegisterRule(bus.Rule{
 		Name:     "engine",
-		Types:    []string{TypeRunStart, TypeRunResume, baton.TypeUserQuery, baton.TypeUIToolResponse},
+		Types:    []string{TypeRunStart, TypeRunResume, TypeRunWake, baton.TypeUserQuery, baton.TypeUIToolResponse},
 		Priority: prio,
 		Handler:  e.handle,
 	}); err != nil {
@@ -420,6 +437,7 @@ func (e *Engine) registry(wf *workflow.Workflow) (*tool.Registry, error) {
 		servers[name] = tool.MCPServer{Command: s.Command, Args: s.Args, Env: s.Env, URL: s.URL, Headers: s.Headers, HeadersFromEnv: s.HeadersFromEnv}
 	}
 	opts := append([]tool.Option{
+		tool.WithFuncs(e.getEventInfoTool(), e.startTaskTool()),
 		tool.WithLedger(e.store),
 		tool.WithPublisher(e.bus),
 		tool.WithLogger(e.log),
@@ -436,6 +454,13 @@ func (e *Engine) registry(wf *workflow.Workflow) (*tool.Registry, error) {
 // Close stops what the engine started (MCP servers of tool registries). The
 // bus and the store belong to the caller.
 func (e *Engine) Close() error {
+	e.wakeMu.Lock()
+	for _, t := range e.wakes {
+		t.Stop()
+	}
+	e.wakes = nil
+	e.wakeMu.Unlock()
+	e.tasks.stop()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var first error

@@ -43,6 +43,7 @@ type harness struct {
 	prov     engine.ProviderFunc
 	wrap     func(engine.Recorder) engine.Recorder
 	budget   engine.BudgetFunc
+	tasks    map[string]engine.TaskFunc
 }
 
 type harnessOption func(*harness)
@@ -62,6 +63,9 @@ func withTools(opts ...tool.Option) harnessOption {
 func withRecorder(wrap func(engine.Recorder) engine.Recorder) harnessOption {
 	return func(h *harness) { h.wrap = wrap }
 }
+
+// withTasks registers background task functions.
+func withTasks(m map[string]engine.TaskFunc) harnessOption { return func(h *harness) { h.tasks = m } }
 
 // withBudget sets the engine's budget hook.
 func withBudget(f engine.BudgetFunc) harnessOption { return func(h *harness) { h.budget = f } }
@@ -112,6 +116,7 @@ func newHarness(t *testing.T, opts ...harnessOption) *harness {
 		SecretKey:    []byte("0123456789abcdef0123456789abcdef"),
 		TimeoutSweep: 20 * time.Millisecond,
 		Budget:       h.budget,
+		Tasks:        h.tasks,
 	})
 	if err != nil {
 		t.Fatalf("engine: %v", err)
@@ -150,7 +155,7 @@ func (h *harness) waitStatusFor(d time.Duration, chatID string, want ...baton.Ch
 	deadline := time.Now().Add(d)
 	for {
 		c, err := h.store.GetChat(context.Background(), testScope, chatID)
-		if err == nil && slices.Contains(want, c.Status) && h.bus.Pending() == 0 && h.eng.Active() == 0 {
+		if err == nil && slices.Contains(want, c.Status) && h.settled() {
 			return c
 		}
 		if time.Now().After(deadline) {
@@ -238,7 +243,7 @@ func checkSequences(t *testing.T, evs []baton.Event) {
 func (h *harness) restart() *harness {
 	h.t.Helper()
 	h.close()
-	return newHarness(h.t, withDB(h.dbPath), withWorkflows(h.root), withProvider(h.prov), withTools(h.toolOpts...))
+	return newHarness(h.t, withDB(h.dbPath), withWorkflows(h.root), withProvider(h.prov), withTools(h.toolOpts...), withTasks(h.tasks), withBudget(h.budget))
 }
 
 // logBuffer collects log output from concurrent goroutines.
@@ -280,4 +285,13 @@ func checkSpeakers(t *testing.T, evs []baton.Event) {
 			selected = map[string]bool{}
 		}
 	}
+}
+
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// settled reports whether every event the bus accepted has been handled (or
+// matched no rule): a precise "nothing in flight", unlike queue lengths.
+func (h *harness) settled() bool {
+	s := h.bus.Stats()
+	return s.Published == s.Handled+s.Unmatched && h.eng.Active() == 0
 }

@@ -25,6 +25,7 @@ type textPayload struct {
 	HasToolCalls   bool    `json:"has_tool_calls,omitempty"` // chat.tool_call events of the same agent_message_id follow
 	ToolOnly       bool    `json:"tool_only,omitempty"`      // the model produced no text: Content is the fallback, not sent back to the model
 	Feedback       bool    `json:"feedback,omitempty"`       // the runtime's feedback on an invalid structured output
+	EventID        string  `json:"event_id,omitempty"`       // an observed environment event's id
 	TurnKey        string  `json:"turn_key,omitempty"`
 }
 
@@ -59,6 +60,7 @@ type selectSpeakerPayload struct {
 	Synthetic bool   `json:"_synthetic,omitempty"`
 	TurnKey   string `json:"turn_key,omitempty"`
 	TurnIndex int    `json:"turn_index"`
+	Prompt    string `json:"prompt,omitempty"` // an event rule's prompt, added to the agent's system message for this turn
 }
 
 // toolCallPayload is chat.tool_call.
@@ -81,6 +83,8 @@ type toolCallPayload struct {
 	LifecycleKey     string          `json:"lifecycle_key,omitempty"`
 	LifecycleTrigger string          `json:"lifecycle_trigger,omitempty"`
 	PendingKind      string          `json:"pending_kind,omitempty"` // ui_tool or secret, for calls awaiting the person
+	EventID          string          `json:"event_id,omitempty"`     // the observed event this get_event_info call injects
+	UIHidden         bool            `json:"ui_hidden,omitempty"`
 }
 
 // toolResponsePayload is chat.tool_response.
@@ -97,6 +101,8 @@ type toolResponsePayload struct {
 	Payload         json.RawMessage `json:"payload,omitempty"`
 	InteractionType string          `json:"interaction_type,omitempty"`
 	UIEventID       string          `json:"ui_event_id,omitempty"`
+	EventID         string          `json:"event_id,omitempty"`
+	UIHidden        bool            `json:"ui_hidden,omitempty"`
 }
 
 // usagePayload is chat.usage_summary, recorded after every model call.
@@ -130,6 +136,7 @@ type handoffPayload struct {
 	HandoffType      string `json:"handoff_type"` // after_work, condition, llm, default, user_input, max_auto_reply
 	TransitionTarget string `json:"transition_target"`
 	Condition        string `json:"condition,omitempty"`
+	Prompt           string `json:"prompt,omitempty"` // for an event's handoff: the rule's prompt for the agent's turn
 }
 
 // inputRequestPayload is chat.input_request: the chat waits for the person.

@@ -82,6 +82,10 @@ func (e *Engine) handle(ctx context.Context, ev baton.Event) error {
 		r.startMessage = p.Message
 	case TypeRunResume:
 		r.retry = true
+	case TypeRunWake:
+		if err := r.wake(ctx, ev); err != nil {
+			return err
+		}
 	case baton.TypeUserQuery:
 		if err := r.userInput(ctx, ev); err != nil {
 			clean = errors.Is(err, errIgnored)
@@ -483,6 +487,7 @@ func (r *run) startTurn(ctx context.Context, agent string) error {
 	idx := r.st.turns
 	ev := chatEvent(baton.TypeChatSelectSpeaker, r.st.chat.ID, agent, selectSpeakerPayload{
 		Kind: "select_speaker", Agent: agent, Source: "native", TurnKey: turnKey(r.st.chat.ID, agent, idx), TurnIndex: idx,
+		Prompt: r.st.nextPrompt,
 	})
 	r.e.turns.Add(1)
 	return r.record(ctx, []baton.Event{ev}, nil)
@@ -527,7 +532,11 @@ func (r *run) callModel(ctx context.Context) error {
 	msgID := fmt.Sprintf("%s_m%d", t.key, t.calls)
 	vars := st.varsForEval()
 	msgs := make([]baton.Message, 0, len(st.messages)+1)
-	msgs = append(msgs, baton.Message{Role: baton.RoleSystem, Name: agent.Name, Content: agent.RenderSystemMessage(vars)})
+	system := agent.RenderSystemMessage(vars)
+	if t.prompt != "" {
+		system += "\n\n" + t.prompt // an event rule's prompt, for this turn only
+	}
+	msgs = append(msgs, baton.Message{Role: baton.RoleSystem, Name: agent.Name, Content: system})
 	msgs = append(msgs, st.messages...)
 	tools, err := r.toolDefs(ctx, agent.Name)
 	if err != nil {

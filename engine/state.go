@@ -26,6 +26,7 @@ type state struct {
 	turns        int    // native select_speaker events: turns started
 	turn         *turn  // the turn in progress; nil between turns
 	next         string // between turns: the agent to speak next, "user" to wait, "" before the first turn
+	nextPrompt   string // the event prompt for the next turn
 	revertedFrom string // the agent that last handed over to the person
 	turnAgent    string // the sender of the last text (persisted as the chat's turn_agent)
 	selected     string // the agent of the last select_speaker recorded since the last text
@@ -52,6 +53,7 @@ type turn struct {
 	model      string          // its model's name
 	autoFired  bool            // the auto-tool for it is recorded
 	retries    int             // schema feedback given in this turn
+	prompt     string          // an event rule's prompt for this turn
 }
 
 // openCall is a chat.tool_call without its chat.tool_response yet.
@@ -113,7 +115,8 @@ func (st *state) apply(ev *baton.Event) {
 		_ = json.Unmarshal(ev.Payload, &p)
 		st.selected = p.Agent
 		if p.Source == "native" {
-			st.turn = &turn{index: p.TurnIndex, agent: p.Agent, key: p.TurnKey}
+			st.turn = &turn{index: p.TurnIndex, agent: p.Agent, key: p.TurnKey, prompt: p.Prompt}
+			st.nextPrompt = ""
 			st.turns = p.TurnIndex + 1
 		}
 	case baton.TypeChatText:
@@ -220,6 +223,7 @@ func (st *state) apply(ev *baton.Event) {
 		switch p.TransitionTarget {
 		case workflow.AgentTarget:
 			st.next = p.To
+			st.nextPrompt = p.Prompt
 		case workflow.RevertToUserTarget:
 			st.next = workflow.UserAgent
 			st.revertedFrom = p.From

@@ -28,6 +28,7 @@ type runtimeConfig struct {
 	storeURL     string // sqlite:PATH or postgres://…; empty means sqlite under dataDir
 	workflowsDir string // a folder of workflow folders; empty means the embedded examples
 	dataDir      string // where baton keeps its files (default ./.baton)
+	rulesFile    string // extra bus rules (engine.LoadRules); empty means the defaults only
 	log          *slog.Logger
 }
 
@@ -51,6 +52,7 @@ func (c *runtimeConfig) flags(fs interface {
 	fs.StringVar(&c.storeURL, "store", envOr("BATON_STORE", ""), "store: sqlite:PATH or postgres://… (env BATON_STORE; default sqlite under --data-dir)")
 	fs.StringVar(&c.workflowsDir, "workflows", envOr("BATON_WORKFLOWS", ""), "folder of workflow folders (env BATON_WORKFLOWS; default: the built-in examples)")
 	fs.StringVar(&c.dataDir, "data-dir", envOr("BATON_DATA_DIR", ".baton"), "where baton keeps its files (env BATON_DATA_DIR)")
+	fs.StringVar(&c.rulesFile, "rules", envOr("BATON_RULES", ""), "a rules file for environment events (env BATON_RULES; see docs/events.md)")
 }
 
 // openRuntime opens the store, loads the workflows, and starts the bus and
@@ -68,6 +70,12 @@ func openRuntime(ctx context.Context, cfg runtimeConfig) (*runtime, error) {
 	if err != nil {
 		return nil, err
 	}
+	var ruleSpecs []engine.RuleSpec
+	if cfg.rulesFile != "" {
+		if ruleSpecs, err = engine.LoadRules(cfg.rulesFile); err != nil {
+			return nil, err
+		}
+	}
 	st, err := store.Open(ctx, cfg.storeURL, store.WithLogger(log))
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
@@ -81,6 +89,14 @@ func openRuntime(ctx context.Context, cfg runtimeConfig) (*runtime, error) {
 	if err != nil {
 		_ = st.Close()
 		return nil, err
+	}
+	// The rules of spec/environment-events.md: the engine's own (priority
+	// 100), the defaults, then the app's from --rules.
+	for _, r := range append(eng.DefaultRules(), eng.Rules(ruleSpecs)...) {
+		if err := b.RegisterRule(r); err != nil {
+			_ = st.Close()
+			return nil, fmt.Errorf("rules: %w", err)
+		}
 	}
 	log.Info("baton runtime ready", "store", redactURL(cfg.storeURL), "workflows", len(wfs), "workflow_root", root)
 	rt := &runtime{store: st, bus: b, recorder: rec, engine: eng, workflows: wfs, log: log, engineDone: make(chan struct{})}
@@ -102,6 +118,13 @@ func (rt *runtime) recover(ctx context.Context) error {
 	n, err := rt.engine.Recover(ctx, chats)
 	if n > 0 {
 		rt.log.Info("resumed chats that were running", "count", n)
+	}
+	if err != nil {
+		return err
+	}
+	tasks, err := rt.engine.RecoverTasks(ctx)
+	if tasks > 0 {
+		rt.log.Info("reported background tasks interrupted by the restart as failed", "count", tasks)
 	}
 	return err
 }
