@@ -185,7 +185,7 @@ func (e *Engine) taskFunc(chat baton.Chat, name string) (TaskFunc, error) {
 // startTaskTool is the built-in start_background_task tool.
 func (e *Engine) startTaskTool() baton.Tool {
 	type args struct {
-		Task  string          `json:"task" jsonschema:"the task to start: a registered task or a command tool of this workflow"`
+		Task  string         `json:"task" jsonschema:"the task to start: a registered task or a command tool of this workflow"`
 		Input map[string]any `json:"input,omitempty" jsonschema:"the task's input, a JSON object"`
 	}
 	return tool.MustFunc(ToolStartBackgroundTask, "Start work that goes on after this turn; you will be told when it completes or fails.",
