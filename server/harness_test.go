@@ -235,7 +235,7 @@ func (e *env) waitStatus(t testing.TB, chatID string, want ...baton.ChatStatus) 
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		c, err := e.store.GetChat(context.Background(), scopeAda, chatID)
-		if err == nil && e.bus.Pending() == 0 && e.eng.Active() == 0 {
+		if st := e.bus.Stats(); err == nil && st.Published == st.Handled+st.Unmatched && e.eng.Active() == 0 {
 			for _, w := range want {
 				if c.Status == w {
 					return c
