@@ -38,7 +38,21 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
-// renderMarkdown turns model text into sanitised HTML inside a container.
+function escapeHTML(s) {
+  return String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
+}
+
+// Raw HTML in model text is shown as the text it is, never as markup.
+marked.use({
+  renderer: {
+    html(token) {
+      return escapeHTML(token.text ?? token.raw ?? "");
+    },
+  },
+});
+
+// renderMarkdown turns model text into sanitised HTML inside a container:
+// marked's output (raw HTML escaped) goes through DOMPurify before the DOM.
 function renderMarkdown(container, text) {
   const html = marked.parse(String(text ?? ""), { async: false, gfm: true, breaks: true });
   container.innerHTML = DOMPurify.sanitize(html, { USE_PROFILES: { html: true } });
@@ -231,6 +245,8 @@ function newView(id, workflow) {
     closed: false,
     status: "",
     msgId: 0,
+    metrics: undefined, // true: /metrics/perf/chats answers; false: it does not
+    metricsTimer: null,
   };
 }
 
@@ -238,6 +254,7 @@ function closeChat() {
   if (!view) return;
   view.closed = true;
   clearTimeout(view.timer);
+  clearTimeout(view.metricsTimer);
   if (view.socket) view.socket.close(1000, "chat closed");
   view = null;
 }
@@ -252,6 +269,8 @@ async function openChat(id, workflow) {
   $("artifact-body").replaceChildren();
   $("dev-log").replaceChildren();
   updateUsage();
+  $("dev-usage-note").textContent = "";
+  if (!$("dev-panel").hidden) refreshMetrics();
   $("chat-title").textContent = workflow ? `${workflow} chat` : "Chat";
   $("chat-title").title = id;
   setStatus("");
@@ -282,14 +301,20 @@ function setStatus(text) {
   pill.textContent = text;
   pill.hidden = !text;
   pill.className = `status-pill s-${text}`;
-  if (view) view.status = text;
+  if (!view) return;
+  view.status = text;
+  const item = document.querySelector(`.chat-item[data-chat-id="${CSS.escape(view.id)}"] .status-pill`);
+  if (item && text) {
+    item.textContent = text;
+    item.className = `status-pill s-${text}`;
+  }
 }
 
 function setInput(enabled, prompt) {
   const input = $("composer-input");
   input.disabled = !enabled;
   $("send-button").disabled = !enabled;
-  input.placeholder = enabled ? prompt || "Type your message" : "The agent has not asked for input yet";
+  input.placeholder = enabled ? prompt || "Type your message" : prompt || "The agent has not asked for input yet";
   if (enabled) input.focus();
 }
 
@@ -418,6 +443,7 @@ function onToolCall(d) {
   const uid = d.ui_event_id;
   const ct = d.component_type;
   const answerable = uid && (d.awaiting_response || d.interaction_type === "auto_tool" || d.pending_kind);
+  if (d.transfer) return; // a hand-over, not something to show
   if (!ct && !answerable) {
     toolLine(`${d.agent} called ${d.tool_name}`, "info");
     return;
@@ -431,6 +457,7 @@ function onToolCall(d) {
   const payload = flattenPayload(d.payload || {}, ct);
   const secret = d.pending_kind === "secret" || ct === "SecretsInput" || payload.masked === true;
   let comp;
+  setStatus(secret ? "waiting_secret" : "waiting_ui_tool");
   if (secret) comp = secretForm(d, payload);
   else if (ct === "ActionPlan") comp = actionPlan(d, payload);
   else comp = inlineForm(d, payload);
@@ -644,7 +671,7 @@ function onInputRequest(d) {
 function onRunComplete(d) {
   removeThinking();
   dropStreams();
-  setInput(false);
+  setInput(false, "This chat is complete");
   setStatus("completed");
   const again = el("button", { type: "button", class: "start-new", text: "Start new chat", onclick: () => startChat(view ? view.workflow : $("workflow-select").value) });
   append(
@@ -662,7 +689,7 @@ function onRunComplete(d) {
 function onError(d) {
   removeThinking();
   dropStreams();
-  setInput(false);
+  setInput(false, "The chat stopped with an error: retry it");
   setStatus("failed");
   const retry = el("button", { type: "button", text: "Retry" });
   const box = el(
@@ -689,6 +716,7 @@ function onError(d) {
 
 function updateUsage() {
   $("dev-seq").textContent = String(view ? view.lastSeq : 0);
+  if (view && view.metrics) return; // the metrics endpoint's totals are shown
   $("dev-tokens").textContent = String(view ? view.tokens : 0);
   $("dev-cost").textContent = view ? view.cost.toFixed(6) : "0";
 }
@@ -752,6 +780,10 @@ function handle(env) {
     case "chat.usage_summary":
       view.tokens += Number(d.total_tokens) || 0;
       view.cost += Number(d.cost) || 0;
+      if (view.metrics) {
+        clearTimeout(view.metricsTimer);
+        view.metricsTimer = setTimeout(refreshMetrics, 300);
+      }
       break;
     default:
       break;
@@ -849,21 +881,26 @@ $("dev-toggle").addEventListener("click", () => {
 // refreshMetrics asks the metrics endpoint for the chat's totals, when the
 // server has one; otherwise the panel shows the sum of the usage summaries
 // the page has seen (the visible agents').
+// The endpoint is asked once per chat; when it is missing (404) the sum is
+// kept and it is not asked again.
 async function refreshMetrics() {
   const note = $("dev-usage-note");
-  note.textContent = "Sum of the chat.usage_summary events of visible agents.";
-  if (!view) return;
+  const v = view;
+  if (!v) return;
+  if (v.metrics === false) return;
   try {
-    const res = await fetch(`/metrics/perf/chats/${enc(view.id)}`, { headers: state.key ? { Authorization: `Bearer ${state.key}` } : {} });
-    if (!res.ok) return;
+    const res = await fetch(`/metrics/perf/chats/${enc(v.id)}`, { headers: state.key ? { Authorization: `Bearer ${state.key}` } : {} });
+    if (!res.ok) throw new Error(res.statusText);
     const m = await res.json();
-    const tokens = m.total_tokens ?? m.tokens;
-    const cost = m.total_cost ?? m.cost ?? m.cost_usd;
-    if (typeof tokens === "number") $("dev-tokens").textContent = String(tokens);
-    if (typeof cost === "number") $("dev-cost").textContent = cost.toFixed(6);
-    note.textContent = "Totals from /metrics/perf/chats.";
+    if (typeof m.total_tokens !== "number" || v !== view) throw new Error("no totals");
+    v.metrics = true;
+    $("dev-tokens").textContent = String(m.total_tokens);
+    $("dev-cost").textContent = Number(m.total_cost || 0).toFixed(6);
+    note.textContent = "Totals of every agent, from /metrics/perf/chats.";
   } catch {
-    // no metrics endpoint: keep the sum
+    v.metrics = false;
+    note.textContent = "Sum of the chat.usage_summary events of the visible agents.";
+    updateUsage();
   }
 }
 

@@ -1,0 +1,193 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/bus"
+	"github.com/batonhq/baton/engine"
+	"github.com/batonhq/baton/llm/scripted"
+	"github.com/batonhq/baton/recorder"
+	"github.com/batonhq/baton/server"
+	"github.com/batonhq/baton/store/sqlite"
+	"github.com/batonhq/baton/web"
+	"github.com/batonhq/baton/workflow"
+)
+
+// app is the tenant the page acts for (its default; dev mode needs no key).
+const app = "default"
+
+// backend is one life of the real server: store, bus, recorder, engine and
+// API with the UI, listening on addr. kill ends it abruptly, as a crash
+// would: every connection is cut before anything is shut down.
+type backend struct {
+	addr    string
+	ln      *trackingListener
+	hs      *http.Server
+	api     *server.Server
+	eng     *engine.Engine
+	bus     *bus.Bus
+	st      *sqlite.Store
+	stopRun context.CancelFunc
+	runDone chan struct{}
+	served  chan struct{}
+	once    sync.Once
+}
+
+// loadWorkflows loads the example generator (the real one) and this
+// package's test workflows.
+func loadWorkflows(t *testing.T) []*workflow.Workflow {
+	t.Helper()
+	gen, err := workflow.Load(os.DirFS("../workflows"), "generator")
+	if err != nil {
+		t.Fatalf("load generator: %v", err)
+	}
+	xss, err := workflow.Load(os.DirFS("testdata/workflows"), "xss")
+	if err != nil {
+		t.Fatalf("load xss: %v", err)
+	}
+	return []*workflow.Workflow{gen, xss}
+}
+
+// startBackend starts a server on addr ("127.0.0.1:0" for a new port) over
+// the SQLite file dbPath, resuming the chats that were running.
+func startBackend(t *testing.T, dbPath, addr string) *backend {
+	t.Helper()
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	st, err := sqlite.Open(ctx, dbPath, sqlite.WithSynchronous("NORMAL"))
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	b := &backend{st: st, runDone: make(chan struct{}), served: make(chan struct{})}
+	b.bus = bus.New(bus.WithLogger(log))
+	rec := recorder.New(st, engine.ObserverPublisher{Bus: b.bus})
+	b.eng, err = engine.New(engine.Config{
+		Store: st, Recorder: rec, Bus: b.bus, Workflows: loadWorkflows(t), WorkflowRoot: "../workflows",
+		Providers: func(wf *workflow.Workflow) (baton.Provider, error) {
+			return scripted.Load(wf.FS, path.Join(wf.Dir, "scripted.json"))
+		},
+		Logger: log, SecretKey: []byte("0123456789abcdef0123456789abcdef"),
+	})
+	if err != nil {
+		_ = st.Close()
+		t.Fatalf("engine: %v", err)
+	}
+	var runCtx context.Context
+	runCtx, b.stopRun = context.WithCancel(context.Background())
+	go func() {
+		defer close(b.runDone)
+		_ = b.eng.Run(runCtx)
+	}()
+	running, err := st.ChatsByStatus(ctx, baton.ChatRunning, 1000)
+	if err != nil {
+		t.Fatalf("running chats: %v", err)
+	}
+	if _, err := b.eng.Recover(ctx, running); err != nil {
+		t.Fatalf("recover: %v", err)
+	}
+	b.api, err = server.New(server.Config{
+		Store: st, Keys: st, Bus: b.bus, Engine: b.eng, Logger: log, Dev: true, UI: web.Handler(),
+	})
+	if err != nil {
+		t.Fatalf("server: %v", err)
+	}
+	ln, err := listen(ctx, addr)
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	b.ln = &trackingListener{Listener: ln, conns: map[net.Conn]struct{}{}}
+	b.addr = ln.Addr().String()
+	b.hs = &http.Server{Handler: b.api.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		defer close(b.served)
+		_ = b.hs.Serve(b.ln)
+	}()
+	t.Cleanup(b.kill)
+	return b
+}
+
+// listen listens on addr, retrying briefly when a restart finds the port
+// not yet released.
+func listen(ctx context.Context, addr string) (net.Listener, error) {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
+		if err == nil || time.Now().After(deadline) {
+			return ln, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// url is the page's address.
+func (b *backend) url() string { return "http://" + b.addr + "/" }
+
+// kill cuts every connection (WebSockets included: they are hijacked, so
+// http.Server.Close would not), then stops the API, the engine, the bus and
+// the store. It is idempotent.
+func (b *backend) kill() {
+	b.once.Do(func() {
+		_ = b.ln.Close()
+		b.ln.closeAll()
+		_ = b.hs.Close()
+		<-b.served
+		b.api.Close()
+		b.stopRun()
+		<-b.runDone
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = b.bus.Close(ctx)
+		_ = b.eng.Close()
+		_ = b.st.Close()
+	})
+}
+
+// trackingListener remembers the connections it accepted so that kill can
+// cut them all.
+type trackingListener struct {
+	net.Listener
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+}
+
+func (l *trackingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		_ = c.Close()
+		return nil, errors.New("listener closed")
+	}
+	l.conns[c] = struct{}{}
+	return c, nil
+}
+
+func (l *trackingListener) closeAll() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	for c := range l.conns {
+		_ = c.Close()
+	}
+	clear(l.conns)
+}
