@@ -115,6 +115,8 @@ type Collector struct {
 	scopes sync.Map // chat id -> baton.Scope, noted by TimedRecorder
 
 	queue     chan baton.ChatStats
+	writeCtx  context.Context // canceled when Close gives up waiting
+	stopWrite context.CancelFunc
 	stopLoop  context.CancelFunc
 	loopDone  chan struct{}
 	writeDone chan struct{}
@@ -231,6 +233,7 @@ func (c *Collector) Start() error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.started, c.stopLoop = true, cancel
+	c.writeCtx, c.stopWrite = context.WithCancel(context.Background())
 	c.loopDone, c.writeDone = make(chan struct{}), make(chan struct{})
 	go c.loop(ctx, sub)
 	go c.writer()
@@ -239,7 +242,7 @@ func (c *Collector) Start() error {
 
 // Close stops observing, queues what changed since the last flush, and
 // waits until the writer has written what is queued or ctx is done (then
-// the rest is dropped and counted).
+// the rest is dropped, counted as rollup errors).
 func (c *Collector) Close(ctx context.Context) error {
 	c.mu.Lock()
 	if !c.started || c.closed {
@@ -254,9 +257,12 @@ func (c *Collector) Close(ctx context.Context) error {
 	close(c.queue)
 	select {
 	case <-c.writeDone:
+		c.stopWrite()
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("metrics: close: rollups still queued: %w", ctx.Err())
+		c.stopWrite() // the writer's current and queued writes fail at once
+		<-c.writeDone
+		return fmt.Errorf("metrics: close: rollups dropped: %w", ctx.Err())
 	}
 }
 
@@ -672,7 +678,7 @@ func (c *Collector) evict() {
 func (c *Collector) writer() {
 	defer close(c.writeDone)
 	for d := range c.queue {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(c.writeCtx, 30*time.Second)
 		err := c.opts.Stats.AddChatStats(ctx, d)
 		cancel()
 		if err != nil {

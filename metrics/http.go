@@ -143,7 +143,8 @@ func (c *Collector) ChatPerf(r *http.Request, scope baton.Scope, chatID string) 
 
 // AggregateHandler serves GET /metrics/perf/aggregate. With scopeOf nil it
 // reports every app (an operator endpoint); with scopeOf it reports the
-// caller's app only (active_chats stays the process's).
+// caller's app only (active_chats: its chats with an event in the last
+// minute).
 func (c *Collector) AggregateHandler(scopeOf ScopeFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		agg := c.Snapshot()
@@ -153,13 +154,21 @@ func (c *Collector) AggregateHandler(scopeOf ScopeFunc) http.Handler {
 				writeError(w, err)
 				return
 			}
+			now := c.now()
 			c.mu.Lock()
 			t := totals{}
 			if a := c.apps[scope.App]; a != nil {
 				t = *a
 			}
+			var active int64
+			for _, ch := range c.chats {
+				if ch.scoped && ch.scope.App == scope.App && now.Sub(ch.lastSeen) < time.Minute {
+					active++
+				}
+			}
 			c.mu.Unlock()
 			agg.TotalTurns, agg.TotalToolCalls, agg.TotalTokens, agg.TotalCost = t.Turns, t.ToolCalls, t.TotalTokens(), t.Cost
+			agg.ActiveChats = active
 		}
 		writeJSON(w, http.StatusOK, agg)
 	})

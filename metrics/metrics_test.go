@@ -443,3 +443,33 @@ func TestBudgetStoreErrorLetsTheCallGoAhead(t *testing.T) {
 		t.Fatalf("budget of an unknown chat = %v, %v; want an error", over, err)
 	}
 }
+
+// TestCloseGivesUpOnAStalledWriter: Close with a deadline returns when the
+// writer is stuck, counts what it dropped, and leaves no goroutine behind
+// (goleak in TestMain).
+func TestCloseGivesUpOnAStalledWriter(t *testing.T) {
+	blocked := &blockingStats{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	h := newHarness(t, config{
+		opts: metrics.Options{FlushInterval: time.Millisecond},
+		stats: func(s baton.StatsStore) baton.StatsStore {
+			blocked.StatsStore = s
+			return blocked
+		},
+	})
+	id := h.start("hello")
+	h.waitStatus(id, baton.ChatCompleted)
+	h.waitObserved(1)
+	select {
+	case <-blocked.entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the writer never started a write")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := h.col.Close(ctx); err == nil {
+		t.Fatal("Close returned nil with the writer stuck")
+	}
+	if gathered(t, h.col.Registry(), "baton_metrics_rollup_errors_total") == 0 {
+		t.Error("the dropped write was not counted")
+	}
+}

@@ -119,14 +119,22 @@ func (t *Tracer) Close() {
 	<-t.done
 	for id, ct := range t.chats {
 		t.endRun(ct, ct.last, nil)
+		for cid, s := range ct.tools {
+			s.End(trace.WithTimestamp(ct.last))
+			delete(ct.tools, cid)
+		}
 		delete(t.chats, id)
 	}
 }
 
 func (t *Tracer) loop(ctx context.Context, sub *bus.Subscription) {
 	defer close(t.done)
+	tick := time.NewTicker(time.Minute)
+	defer tick.Stop()
 	for {
 		select {
+		case now := <-tick.C:
+			t.evict(now)
 		case <-ctx.Done():
 			// Take what is already buffered (all of it once the bus has
 			// closed), then stop.
@@ -280,6 +288,20 @@ func (t *Tracer) Observe(ev baton.Event) {
 		t.endRun(ct, ts, fmt.Errorf("%s", p.Code))
 	case baton.TypeChatInputRequest:
 		t.endRun(ct, ts, nil)
+	}
+}
+
+// evict forgets chats paused for longer than DefaultIdle, ending the tool
+// spans still waiting for a person at the chat's last event.
+func (t *Tracer) evict(now time.Time) {
+	for id, ct := range t.chats {
+		if ct.root == nil && now.Sub(ct.last) > DefaultIdle {
+			for cid, s := range ct.tools {
+				s.End(trace.WithTimestamp(ct.last))
+				delete(ct.tools, cid)
+			}
+			delete(t.chats, id)
+		}
 	}
 }
 
