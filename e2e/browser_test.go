@@ -167,12 +167,19 @@ func (b *browser) shot(t *testing.T, name string) {
 	}
 }
 
-// noProblems fails the test if the page threw or logged an error.
-func (b *browser) noProblems(t *testing.T) {
+// noProblems fails the test if the page threw or logged an error, except
+// for the expected ones containing one of allowed.
+func (b *browser) noProblems(t *testing.T, allowed ...string) {
 	t.Helper()
 	b.mu.Lock()
 	defer b.mu.Unlock()
+next:
 	for _, p := range b.problems {
+		for _, a := range allowed {
+			if strings.Contains(p, a) {
+				continue next
+			}
+		}
 		t.Errorf("browser console: %s", p)
 	}
 }

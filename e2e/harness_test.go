@@ -53,19 +53,25 @@ func loadWorkflows(t *testing.T) []*workflow.Workflow {
 	if err != nil {
 		t.Fatalf("load generator: %v", err)
 	}
-	xss, err := workflow.Load(os.DirFS("testdata/workflows"), "xss")
+	own, err := workflow.LoadAll(os.DirFS("testdata/workflows"))
 	if err != nil {
-		t.Fatalf("load xss: %v", err)
+		t.Fatalf("load testdata workflows: %v", err)
 	}
-	return []*workflow.Workflow{gen, xss}
+	return append([]*workflow.Workflow{gen}, own...)
 }
+
+// option changes the server's configuration (by default dev mode: no key).
+type option func(*server.Config)
+
+// withKeys turns dev mode off: every request needs an API key.
+func withKeys(c *server.Config) { c.Dev = false }
 
 // startBackend starts a server on addr ("127.0.0.1:0" for a new port) over
 // the SQLite file dbPath, resuming the chats that were running.
-func startBackend(t *testing.T, dbPath, addr string) *backend {
+func startBackend(t *testing.T, dbPath, addr string, opts ...option) *backend {
 	t.Helper()
 	ctx := context.Background()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	st, err := sqlite.Open(ctx, dbPath, sqlite.WithSynchronous("NORMAL"))
 	if err != nil {
 		t.Fatalf("open store: %v", err)
@@ -97,9 +103,11 @@ func startBackend(t *testing.T, dbPath, addr string) *backend {
 	if _, err := b.eng.Recover(ctx, running); err != nil {
 		t.Fatalf("recover: %v", err)
 	}
-	b.api, err = server.New(server.Config{
-		Store: st, Keys: st, Bus: b.bus, Engine: b.eng, Logger: log, Dev: true, UI: web.Handler(),
-	})
+	cfg := server.Config{Store: st, Keys: st, Bus: b.bus, Engine: b.eng, Logger: log, Dev: true, UI: web.Handler()}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	b.api, err = server.New(cfg)
 	if err != nil {
 		t.Fatalf("server: %v", err)
 	}

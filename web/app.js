@@ -705,7 +705,6 @@ function onError(d) {
     try {
       await api("POST", `/api/chats/${enc(state.app)}/${enc(view.id)}/resume`, {});
       retry.replaceWith(el("p", { class: "muted small", text: "Retrying…" }));
-      setStatus("running");
     } catch (err) {
       retry.disabled = false;
       showBanner(`Retry failed: ${err.message}`, "error");
