@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -106,4 +107,78 @@ func TestAuth_KeyOnce(t *testing.T) {
 	b.shot(t, "17-authenticated")
 	// The page learns that it needs a key from the first request's 401.
 	b.noProblems(t, "401 (Unauthorized) http://"+be.addr+"/api/workflows")
+}
+
+// TestAutoTool_FailureShown: an auto-tool response that failed is shown
+// (a successful one is not), and the artifact's buttons go away.
+func TestAutoTool_FailureShown(t *testing.T) {
+	be := startBackend(t, filepath.Join(t.TempDir(), "baton.db"), "127.0.0.1:0")
+	b := newBrowser(t)
+	chatID := startGenerator(t, b, be.url())
+	answerFirstQuestion(t, b)
+	b.do(t, "type the secret", chromedp.SendKeys(chromedp.CSS("form.secret-form input"), secretValue+kb.Enter))
+	b.waitFor(t, "the action plan", `!!document.querySelector("#artifact-panel button.approve")`)
+	uiEventID := eval[string](t, b, `document.querySelector("#artifact-panel .action-plan").dataset.uiEventId`)
+	// Another client answers the plan with an error.
+	postJSON(t, "http://"+be.addr+"/api/input/submit", map[string]any{
+		"app": app, "chat_id": chatID, "ui_event_id": uiEventID, "status": "error", "data": map[string]string{"reason": "renderer crashed"},
+	})
+	b.waitFor(t, "the failure", `[...document.querySelectorAll("#messages .msg.tool.error")].some(n => n.textContent.includes("action_plan failed"))`)
+	if got := eval[string](t, b, `document.querySelector("#artifact-panel .component-done")?.textContent || ""`); got != "Not applied: the response failed." {
+		t.Errorf("artifact after the failed response says %q", got)
+	}
+	if n := eval[int](t, b, `document.querySelectorAll("#artifact-panel button.approve").length`); n != 0 {
+		t.Error("the approve button is still there after the response")
+	}
+	b.shot(t, "18-auto-tool-failure")
+	b.noProblems(t)
+}
+
+// TestUITool_InlineForm: a UI tool with a component the page has no
+// special view for is the inline form; its answer is the tool's result and
+// the chat goes on.
+func TestUITool_InlineForm(t *testing.T) {
+	be := startBackend(t, filepath.Join(t.TempDir(), "baton.db"), "127.0.0.1:0")
+	b := newBrowser(t)
+	b.do(t, "open the page", chromedp.Navigate(be.url()))
+	b.waitFor(t, "the workflow list", `!!document.querySelector('#workflow-select option[value="confirm"]')`)
+	b.do(t, "start a confirm chat",
+		chromedp.SetValue(chromedp.CSS("#workflow-select"), "confirm"),
+		chromedp.Click(chromedp.CSS("#start-button")),
+	)
+	b.waitFor(t, "the inline form", `!!document.querySelector("form.inline-form input")`)
+	if got := eval[string](t, b, `document.querySelector("form.inline-form .component-title").textContent`); got != "Ship it on <b>Friday</b>?" {
+		t.Errorf("form title %q, want the question as text", got)
+	}
+	if got := eval[string](t, b, "document.activeElement.name"); got != "response" {
+		t.Errorf("focus on %q, want the form's input", got)
+	}
+	if got := eval[string](t, b, `document.querySelector('label[for="' + document.querySelector("form.inline-form input").id + '"]').textContent`); got != "Your answer" {
+		t.Errorf("input label %q", got)
+	}
+	b.shot(t, "19-inline-form")
+	b.do(t, "answer", chromedp.SendKeys(chromedp.CSS("form.inline-form input"), "yes, Friday"+kb.Enter))
+	b.waitFor(t, "the agent's thanks and the badge", `[...document.querySelectorAll('#messages .msg.agent[data-agent="Asker"]')].some(n => n.textContent.includes("Thanks, noted.")) && !!document.querySelector(".msg.badge")`)
+	if got := eval[string](t, b, `document.querySelector(".inline-form .component-done")?.textContent || ""`); got != "Answered." {
+		t.Errorf("the form after the answer says %q", got)
+	}
+	// The answer is the tool's recorded result.
+	chatID := strings.TrimPrefix(eval[string](t, b, "location.hash"), "#chat=")
+	var hist struct {
+		Events []struct {
+			Type string          `json:"type"`
+			Data json.RawMessage `json:"data"`
+		} `json:"events"`
+	}
+	getJSON(t, "http://"+be.addr+"/api/chats/"+app+"/"+chatID+"/events", &hist)
+	var answered bool
+	for _, e := range hist.Events {
+		if e.Type == "chat.tool_response" && strings.Contains(string(e.Data), `"ask_confirm"`) && strings.Contains(string(e.Data), "yes, Friday") {
+			answered = true
+		}
+	}
+	if !answered {
+		t.Error("no recorded ask_confirm response with the answer")
+	}
+	b.noProblems(t)
 }

@@ -100,6 +100,9 @@ func TestGenerator_StartToRunComplete(t *testing.T) {
 	if strings.Contains(eval[string](t, b, "document.querySelector('#messages').innerText"), `"ActionPlan"`) {
 		t.Error("the ActionPlanAgent's raw JSON is shown")
 	}
+	if got := eval[string](t, b, "document.activeElement.textContent"); got != "Approve" {
+		t.Errorf("focus on %q when the plan appears, want its Approve button", got)
+	}
 	b.shot(t, "04-action-plan")
 
 	// The developer panel: envelopes with sequences, tokens and cost.
@@ -110,7 +113,8 @@ func TestGenerator_StartToRunComplete(t *testing.T) {
 	b.waitFor(t, "envelopes in the developer panel", `document.querySelectorAll("#dev-log .seq").length > 5`)
 	b.shot(t, "05-developer-panel")
 
-	b.do(t, "approve the plan", chromedp.Click(chromedp.CSS("#artifact-panel button.approve")))
+	// Approve with the keyboard.
+	b.do(t, "approve the plan", chromedp.Focus(chromedp.CSS("#artifact-panel button.approve")), chromedp.KeyEvent(kb.Enter))
 	b.waitFor(t, "the completion badge", `!!document.querySelector(".msg.badge") && document.querySelector(".msg.badge").textContent.includes("Chat complete")`)
 	b.waitFor(t, "the delivery message", `[...document.querySelectorAll('#messages .msg.agent[data-agent="DeliveryAgent"]')].some(n => n.textContent.includes("Thanks, and goodbye!") && n.dataset.seq)`)
 	b.shot(t, "06-complete")

@@ -601,8 +601,8 @@ function actionPlan(d, payload) {
       el("button", { type: "button", class: "secondary", text: "Review the plan", onclick: () => approve.isConnected ? approve.focus() : art.focus() }),
     ),
   );
-  const done = (text) => {
-    controls.replaceChildren(el("p", { class: "component-done", text }));
+  const done = (text, kind) => {
+    controls.replaceChildren(el("p", { class: `component-done ${kind || ""}`, text }));
   };
   approve.addEventListener("click", () => {
     if (respond(uid, { action: "approve" })) done("Approved.");
@@ -622,7 +622,8 @@ function actionPlan(d, payload) {
     finish(r) {
       if (approve.isConnected) {
         const a = r && r.payload && r.payload.data && r.payload.data.action;
-        done(a === "revise" ? "Changes requested." : r && r.status === "cancelled" ? "Cancelled." : "Answered.");
+        if (r && r.success === false) done("Not applied: the response failed.", "failed");
+        else done(a === "revise" ? "Changes requested." : a === "approve" ? "Approved." : "Answered.");
       }
     },
   };
@@ -633,10 +634,10 @@ function actionPlan(d, payload) {
 function inlineForm(d, payload) {
   const uid = d.ui_event_id;
   const form = el("form", { class: "component inline-form", "aria-label": `${d.tool_name} form`, dataset: { uiEventId: uid } });
-  form.append(el("p", { class: "component-title", text: payload.agent_message || payload.prompt || `${d.agent} asks (${d.component_type || d.tool_name})` }));
+  const title = [payload.question, payload.agent_message, payload.prompt, payload.message].find((v) => typeof v === "string" && v);
+  form.append(el("p", { class: "component-title", text: title || `${d.agent} asks (${d.component_type || d.tool_name})` }));
   const shown = { ...payload };
-  delete shown.agent_message;
-  delete shown.prompt;
+  for (const k of ["question", "agent_message", "prompt", "message"]) if (shown[k] === title) delete shown[k];
   delete shown.interaction_type;
   if (Object.keys(shown).length) form.append(el("pre", { class: "payload", text: JSON.stringify(shown, null, 2) }));
   const inputId = `answer-${uid}`;
