@@ -174,6 +174,11 @@ func TestGenerator_StartToRunComplete(t *testing.T) {
 	if !grew {
 		t.Errorf("no message streamed token by token: %v", obs.Streams)
 	}
+	for id, states := range obs.Streams {
+		if slices.ContainsFunc(states, func(s string) bool { return strings.TrimSpace(s) == "NEXT" }) {
+			t.Errorf("the hidden control text NEXT was shown while streaming (%s)", id)
+		}
+	}
 
 	// The secret is nowhere in the page, the developer panel included.
 	for _, expr := range []string{"document.documentElement.outerHTML", "document.body.innerText", "document.querySelector('#dev-panel').textContent"} {

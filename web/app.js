@@ -365,15 +365,21 @@ function onStreamText(d) {
   if (view.structured.has(d.agent)) return; // raw JSON; the component shows it
   let s = view.streams.get(id);
   if (!s) {
-    removeThinking(d.agent);
     const { node, body } = messageNode(d.agent, "agent");
     node.classList.add("streaming");
     node.dataset.messageId = id;
+    node.setAttribute("aria-busy", "true");
     s = { node, body, agent: d.agent, text: "" };
     view.streams.set(id, s);
-    append(node);
   }
   s.text += d.delta || "";
+  // A lone word such as a hidden control token ("NEXT") is not shown until
+  // more comes: the recorded text decides whether it is shown at all.
+  if (!s.node.isConnected) {
+    if (!/\s/.test(s.text) && s.text.length < 24) return;
+    removeThinking(d.agent);
+    append(s.node);
+  }
   s.body.textContent = s.text;
   scrollDown();
 }
@@ -404,13 +410,14 @@ function onText(d, env) {
     setInput(false);
     return;
   }
-  if (!s) {
+  if (!s || !s.node.isConnected) {
     const m = messageNode(agent, agent === "system" ? "system" : "agent");
     s = { node: m.node, body: m.body };
     if (id) s.node.dataset.messageId = id;
     append(s.node);
   }
   s.node.classList.remove("streaming");
+  s.node.removeAttribute("aria-busy");
   s.node.dataset.seq = d.sequence;
   renderMarkdown(s.body, d.content);
   scrollDown();
