@@ -30,6 +30,7 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
 	"github.com/batonhq/baton/engine"
+	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/workflow"
 )
 
@@ -75,6 +76,9 @@ type Config struct {
 	// outside /api/, /ws/ and /sessions/ that is not a route (the page at
 	// "/" and its assets). It needs no key; the page asks for one.
 	UI http.Handler
+	// Metrics serves /metrics and /metrics/perf/* and counts WebSocket
+	// streams; nil answers those routes with 503.
+	Metrics *metrics.Collector
 }
 
 // Server serves the API. Create it with New and stop it with Close.
@@ -152,6 +156,10 @@ func New(cfg Config) (*Server, error) {
 		{"POST", "/api/events", s.handleExternalEvent},
 		{"POST", "/sessions/{id}/prompt", s.handlePrompt},
 		{"GET", "/ws/{app}/{chat_id}", s.handleWS},
+		{"GET", "/metrics/perf/aggregate", s.metricsHandler(func(c *metrics.Collector) http.Handler { return c.AggregateHandler(s.metricsScope) })},
+		{"GET", "/metrics/perf/chats/{chat_id}", s.metricsHandler(func(c *metrics.Collector) http.Handler { return c.ChatHandler(s.metricsScope) })},
+		{"GET", "/metrics/prometheus", s.metricsHandler(prometheusHandler(s))},
+		{"GET", "/metrics", s.metricsHandler(prometheusHandler(s))},
 	}
 	s.mux = http.NewServeMux()
 	for _, rt := range s.routes {
@@ -170,7 +178,7 @@ func New(cfg Config) (*Server, error) {
 // apiPath reports whether path belongs to the API, whose unknown paths are
 // JSON 404s rather than the UI's.
 func apiPath(path string) bool {
-	for _, p := range []string{"/api/", "/ws/", "/sessions/"} {
+	for _, p := range []string{"/api/", "/ws/", "/sessions/", "/metrics"} {
 		if strings.HasPrefix(path, p) {
 			return true
 		}

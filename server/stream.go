@@ -195,6 +195,10 @@ func (s *Server) serveWS(ctx context.Context, cancel context.CancelFunc, conn *w
 	}
 	defer s.hub.unsubscribe(sub)
 	cur := &cursor{s: s, scope: p.scope, chatID: chat.ID, wf: wf, last: last}
+	if m := s.cfg.Metrics; m != nil {
+		m.WSConnected(1)
+		defer m.WSConnected(-1)
+	}
 
 	replies := make(chan wsReply, 8)
 	resumes := make(chan int64, 1)
@@ -247,6 +251,9 @@ func (s *Server) serveWS(ctx context.Context, cancel context.CancelFunc, conn *w
 		case <-sub.kicked:
 			switch sub.reason.Load() {
 			case kickSlow, kickResync:
+				if m := s.cfg.Metrics; m != nil && sub.reason.Load() == kickSlow {
+					m.WSDropped()
+				}
 				conn.Close(CloseReconnect, "reconnect and replay from your last sequence")
 			case kickDeleted:
 				conn.Close(CloseNotFound, "chat deleted")

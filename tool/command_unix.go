@@ -9,9 +9,11 @@ import (
 )
 
 // startOwnGroup makes the command the leader of a new process group, so that
-// killing the group ends the children it started too.
+// killing the group ends the children it started too; where the system can,
+// the command also dies with baton (see dieWithParent).
 func startOwnGroup(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	dieWithParent(cmd.SysProcAttr)
 }
 
 // killGroup kills the command's whole process group.

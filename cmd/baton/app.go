@@ -3,19 +3,24 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
 	"github.com/batonhq/baton/engine"
 	"github.com/batonhq/baton/llm/openai"
 	"github.com/batonhq/baton/llm/scripted"
+	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/recorder"
 	"github.com/batonhq/baton/store"
 	"github.com/batonhq/baton/workflow"
@@ -29,15 +34,20 @@ type runtimeConfig struct {
 	workflowsDir string // a folder of workflow folders; empty means the embedded examples
 	dataDir      string // where baton keeps its files (default ./.baton)
 	rulesFile    string // extra bus rules (engine.LoadRules); empty means the defaults only
+	budget       metrics.BudgetConfig
 	log          *slog.Logger
 }
 
-// runtime is the store, the bus, the recorder and the engine, wired.
+// runtime is the store, the bus, the recorder, the engine and the metrics
+// collector, wired.
 type runtime struct {
 	store     baton.Store
 	bus       *bus.Bus
-	recorder  *recorder.Recorder
+	recorder  engine.Recorder
 	engine    *engine.Engine
+	metrics   *metrics.Collector
+	tracer    *metrics.Tracer          // nil unless OTEL_EXPORTER_OTLP_ENDPOINT is set
+	traces    *sdktrace.TracerProvider // likewise
 	workflows []*workflow.Workflow
 	log       *slog.Logger
 
@@ -45,14 +55,16 @@ type runtime struct {
 	engineDone chan struct{}
 }
 
-// addRuntimeFlags are the flags every command that runs chats takes.
-func (c *runtimeConfig) flags(fs interface {
-	StringVar(p *string, name, value, usage string)
-}) {
+// flags are the flags every command that runs chats takes.
+func (c *runtimeConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.storeURL, "store", envOr("BATON_STORE", ""), "store: sqlite:PATH or postgres://… (env BATON_STORE; default sqlite under --data-dir)")
 	fs.StringVar(&c.workflowsDir, "workflows", envOr("BATON_WORKFLOWS", ""), "folder of workflow folders (env BATON_WORKFLOWS; default: the built-in examples)")
 	fs.StringVar(&c.dataDir, "data-dir", envOr("BATON_DATA_DIR", ".baton"), "where baton keeps its files (env BATON_DATA_DIR)")
 	fs.StringVar(&c.rulesFile, "rules", envOr("BATON_RULES", ""), "a rules file for environment events (env BATON_RULES; see docs/events.md)")
+	fs.Int64Var(&c.budget.Chat.MaxTokens, "chat-max-tokens", envInt("BATON_CHAT_MAX_TOKENS"), "token budget of a chat whose workflow sets none (0: none)")
+	fs.Float64Var(&c.budget.Chat.MaxCostUSD, "chat-max-cost-usd", envFloat("BATON_CHAT_MAX_COST_USD"), "cost budget in USD of a chat whose workflow sets none (0: none)")
+	fs.Int64Var(&c.budget.App.MaxTokens, "app-max-tokens", envInt("BATON_APP_MAX_TOKENS"), "token budget of each app over all its chats (0: none)")
+	fs.Float64Var(&c.budget.App.MaxCostUSD, "app-max-cost-usd", envFloat("BATON_APP_MAX_COST_USD"), "cost budget in USD of each app over all its chats (0: none)")
 }
 
 // openRuntime opens the store, loads the workflows, and starts the bus and
@@ -81,12 +93,43 @@ func openRuntime(ctx context.Context, cfg runtimeConfig) (*runtime, error) {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
 	b := bus.New(bus.WithLogger(log))
-	rec := recorder.New(st, engine.ObserverPublisher{Bus: b})
-	eng, err := engine.New(engine.Config{
+	// Metrics observe the bus (never the run path); the recorder is timed.
+	stats, _ := st.(baton.StatsStore)
+	var eng *engine.Engine
+	col, err := metrics.New(metrics.Options{Bus: b, Stats: stats, Chats: st.GetChat, Usage: st, Logger: log,
+		Active: func() int64 { return eng.Active() }})
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	if err := col.RegisterRuntime(); err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	rec := metrics.TimedRecorder{Next: recorder.New(st, engine.ObserverPublisher{Bus: b}), Collector: col}
+	eng, err = engine.New(engine.Config{
 		Store: st, Recorder: rec, Bus: b, Workflows: wfs, WorkflowRoot: root,
-		Providers: providerFor(log), Logger: log, SecretKey: key,
+		Providers: providerFor(log), Logger: log, SecretKey: key, Budget: col.Budget(cfg.budget),
 	})
 	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	tp, err := metrics.OTLPFromEnv(ctx, versionString()) // nil unless OTEL_EXPORTER_OTLP_ENDPOINT is set
+	if err != nil {
+		_ = st.Close()
+		return nil, fmt.Errorf("tracing: %w", err)
+	}
+	var tr *metrics.Tracer
+	if tp != nil {
+		tr = metrics.NewTracer(b, tp, log)
+		if err := tr.Start(); err != nil {
+			_ = st.Close()
+			return nil, fmt.Errorf("tracing: %w", err)
+		}
+		log.Info("tracing on", "exporter", "otlp")
+	}
+	if err := col.Start(); err != nil {
 		_ = st.Close()
 		return nil, err
 	}
@@ -99,7 +142,7 @@ func openRuntime(ctx context.Context, cfg runtimeConfig) (*runtime, error) {
 		}
 	}
 	log.Info("baton runtime ready", "store", redactURL(cfg.storeURL), "workflows", len(wfs), "workflow_root", root)
-	rt := &runtime{store: st, bus: b, recorder: rec, engine: eng, workflows: wfs, log: log, engineDone: make(chan struct{})}
+	rt := &runtime{store: st, bus: b, recorder: rec, engine: eng, metrics: col, tracer: tr, traces: tp, workflows: wfs, log: log, engineDone: make(chan struct{})}
 	var runCtx context.Context
 	runCtx, rt.stopEngine = context.WithCancel(context.Background())
 	go func() {
@@ -135,9 +178,15 @@ func (rt *runtime) Close(ctx context.Context) error {
 	rt.stopEngine()
 	<-rt.engineDone
 	busErr := rt.bus.Close(ctx)
+	var traceErr error
+	if rt.tracer != nil {
+		rt.tracer.Close()
+		traceErr = rt.traces.Shutdown(ctx)
+	}
+	metricsErr := rt.metrics.Close(ctx) // flushes the rollups before the store closes
 	engErr := rt.engine.Close()
 	stErr := rt.store.Close()
-	return errors.Join(busErr, engErr, stErr)
+	return errors.Join(busErr, traceErr, metricsErr, engErr, stErr)
 }
 
 // loadWorkflows loads the workflows from --workflows, or extracts the
@@ -237,4 +286,16 @@ func redactURL(u string) string {
 		}
 	}
 	return u
+}
+
+// envInt returns the integer in the environment variable key, or 0.
+func envInt(key string) int64 {
+	n, _ := strconv.ParseInt(os.Getenv(key), 10, 64)
+	return n
+}
+
+// envFloat returns the number in the environment variable key, or 0.
+func envFloat(key string) float64 {
+	f, _ := strconv.ParseFloat(os.Getenv(key), 64)
+	return f
 }
