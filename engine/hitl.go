@@ -262,7 +262,7 @@ func (r *run) fireAutoTool(ctx context.Context) error {
 		// Already fired by this process, but its call is not in the state:
 		// the record failed after the claim. Fire again below; the UI
 		// request is derived from the key, so the person sees one request.
-		r.log.Debug("engine: auto-tool re-fired after a failed record", "key", key)
+		r.logger().Debug("engine: auto-tool re-fired after a failed record", "key", key)
 	}
 	eff, err := r.e.store.ClaimEffect(ctx, r.scope, st.chat.ID, "auto_tool/"+key)
 	if err != nil {
@@ -271,7 +271,7 @@ func (r *run) fireAutoTool(ctx context.Context) error {
 	if eff.State == baton.EffectDone {
 		// The ledger says it fired, yet no call is recorded: this cannot
 		// happen (the result is recorded after the call), so say so loudly.
-		r.log.Error("engine: auto-tool recorded as done without its call; firing again", "key", key)
+		r.logger().Error("engine: auto-tool recorded as done without its call; firing again", "key", key)
 	}
 	comp := ""
 	if wt.UI != nil {
@@ -315,7 +315,7 @@ func (r *run) fireAutoTool(ctx context.Context) error {
 	}
 	r.e.autoTools.add(key)
 	if err := r.e.store.RecordEffect(ctx, r.scope, st.chat.ID, "auto_tool/"+key, json.RawMessage(`{"fired":true}`)); err != nil {
-		r.log.Warn("engine: record auto-tool effect", "key", key, "err", err)
+		r.logger().Warn("engine: record auto-tool effect", "key", key, "err", err)
 	}
 	return nil
 }

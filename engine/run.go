@@ -109,7 +109,7 @@ var errIgnored = errors.New("input ignored")
 
 func (r *run) ignored(ev baton.Event, err error) error {
 	if errors.Is(err, errIgnored) {
-		r.log.Warn("engine: input ignored", "event_id", ev.ID, "event_type", ev.Type, "reason", err.Error())
+		r.logger().Warn("engine: input ignored", "event_id", ev.ID, "event_type", ev.Type, "reason", err.Error())
 		return nil
 	}
 	return err
@@ -272,7 +272,7 @@ func (r *run) overBudget(ctx context.Context) (bool, string) {
 	}
 	over, reason, err := r.e.budget(ctx, r.scope, r.st.chat, r.wf)
 	if err != nil {
-		r.log.Warn("engine: budget check failed; the call goes ahead", "err", err)
+		r.logger().Warn("engine: budget check failed; the call goes ahead", "err", err)
 		return false, ""
 	}
 	return over, reason
@@ -380,7 +380,7 @@ func (r *run) pickRule(source string) *workflow.HandoffRule {
 	applies := func(rule *workflow.HandoffRule) bool {
 		ok, err := rule.Applies(vars)
 		if err != nil {
-			r.log.Warn("engine: handoff condition failed", "condition", rule.Condition, "err", err)
+			r.logger().Warn("engine: handoff condition failed", "condition", rule.Condition, "err", err)
 		}
 		return ok
 	}
@@ -505,7 +505,7 @@ func (r *run) synthetic(sender, content string) []baton.Event {
 	if strings.Contains(content, ResumeSignal) {
 		display = "system"
 	}
-	r.log.Debug("[SYNTHETIC_SPEAKER] Emitted synthetic select_speaker", "agent", display)
+	r.logger().Debug("[SYNTHETIC_SPEAKER] Emitted synthetic select_speaker", "agent", display)
 	return []baton.Event{syntheticEvent(r.st.chat.ID, display, r.st.turns)}
 }
 
@@ -638,7 +638,7 @@ func (r *run) callModel(ctx context.Context) error {
 	if err := r.e.store.RecordUsage(ctx, r.scope, baton.UsageRecord{
 		ChatID: st.chat.ID, Workflow: r.wf.Name, Agent: agent.Name, Model: cfg.Model, Usage: usage, Cost: cost,
 	}); err != nil {
-		r.log.Warn("engine: record usage", "err", err) // metrics never fail a run
+		r.logger().Warn("engine: record usage", "err", err) // metrics never fail a run
 	}
 	return nil
 }
@@ -712,7 +712,7 @@ func (r *run) runTool(ctx context.Context, oc openCall) error {
 			// The effect was claimed by a process that may still be running
 			// it (or died very recently): wait and try again, recording
 			// nothing, until the claim is old enough to be re-run.
-			r.log.Info("engine: tool effect in flight elsewhere; waiting", "tool", oc.name, "err", err)
+			r.logger().Info("engine: tool effect in flight elsewhere; waiting", "tool", oc.name, "err", err)
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
@@ -725,7 +725,7 @@ func (r *run) runTool(ctx context.Context, oc openCall) error {
 				return ctx.Err()
 			}
 			res = baton.ToolResult{Status: baton.ToolStatusError, Content: fmt.Sprintf("Tool %s failed: %s", oc.name, baton.ErrorMessage(err))}
-			r.log.Warn("engine: tool call failed", "tool", oc.name, "err", err)
+			r.logger().Warn("engine: tool call failed", "tool", oc.name, "err", err)
 		}
 		if res.Status == baton.ToolStatusPending {
 			res = baton.ToolResult{Status: baton.ToolStatusError, Content: fmt.Sprintf("Tool %s could not be shown.", oc.name)}
@@ -908,7 +908,7 @@ func (r *run) fail(ctx context.Context, agent string, cause error) error {
 	if r.st.turn != nil {
 		p.TurnKey = r.st.turn.key
 	}
-	r.log.Warn("engine: run failed", "agent", agent, "err", cause)
+	r.logger().Warn("engine: run failed", "agent", agent, "err", cause)
 	failed := baton.ChatFailed
 	return r.record(ctx, []baton.Event{chatEvent(baton.TypeChatError, r.st.chat.ID, agent, p)}, &baton.ChatUpdate{Status: &failed})
 }
@@ -929,4 +929,14 @@ func pricing(wf *workflow.Workflow) map[string]llm.Price {
 // (spec/auto-tool-execution.md): the same turn always gets the same key.
 func turnKey(chatID, agent string, index int) string {
 	return fmt.Sprintf("turn_%s_%s_%d_%s", chatID, agent, index, shortHash(chatID, agent, fmt.Sprint(index)))
+}
+
+// logger is the run's logger with the turn's agent and index when a turn is
+// in progress, so that every line of a run says chat, app, workflow, agent
+// and turn.
+func (r *run) logger() *slog.Logger {
+	if t := r.st.turn; t != nil {
+		return r.log.With("agent", t.agent, "turn", t.index, "turn_key", t.key)
+	}
+	return r.log
 }

@@ -530,7 +530,8 @@ func (r *Registry) run(parent context.Context, e *entry, cc *baton.CallContext, 
 func (e *entry) safeCall(ctx context.Context, cc *baton.CallContext, args json.RawMessage) (res baton.ToolResult, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			e.reg.log.Error("tool panicked", slog.String("tool", e.Name()), slog.String("chat_id", cc.ChatID),
+			e.reg.log.Error("tool panicked", slog.String("tool", e.Name()), slog.String("chat_id", cc.ChatID), slog.String("app", cc.App),
+				slog.String("workflow", cc.Workflow), slog.String("agent", cc.Agent), slog.String("turn_key", cc.TurnKey),
 				slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
 			res, err = errorResult("tool %s failed: panic: %v", e.Name(), p), nil
 		}
@@ -562,7 +563,8 @@ func (r *Registry) publish(ctx context.Context, e *entry, cc *baton.CallContext,
 	switch {
 	case err != nil:
 		typ, p.Status, p.Error = baton.TypeToolError, baton.ToolStatusError, baton.ErrorMessage(err)
-		r.log.Warn("tool call failed", slog.String("tool", e.Name()), slog.String("chat_id", cc.ChatID), slog.Any("err", err))
+		r.log.Warn("tool call failed", slog.String("tool", e.Name()), slog.String("chat_id", cc.ChatID), slog.String("app", cc.App),
+			slog.String("workflow", cc.Workflow), slog.String("agent", cc.Agent), slog.String("turn_key", cc.TurnKey), slog.Any("err", err))
 	case res.Status == baton.ToolStatusError:
 		typ, p.Error = baton.TypeToolError, capText(res.Content, 1024)
 	}
