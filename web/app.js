@@ -94,14 +94,21 @@ const enc = encodeURIComponent;
 
 // ---------- banner ----------
 
-function showBanner(text, kind = "info") {
+let bannerTimer = null;
+
+// showBanner shows a message above the chat; an error about something the
+// person did goes away by itself after a while.
+function showBanner(text, kind = "info", ttl = 0) {
   const b = $("banner");
   b.textContent = text;
   b.dataset.kind = kind;
   b.hidden = false;
+  clearTimeout(bannerTimer);
+  if (ttl > 0) bannerTimer = setTimeout(hideBanner, ttl);
 }
 
 function hideBanner() {
+  clearTimeout(bannerTimer);
   const b = $("banner");
   b.hidden = true;
   b.textContent = "";
@@ -485,7 +492,7 @@ function onToolResponse(d) {
 // send sends a client message over the chat's WebSocket.
 function send(msg) {
   if (!view || !view.socket || view.socket.readyState !== WebSocket.OPEN) {
-    showBanner("Not connected: wait for the connection to come back, then try again.", "error");
+    showBanner("Not connected: wait for the connection to come back, then try again.", "error", 5000);
     return false;
   }
   view.msgId += 1;
@@ -806,14 +813,20 @@ function connect(v) {
   const url = `${proto}//${location.host}/ws/${enc(state.app)}/${enc(v.id)}?last_sequence=${v.lastSeq}`;
   const ws = new WebSocket(url);
   v.socket = ws;
+  let pinger = null;
   ws.addEventListener("open", () => {
     if (state.key) ws.send(JSON.stringify({ type: "auth", token: state.key }));
-    v.retry = 0;
+    // A ping now and then keeps idle proxies and NATs from dropping the
+    // connection while the chat waits for the person.
+    pinger = setInterval(() => {
+      if (ws.readyState === WebSocket.OPEN) ws.send('{"type":"ping"}');
+    }, 30000);
     hideBanner();
     devLog(`connected, replay after ${v.lastSeq}`, "info");
   });
   ws.addEventListener("message", (ev) => {
     if (v !== view) return;
+    v.retry = 0; // the connection works: the next drop starts the backoff over
     let env;
     try {
       env = JSON.parse(ev.data);
@@ -824,13 +837,14 @@ function connect(v) {
     if (env.type === "error") {
       const e = env.data || {};
       devLog(`error ${e.code}: ${e.message}`, "error");
-      showBanner(`The server refused that: ${e.message}`, "error");
+      showBanner(`The server refused that: ${e.message}`, "error", 10000);
       return;
     }
     if (env.type === "pong") return;
     handle(env);
   });
   ws.addEventListener("close", (ev) => {
+    clearInterval(pinger);
     if (v.socket !== ws || v.closed) return;
     v.socket = null;
     devLog(`closed ${ev.code} ${ev.reason || ""}`, "info");
@@ -841,6 +855,10 @@ function connect(v) {
     }
     if (ev.code === 4401) {
       askForKey("The key was refused.");
+      return;
+    }
+    if (ev.code === 1008 || ev.code === 1009) {
+      showBanner(`The server closed the connection: ${ev.reason || ev.code}. Reload the page to try again.`, "error");
       return;
     }
     // Streams that had not been recorded yet are dropped: the replay brings
