@@ -198,7 +198,3 @@ func messageSeqs(t *testing.T, b *browser) []float64 {
 	}
 	return seqs
 }
-
-func jsString(s string) string {
-	return "`" + strings.NewReplacer("\\", "\\\\", "`", "\\`", "$", "\\$").Replace(s) + "`"
-}
