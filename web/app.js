@@ -300,6 +300,7 @@ async function openChat(id, workflow) {
       return;
     }
   }
+  if (state.workflows.some((w) => w.name === view.workflow)) $("workflow-select").value = view.workflow;
   connect(view);
 }
 
