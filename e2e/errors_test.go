@@ -146,7 +146,14 @@ func TestUITool_InlineForm(t *testing.T) {
 		chromedp.SetValue(chromedp.CSS("#workflow-select"), "confirm"),
 		chromedp.Click(chromedp.CSS("#start-button")),
 	)
+	// This workflow's script is slow (delay_ms): the thinking bubble is
+	// there while the model works, and gone when its form arrives.
+	b.waitFor(t, "Asker's thinking bubble", `!!document.querySelector('.msg.thinking[data-agent="Asker"]')`)
+	b.shot(t, "19-thinking")
 	b.waitFor(t, "the inline form", `!!document.querySelector("form.inline-form input")`)
+	if n := eval[int](t, b, `document.querySelectorAll(".msg.thinking").length`); n != 0 {
+		t.Errorf("%d thinking bubbles while the form waits for the person", n)
+	}
 	if got := eval[string](t, b, `document.querySelector("form.inline-form .component-title").textContent`); got != "Ship it on <b>Friday</b>?" {
 		t.Errorf("form title %q, want the question as text", got)
 	}
@@ -156,9 +163,14 @@ func TestUITool_InlineForm(t *testing.T) {
 	if got := eval[string](t, b, `document.querySelector('label[for="' + document.querySelector("form.inline-form input").id + '"]').textContent`); got != "Your answer" {
 		t.Errorf("input label %q", got)
 	}
-	b.shot(t, "19-inline-form")
+	b.shot(t, "20-inline-form")
 	b.do(t, "answer", chromedp.SendKeys(chromedp.CSS("form.inline-form input"), "yes, Friday"+kb.Enter))
-	b.waitFor(t, "the agent's thanks and the badge", `[...document.querySelectorAll('#messages .msg.agent[data-agent="Asker"]')].some(n => n.textContent.includes("Thanks, noted.")) && !!document.querySelector(".msg.badge")`)
+	b.waitFor(t, "the answer streaming", `!!document.querySelector('.msg.streaming[data-agent="Asker"]')`)
+	b.shot(t, "21-streaming")
+	if got := eval[string](t, b, `document.querySelector("#chat-status").textContent`); got != "running" {
+		t.Errorf("status %q once the form is answered and the agent writes", got)
+	}
+	b.waitFor(t, "the agent's thanks and the badge", `[...document.querySelectorAll('#messages .msg.agent[data-agent="Asker"]')].some(n => n.textContent.includes("Thanks, noted. The release is set for Friday.")) && !!document.querySelector(".msg.badge")`)
 	if got := eval[string](t, b, `document.querySelector(".inline-form .component-done")?.textContent || ""`); got != "Answered." {
 		t.Errorf("the form after the answer says %q", got)
 	}

@@ -482,7 +482,10 @@ function onToolCall(d) {
 function onToolResponse(d) {
   const uid = d.ui_event_id;
   const comp = uid ? view.components.get(uid) : null;
-  if (comp) comp.finish(d);
+  if (comp) {
+    comp.finish(d);
+    setStatus("running");
+  }
   const failed = d.success === false || (d.status && !["ok", "success"].includes(d.status));
   if (failed) {
     toolLine(`${d.tool_name || "tool"} failed: ${typeof d.content === "string" ? d.content : JSON.stringify(d.content)}`, "error");
@@ -528,7 +531,7 @@ function secretForm(d, payload) {
   const submit = el("button", { type: "submit", text: "Save secrets" });
   const cancel = el("button", { type: "button", class: "secondary", text: "Cancel" });
   form.append(err, el("div", { class: "buttons" }, submit, cancel));
-  const node = append(el("div", { class: "msg component-wrap" }, form));
+  const node = append(el("div", { class: "msg component-wrap", dataset: { agent: d.agent } }, el("span", { class: "who", text: d.agent }), form));
   const done = (text) => {
     for (const i of inputs) i.value = "";
     form.replaceChildren(el("p", { class: "component-done", text }));
@@ -650,7 +653,8 @@ function inlineForm(d, payload) {
   const uid = d.ui_event_id;
   const form = el("form", { class: "component inline-form", "aria-label": `${d.tool_name} form`, dataset: { uiEventId: uid } });
   const title = [payload.question, payload.agent_message, payload.prompt, payload.message].find((v) => typeof v === "string" && v);
-  form.append(el("p", { class: "component-title", text: title || `${d.agent} asks (${d.component_type || d.tool_name})` }));
+  const titleNode = el("p", { class: "component-title", text: title || `${d.agent} asks (${d.component_type || d.tool_name})` });
+  form.append(titleNode);
   const shown = { ...payload };
   for (const k of ["question", "agent_message", "prompt", "message"]) if (shown[k] === title) delete shown[k];
   delete shown.interaction_type;
@@ -660,8 +664,8 @@ function inlineForm(d, payload) {
   const submit = el("button", { type: "submit", text: "Submit" });
   const cancel = el("button", { type: "button", class: "secondary", text: "Cancel" });
   form.append(el("label", { for: inputId, text: "Your answer" }), input, el("div", { class: "buttons" }, submit, cancel));
-  const node = append(el("div", { class: "msg component-wrap" }, form));
-  const done = (text) => form.replaceChildren(el("p", { class: "component-done", text }));
+  const node = append(el("div", { class: "msg component-wrap", dataset: { agent: d.agent } }, el("span", { class: "who", text: d.agent }), form));
+  const done = (text) => form.replaceChildren(titleNode, el("p", { class: "component-done", text }));
   form.addEventListener("submit", (ev) => {
     ev.preventDefault();
     if (respond(uid, { response: input.value })) done("Answered.");
