@@ -59,17 +59,35 @@ func TestHandler(t *testing.T) {
 }
 
 // TestNoRemoteAssets guards the rule that nothing is loaded from elsewhere
-// at run time.
+// at run time, and that no markup is written but through DOMPurify.
 func TestNoRemoteAssets(t *testing.T) {
 	for _, name := range []string{"index.html", "app.js", "style.css"} {
 		b, err := assets.ReadFile(name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, bad := range []string{"http://", "https://", "//cdn", "innerHTML = d", "insertAdjacentHTML", "eval("} {
+		for _, bad := range []string{"http://", "https://", "//cdn", "insertAdjacentHTML", "outerHTML", "document.write", "eval(", "new Function"} {
 			if strings.Contains(string(b), bad) {
 				t.Errorf("%s contains %q", name, bad)
 			}
 		}
+	}
+}
+
+// TestHTMLOnlyThroughDOMPurify: the script's one assignment of markup is
+// DOMPurify's output; everything else is set as text.
+func TestHTMLOnlyThroughDOMPurify(t *testing.T) {
+	b, err := assets.ReadFile("app.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "innerHTML") {
+			lines = append(lines, strings.TrimSpace(l))
+		}
+	}
+	if len(lines) != 1 || !strings.HasPrefix(lines[0], "container.innerHTML = DOMPurify.sanitize(") {
+		t.Errorf("innerHTML assignments: %q, want only the sanitised markdown", lines)
 	}
 }
