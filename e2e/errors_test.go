@@ -194,3 +194,42 @@ func TestUITool_InlineForm(t *testing.T) {
 	}
 	b.noProblems(t)
 }
+
+// TestActionPlan_RequestChanges: the artifact's second button sends the
+// person's feedback as the tool's response.
+func TestActionPlan_RequestChanges(t *testing.T) {
+	be := startBackend(t, filepath.Join(t.TempDir(), "baton.db"), "127.0.0.1:0")
+	b := newBrowser(t)
+	chatID := startGenerator(t, b, be.url())
+	answerFirstQuestion(t, b)
+	b.do(t, "type the secret", chromedp.SendKeys(chromedp.CSS("form.secret-form input"), secretValue+kb.Enter))
+	b.waitFor(t, "the action plan", `!!document.querySelector("#artifact-panel button.revise")`)
+	b.do(t, "request changes",
+		chromedp.SendKeys(chromedp.CSS("#artifact-panel textarea"), "Send it on Fridays, not Mondays"),
+		chromedp.Click(chromedp.CSS("#artifact-panel button.revise")),
+	)
+	b.waitFor(t, "the plan answered", `document.querySelector("#artifact-panel .component-done")?.textContent === "Changes requested."`)
+	var hist struct {
+		Events []struct {
+			Type string `json:"type"`
+			Data struct {
+				ToolName string `json:"tool_name"`
+				Payload  struct {
+					Data map[string]string `json:"data"`
+				} `json:"payload"`
+			} `json:"data"`
+		} `json:"events"`
+	}
+	b.waitFor(t, "the run to go on", `!!document.querySelector(".msg.badge")`)
+	getJSON(t, "http://"+be.addr+"/api/chats/"+app+"/"+chatID+"/events", &hist)
+	var got map[string]string
+	for _, e := range hist.Events {
+		if e.Type == "chat.tool_response" && e.Data.ToolName == "action_plan" {
+			got = e.Data.Payload.Data
+		}
+	}
+	if got["action"] != "revise" || got["feedback"] != "Send it on Fridays, not Mondays" {
+		t.Errorf("recorded action_plan response %v", got)
+	}
+	b.noProblems(t)
+}
