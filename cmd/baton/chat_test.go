@@ -1,0 +1,43 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestChat_HelloRunsToCompletion runs `baton chat hello` for real: the
+// runtime on a fresh data dir (the examples extracted, the command tool run
+// from disk), the streamed answer printed, the chat's cost at the end.
+func TestChat_HelloRunsToCompletion(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out, errb bytes.Buffer
+	code := run(ctx, []string{"chat", "--data-dir", t.TempDir(), "hello"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	}
+	for _, want := range []string{
+		"Greeter: Hello! I checked the clock in UTC for you. Have a wonderful day!",
+		"→ get_time {\"tz\":\"UTC\"}",
+		"← ok:",
+		"✓ chat complete (success: TerminateTarget reached)",
+		"tokens: 290 in, 38 out",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestChat_Usage(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"chat"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "Usage: baton chat") {
+		t.Fatalf("exit %d, stderr %q", code, errb.String())
+	}
+	if code := run(context.Background(), []string{"chat", "--data-dir", t.TempDir(), "no-such-workflow"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), `workflow "no-such-workflow": not found`) {
+		t.Fatalf("exit %d, stderr %q", code, errb.String())
+	}
+}
