@@ -12,6 +12,10 @@ const APP_STORE = "baton.app";
 const DEFAULT_APP = "default";
 const DEV_LOG_MAX = 500;
 
+// ?app=NAME picks the app (tenant) in dev mode; it is kept for the tab.
+const appParam = new URLSearchParams(location.search).get("app");
+if (appParam) sessionStorage.setItem(APP_STORE, appParam);
+
 const state = {
   key: sessionStorage.getItem(KEY_STORE) || "",
   app: sessionStorage.getItem(APP_STORE) || DEFAULT_APP,
@@ -254,6 +258,7 @@ function newView(id, workflow) {
     msgId: 0,
     metrics: undefined, // true: /metrics/perf/chats answers; false: it does not
     metricsTimer: null,
+    retryButton: null, // the Retry of the last error, while it is current
   };
 }
 
@@ -712,6 +717,7 @@ function onError(d) {
   setInput(false, "The chat stopped with an error: retry it");
   setStatus("failed");
   const retry = el("button", { type: "button", text: "Retry" });
+  view.retryButton = retry;
   const box = el(
     "div",
     { class: "msg error", role: "alert" },
@@ -722,6 +728,7 @@ function onError(d) {
   );
   retry.addEventListener("click", async () => {
     retry.disabled = true;
+    if (view.retryButton === retry) view.retryButton = null;
     try {
       await api("POST", `/api/chats/${enc(state.app)}/${enc(view.id)}/resume`, {});
       retry.replaceWith(el("p", { class: "muted small", text: "Retrying…" }));
@@ -760,6 +767,12 @@ function handle(env) {
     devLog(JSON.stringify(env), env.type.startsWith("stream.") ? "stream" : "event", d.sequence);
   }
   if (d.is_structured_capable && d.agent) view.structured.add(d.agent);
+  // The chat went on after an error (retried elsewhere, or by a message):
+  // its Retry button has nothing left to do.
+  if (view.retryButton && typeof d.sequence === "number" && env.type !== "chat.error") {
+    view.retryButton.replaceWith(el("p", { class: "muted small", text: "The chat went on." }));
+    view.retryButton = null;
+  }
   switch (env.type) {
     case "stream.start":
       if (d.message_id && view.streams.has(d.message_id)) {
