@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -231,5 +232,38 @@ func TestActionPlan_RequestChanges(t *testing.T) {
 	if got["action"] != "revise" || got["feedback"] != "Send it on Fridays, not Mondays" {
 		t.Errorf("recorded action_plan response %v", got)
 	}
+	b.noProblems(t)
+}
+
+// TestDeveloperPanel_MetricsTotals: when the server has the metrics
+// endpoint, the developer panel shows its totals (every agent's, the
+// internal ones included), not only the visible agents' usage summaries.
+func TestDeveloperPanel_MetricsTotals(t *testing.T) {
+	be := startBackend(t, filepath.Join(t.TempDir(), "baton.db"), "127.0.0.1:0", withMetrics)
+	b := newBrowser(t)
+	chatID := startGenerator(t, b, be.url())
+	answerFirstQuestion(t, b)
+	b.do(t, "type the secret", chromedp.SendKeys(chromedp.CSS("form.secret-form input"), secretValue+kb.Enter))
+	b.waitFor(t, "the action plan", `!!document.querySelector("#artifact-panel button.approve")`)
+	b.do(t, "approve", chromedp.Click(chromedp.CSS("#artifact-panel button.approve")))
+	b.waitFor(t, "the completion badge", `!!document.querySelector(".msg.badge")`)
+	var perf struct {
+		TotalTokens int     `json:"total_tokens"`
+		TotalCost   float64 `json:"total_cost"`
+	}
+	url := "http://" + be.addr + "/metrics/perf/chats/" + chatID + "?app=" + app
+	// The collector's figures come from the recorded usage rows; wait for
+	// the last one like the page does.
+	b.do(t, "open the developer panel", chromedp.Click(chromedp.CSS("#dev-toggle")))
+	getJSON(t, url, &perf)
+	want := strconv.Itoa(perf.TotalTokens)
+	b.waitFor(t, "the metrics totals", `document.querySelector("#dev-tokens").textContent === "`+want+`"`)
+	if visible := eval[int](t, b, `(() => { let n = 0; for (const li of document.querySelectorAll("#dev-log li code")) { try { const e = JSON.parse(li.textContent); if (e.type === "chat.usage_summary") n += e.data.total_tokens; } catch {} } return n; })()`); perf.TotalTokens <= visible {
+		t.Errorf("metrics total %d tokens, visible agents' summaries %d: the internal agents' usage is missing", perf.TotalTokens, visible)
+	}
+	if !strings.Contains(eval[string](t, b, `document.querySelector("#dev-usage-note").textContent`), "/metrics/perf/chats") {
+		t.Error("the panel does not say where its totals come from")
+	}
+	b.shot(t, "22-metrics-totals")
 	b.noProblems(t)
 }

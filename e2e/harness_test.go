@@ -18,6 +18,7 @@ import (
 	"github.com/batonhq/baton/bus"
 	"github.com/batonhq/baton/engine"
 	"github.com/batonhq/baton/llm/scripted"
+	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/recorder"
 	"github.com/batonhq/baton/server"
 	"github.com/batonhq/baton/store/sqlite"
@@ -39,6 +40,7 @@ type backend struct {
 	eng     *engine.Engine
 	bus     *bus.Bus
 	st      *sqlite.Store
+	col     *metrics.Collector // nil without withMetrics
 	stopRun context.CancelFunc
 	runDone chan struct{}
 	served  chan struct{}
@@ -60,11 +62,20 @@ func loadWorkflows(t *testing.T) []*workflow.Workflow {
 	return append([]*workflow.Workflow{gen}, own...)
 }
 
-// option changes the server's configuration (by default dev mode: no key).
-type option func(*server.Config)
+// setup is what the options change: by default dev mode (no key) and no
+// metrics.
+type setup struct {
+	dev, metrics bool
+}
+
+// option changes the setup.
+type option func(*setup)
 
 // withKeys turns dev mode off: every request needs an API key.
-func withKeys(c *server.Config) { c.Dev = false }
+func withKeys(s *setup) { s.dev = false }
+
+// withMetrics mounts the metrics collector (GET /metrics/perf/chats/{id}).
+func withMetrics(s *setup) { s.metrics = true }
 
 // startBackend starts a server on addr ("127.0.0.1:0" for a new port) over
 // the SQLite file dbPath, resuming the chats that were running.
@@ -103,9 +114,20 @@ func startBackend(t *testing.T, dbPath, addr string, opts ...option) *backend {
 	if _, err := b.eng.Recover(ctx, running); err != nil {
 		t.Fatalf("recover: %v", err)
 	}
-	cfg := server.Config{Store: st, Keys: st, Bus: b.bus, Engine: b.eng, Logger: log, Dev: true, UI: web.Handler()}
+	su := setup{dev: true}
 	for _, o := range opts {
-		o(&cfg)
+		o(&su)
+	}
+	cfg := server.Config{Store: st, Keys: st, Bus: b.bus, Engine: b.eng, Logger: log, Dev: su.dev, UI: web.Handler()}
+	if su.metrics {
+		b.col, err = metrics.New(metrics.Options{Bus: b.bus, Chats: st.GetChat, Usage: st, Logger: log})
+		if err == nil {
+			err = b.col.Start()
+		}
+		if err != nil {
+			t.Fatalf("metrics: %v", err)
+		}
+		cfg.Metrics = b.col
 	}
 	b.api, err = server.New(cfg)
 	if err != nil {
@@ -161,6 +183,9 @@ func (b *backend) kill() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = b.bus.Close(ctx)
+		if b.col != nil {
+			_ = b.col.Close(ctx)
+		}
 		_ = b.eng.Close()
 		_ = b.st.Close()
 	})

@@ -932,7 +932,7 @@ async function refreshMetrics() {
   if (!v) return;
   if (v.metrics === false) return;
   try {
-    const res = await fetch(`/metrics/perf/chats/${enc(v.id)}`, { headers: state.key ? { Authorization: `Bearer ${state.key}` } : {} });
+    const res = await fetch(`/metrics/perf/chats/${enc(v.id)}?app=${enc(state.app)}`, { headers: state.key ? { Authorization: `Bearer ${state.key}` } : {} });
     if (!res.ok) throw new Error(res.statusText);
     const m = await res.json();
     if (typeof m.total_tokens !== "number" || v !== view) throw new Error("no totals");
