@@ -112,6 +112,14 @@ type Config struct {
 	// MaxTasks bounds the background tasks running at once (default
 	// DefaultMaxTasks); more wait, queued.
 	MaxTasks int
+	// InstanceID names this engine among several sharing one store: runs
+	// then take the chat's lease, fence their appends, and Run takes over
+	// the running chats of dead instances (see lease.go). Empty: one
+	// process owns the store, and there are no leases.
+	InstanceID string
+	// LeaseTTL is how long a chat's lease lasts without renewal (default
+	// DefaultLeaseTTL); a dead instance's chats move on after it.
+	LeaseTTL time.Duration
 	// TimeoutSweep is how often Run looks for expired UI tool requests
 	// (default DefaultTimeoutSweep).
 	TimeoutSweep time.Duration
@@ -150,6 +158,13 @@ type Engine struct {
 
 	tasks taskRunner
 
+	instance  string
+	leaseTTL  time.Duration
+	leases    leaseStore
+	takeovers atomic.Int64
+	runningMu sync.Mutex
+	running   map[string]bool // chats this instance runs now (leases held)
+
 	synthMu   sync.Mutex
 	synthetic map[string]int64 // synthetic select_speaker events recorded, per workflow
 
@@ -175,6 +190,9 @@ func New(cfg Config) (*Engine, error) {
 		toolOpts:   cfg.ToolOptions,
 		budget:     cfg.Budget,
 		showEvents: cfg.ShowEvents,
+		instance:   cfg.InstanceID,
+		leaseTTL:   cfg.LeaseTTL,
+		running:    map[string]bool{},
 		sweep:      cfg.TimeoutSweep,
 		provCache:  map[string]baton.Provider{},
 		synthetic:  map[string]int64{},
@@ -184,6 +202,16 @@ func New(cfg Config) (*Engine, error) {
 		e.log = slog.Default()
 	}
 	e.tasks.init(e, cfg.Tasks, cfg.MaxTasks)
+	if e.instance != "" {
+		ls, ok := cfg.Store.(leaseStore)
+		if !ok {
+			return nil, fmt.Errorf("engine: InstanceID needs a store with leases")
+		}
+		e.leases = ls
+		if e.leaseTTL <= 0 {
+			e.leaseTTL = DefaultLeaseTTL
+		}
+	}
 	if e.sweep <= 0 {
 		e.sweep = DefaultTimeoutSweep
 	}

@@ -74,6 +74,14 @@ func (a *eventAgent) Handle(ctx context.Context, ev baton.Event) error {
 		e.log.Warn("event-handler agent: no trigger_session_id in event metadata", "event_id", ev.ID, "event_type", ev.Type)
 		return nil
 	}
+	var lease *held
+	if e.instance != "" {
+		var err error
+		if lease, ctx, err = e.acquire(ctx, chatID); err != nil {
+			return err
+		}
+		defer e.release(chatID, lease)
+	}
 	r, err := e.load(ctx, ScopeOf(ev), chatID, true)
 	if err != nil {
 		if errors.Is(err, baton.ErrNotFound) {
@@ -81,6 +89,9 @@ func (a *eventAgent) Handle(ctx context.Context, ev baton.Event) error {
 			return nil
 		}
 		return err
+	}
+	if lease != nil {
+		r.fence = lease.token
 	}
 	clean := false
 	defer func() {

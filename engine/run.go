@@ -55,6 +55,7 @@ type run struct {
 
 	startMessage string // run.start's message, if any
 	retry        bool   // go on after a recorded error (run.resume, or the person wrote)
+	fence        int64  // the chat's lease token, stamped on every append (0: no leases)
 }
 
 // handle is the engine's bus handler: one input for one chat.
@@ -65,9 +66,20 @@ func (e *Engine) handle(ctx context.Context, ev baton.Event) error {
 	}
 	e.active.Add(1)
 	defer e.active.Add(-1)
+	var lease *held
+	if e.instance != "" {
+		var err error
+		if lease, ctx, err = e.acquire(ctx, chatID); err != nil {
+			return fmt.Errorf("%s for chat %s: %w", ev.Type, chatID, err)
+		}
+		defer e.release(chatID, lease)
+	}
 	r, err := e.load(ctx, ScopeOf(ev), chatID, true)
 	if err != nil {
 		return fmt.Errorf("%s for chat %s: %w", ev.Type, chatID, err)
+	}
+	if lease != nil {
+		r.fence = lease.token
 	}
 	clean := false
 	defer func() {
@@ -171,6 +183,9 @@ func (e *Engine) load(ctx context.Context, scope baton.Scope, chatID string, cac
 func (r *run) record(ctx context.Context, events []baton.Event, u *baton.ChatUpdate) error {
 	if u == nil {
 		u = &baton.ChatUpdate{}
+	}
+	if r.fence > 0 {
+		u.Fence = r.fence // the store refuses the append if another instance took the chat over
 	}
 	if u.Status == nil && r.st.chat.Status != baton.ChatRunning {
 		running := baton.ChatRunning

@@ -16,23 +16,34 @@ const DefaultTimeoutSweep = time.Second
 // Run does the engine's background work until ctx is done: it answers the
 // UI tool requests that waited longer than their tool's timeout_seconds with
 // a "timeout" response, which the model gets as a tool error, and the run
-// goes on. A paused chat holds no goroutine, so this one sweeper, owned by
-// the caller of Run, watches them all through the store; it looks only when
-// some workflow has a UI tool with a timeout. Run returns nil when ctx ends.
+// goes on; and, with an instance id, it takes over the running chats of
+// instances whose leases expired (lease.go). A paused chat holds no
+// goroutine, so this one sweeper, owned by the caller of Run, watches them
+// all through the store; it looks for timeouts only when some workflow has
+// a UI tool with a timeout. Run returns nil when ctx ends.
 func (e *Engine) Run(ctx context.Context) error {
-	if !e.hasUITimeouts() {
-		<-ctx.Done()
-		return nil
+	var timeouts, takeovers <-chan time.Time
+	if e.hasUITimeouts() {
+		t := time.NewTicker(e.sweep)
+		defer t.Stop()
+		timeouts = t.C
 	}
-	tick := time.NewTicker(e.sweep)
-	defer tick.Stop()
+	if e.instance != "" {
+		t := time.NewTicker(e.leaseTTL / 2)
+		defer t.Stop()
+		takeovers = t.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case now := <-tick.C:
+		case now := <-timeouts:
 			if err := e.sweepUITimeouts(ctx, now); err != nil && ctx.Err() == nil {
 				e.log.Warn("engine: UI tool timeout sweep", "err", err)
+			}
+		case <-takeovers:
+			if err := e.sweepTakeovers(ctx); err != nil && ctx.Err() == nil {
+				e.log.Warn("engine: takeover sweep", "err", err)
 			}
 		}
 	}

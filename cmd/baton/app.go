@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
@@ -35,6 +36,8 @@ type runtimeConfig struct {
 	dataDir      string // where baton keeps its files (default ./.baton)
 	rulesFile    string // extra bus rules (engine.LoadRules); empty means the defaults only
 	budget       metrics.BudgetConfig
+	instanceID   string        // set when several instances share the store
+	leaseTTL     time.Duration // how long a chat's lease lasts without renewal
 	log          *slog.Logger
 }
 
@@ -51,6 +54,7 @@ type runtime struct {
 	workflows []*workflow.Workflow
 	log       *slog.Logger
 
+	shared     bool               // several instances share the store (--instance-id)
 	stopEngine context.CancelFunc // stops the engine's background work
 	engineDone chan struct{}
 }
@@ -61,6 +65,8 @@ func (c *runtimeConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.workflowsDir, "workflows", envOr("BATON_WORKFLOWS", ""), "folder of workflow folders (env BATON_WORKFLOWS; default: the built-in examples)")
 	fs.StringVar(&c.dataDir, "data-dir", envOr("BATON_DATA_DIR", ".baton"), "where baton keeps its files (env BATON_DATA_DIR)")
 	fs.StringVar(&c.rulesFile, "rules", envOr("BATON_RULES", ""), "a rules file for environment events (env BATON_RULES; see docs/events.md)")
+	fs.StringVar(&c.instanceID, "instance-id", envOr("BATON_INSTANCE_ID", ""), "this instance's name when several share one PostgreSQL store: chats are leased, appends fenced, dead instances' chats taken over (env BATON_INSTANCE_ID)")
+	fs.DurationVar(&c.leaseTTL, "lease-ttl", engine.DefaultLeaseTTL, "with --instance-id: how long a chat's lease lasts without renewal")
 	fs.Int64Var(&c.budget.Chat.MaxTokens, "chat-max-tokens", envInt("BATON_CHAT_MAX_TOKENS"), "token budget of a chat whose workflow sets none (0: none)")
 	fs.Float64Var(&c.budget.Chat.MaxCostUSD, "chat-max-cost-usd", envFloat("BATON_CHAT_MAX_COST_USD"), "cost budget in USD of a chat whose workflow sets none (0: none)")
 	fs.Int64Var(&c.budget.App.MaxTokens, "app-max-tokens", envInt("BATON_APP_MAX_TOKENS"), "token budget of each app over all its chats (0: none)")
@@ -110,6 +116,7 @@ func openRuntime(ctx context.Context, cfg runtimeConfig) (*runtime, error) {
 	eng, err = engine.New(engine.Config{
 		Store: st, Recorder: rec, Bus: b, Workflows: wfs, WorkflowRoot: root,
 		Providers: providerFor(log), Logger: log, SecretKey: key, Budget: col.Budget(cfg.budget),
+		InstanceID: cfg.instanceID, LeaseTTL: cfg.leaseTTL,
 	})
 	if err != nil {
 		_ = st.Close()
@@ -142,7 +149,8 @@ func openRuntime(ctx context.Context, cfg runtimeConfig) (*runtime, error) {
 		}
 	}
 	log.Info("baton runtime ready", "store", redactURL(cfg.storeURL), "workflows", len(wfs), "workflow_root", root)
-	rt := &runtime{store: st, bus: b, recorder: rec, engine: eng, metrics: col, tracer: tr, traces: tp, workflows: wfs, log: log, engineDone: make(chan struct{})}
+	rt := &runtime{store: st, bus: b, recorder: rec, engine: eng, metrics: col, tracer: tr, traces: tp, workflows: wfs, log: log,
+		engineDone: make(chan struct{}), shared: cfg.instanceID != ""}
 	var runCtx context.Context
 	runCtx, rt.stopEngine = context.WithCancel(context.Background())
 	go func() {
@@ -154,6 +162,15 @@ func openRuntime(ctx context.Context, cfg runtimeConfig) (*runtime, error) {
 
 // Recover resumes the chats that were running when the process stopped.
 func (rt *runtime) recover(ctx context.Context) error {
+	if rt.shared {
+		// Other live instances may be running chats of this store: the
+		// engine's sweeper resumes only those whose lease is free or
+		// expired (this instance's own after its restart, a dead one's).
+		// Background tasks carry no owner yet, so interrupted ones are not
+		// reported in this mode.
+		rt.log.Info("shared store: chats of dead instances are taken over as their leases expire", "instance", rt.engine.InstanceID())
+		return nil
+	}
 	chats, err := rt.store.ChatsByStatus(ctx, baton.ChatRunning, 100000)
 	if err != nil {
 		return fmt.Errorf("recover: %w", err)

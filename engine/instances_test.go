@@ -1,0 +1,229 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/bus"
+	"github.com/batonhq/baton/engine"
+	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/recorder"
+	"github.com/batonhq/baton/store/postgres"
+	"github.com/batonhq/baton/tool"
+	"github.com/batonhq/baton/workflow"
+)
+
+// instance is one baton engine sharing a PostgreSQL schema with others, as
+// a separate process would: its own pool, bus, recorder and engine.
+type instance struct {
+	store baton.Store
+	bus   *bus.Bus
+	eng   *engine.Engine
+	stop  func()
+}
+
+func pgSchema(t *testing.T) (dsn, schema string) {
+	dsn = testenv.PostgresDSN(t)
+	schema = fmt.Sprintf("inst_%d", time.Now().UnixNano())
+	t.Cleanup(func() {
+		if conn, err := pgx.Connect(context.Background(), dsn); err == nil {
+			_, _ = conn.Exec(context.Background(), `DROP SCHEMA "`+schema+`" CASCADE`)
+			_ = conn.Close(context.Background())
+		}
+	})
+	return dsn, schema
+}
+
+func newInstance(t *testing.T, dsn, schema, id string, wrap func(baton.Store) baton.Store, prov fakeProvider) *instance {
+	t.Helper()
+	ctx := context.Background()
+	pg, err := postgres.Open(ctx, dsn, postgres.WithSchema(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st baton.Store = pg
+	if wrap != nil {
+		st = wrap(st)
+	}
+	wfs, err := workflow.LoadAll(os.DirFS(loopDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := bus.New(bus.WithLogger(discardLogger()))
+	eng, err := engine.New(engine.Config{
+		Store: st, Recorder: recorder.New(st, engine.ObserverPublisher{Bus: b}), Bus: b, Workflows: wfs, WorkflowRoot: loopDir,
+		Providers:   func(*workflow.Workflow) (baton.Provider, error) { return prov, nil },
+		ToolOptions: []tool.Option{bumpTool(new(atomic.Int64))}, Logger: discardLogger(),
+		InstanceID: id, LeaseTTL: 300 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = eng.Run(runCtx) }()
+	in := &instance{store: st, bus: b, eng: eng}
+	in.stop = func() {
+		cancel()
+		<-done
+		ctx, c := context.WithTimeout(context.Background(), 10*time.Second)
+		defer c()
+		_ = b.Close(ctx)
+		_ = eng.Close()
+		_ = pg.Close()
+	}
+	t.Cleanup(in.stop)
+	return in
+}
+
+// stallingStore stalls lease renewals while stalled is open: the owner's
+// process is paused, so its lease runs out.
+type stallingStore struct {
+	baton.Store
+	stalled chan struct{} // closed when the stall ends
+}
+
+func (s *stallingStore) RenewLease(ctx context.Context, chatID, instanceID string, token int64, ttl time.Duration) (baton.Lease, error) {
+	select {
+	case <-s.stalled:
+	case <-ctx.Done():
+		return baton.Lease{}, ctx.Err()
+	}
+	return s.Store.RenewLease(ctx, chatID, instanceID, token, ttl)
+}
+
+func waitChat(t *testing.T, st baton.Store, id string, want baton.ChatStatus, d time.Duration) baton.Chat {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		c, err := st.GetChat(context.Background(), testScope, id)
+		if err == nil && c.Status == want {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("chat %s: status %q (%v), want %s", id, c.Status, err, want)
+		}
+		time.Sleep(5 * time.Millisecond) // polling the store with a deadline
+	}
+}
+
+// TestInstances_FencingAndTakeover: instance A runs a chat and stalls (its
+// model call and its lease renewals hang) past its lease; instance B takes
+// the chat over, runs it to the end; when A wakes up, the store refuses its
+// append (stale fencing token), so nothing A does lands.
+func TestInstances_FencingAndTakeover(t *testing.T) {
+	dsn, schema := pgSchema(t)
+	wake := make(chan struct{})
+	var aCalls atomic.Int64
+	a := newInstance(t, dsn, schema, "A", func(s baton.Store) baton.Store { return &stallingStore{Store: s, stalled: wake} },
+		func(req *baton.Request) ([]baton.Delta, error) {
+			aCalls.Add(1)
+			<-wake // A's process is paused mid-turn
+			return reply("A speaks late"), nil
+		})
+	b := newInstance(t, dsn, schema, "B", nil, func(req *baton.Request) ([]baton.Delta, error) { return reply("B speaks"), nil })
+
+	c, err := a.eng.Start(context.Background(), testScope, "loop", engine.StartOptions{Context: map[string]json.RawMessage{"stop": json.RawMessage("true")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for aCalls.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond) // waiting for A to be mid-turn
+	}
+	// B's sweeper finds the chat running with an expired lease and takes over.
+	waitChat(t, b.store, c.ID, baton.ChatCompleted, 15*time.Second)
+	if b.eng.Takeovers() < 1 {
+		t.Fatalf("B took over %d chats", b.eng.Takeovers())
+	}
+	close(wake) // A wakes up and tries to record its reply
+	deadline = time.Now().Add(10 * time.Second)
+	for a.bus.Stats().HandlerErrors == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond) // waiting for A's run to fail
+	}
+	if a.bus.Stats().HandlerErrors == 0 {
+		t.Fatal("A's stale run did not fail")
+	}
+	// Whatever A still holds, the store refuses an append fenced with A's
+	// token (the first one; B's takeover raised it).
+	stale := baton.NewEvent(baton.TypeChatText, baton.Metadata{}, json.RawMessage(`{"kind":"text","agent":"Ping","content":"stale"}`))
+	if _, err := a.store.Append(context.Background(), testScope, c.ID, []baton.Event{stale}, &baton.ChatUpdate{Fence: 1}); !errors.Is(err, baton.ErrConflict) {
+		t.Fatalf("append with the stale fencing token: %v, want conflict", err)
+	}
+	evs, err := b.store.Events(context.Background(), testScope, c.ID, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSequences(t, evs)
+	texts := 0
+	for _, ev := range evs {
+		var p struct{ Agent, Content string }
+		_ = json.Unmarshal(ev.Payload, &p)
+		if ev.Type == baton.TypeChatText && p.Agent == "Ping" {
+			texts++
+			if p.Content != "B speaks" {
+				t.Fatalf("a stale owner's text landed: %q", p.Content)
+			}
+		}
+	}
+	if texts != 1 || evs[len(evs)-1].Type != baton.TypeChatRunComplete {
+		t.Fatalf("%d texts; last event %s", texts, evs[len(evs)-1].Type)
+	}
+}
+
+// TestInstances_OneOwnerAtATime: both instances are told to run the same
+// chats at once; each chat's turns are recorded once, with gapless
+// sequences, whichever instance ran them.
+func TestInstances_OneOwnerAtATime(t *testing.T) {
+	dsn, schema := pgSchema(t)
+	slow := func(req *baton.Request) ([]baton.Delta, error) {
+		time.Sleep(5 * time.Millisecond) // a model call takes a moment
+		return reply(req.Agent + " speaks"), nil
+	}
+	a := newInstance(t, dsn, schema, "A", nil, slow)
+	b := newInstance(t, dsn, schema, "B", nil, slow)
+	var ids []string
+	for i := 0; i < 20; i++ {
+		c, err := a.eng.Start(context.Background(), testScope, "loop", engine.StartOptions{Context: map[string]json.RawMessage{"stop": json.RawMessage("true")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, c.ID)
+		for j := 0; j < 3; j++ { // B is told to run it too, at the same time
+			if err := b.eng.Resume(context.Background(), testScope, c.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, id := range ids {
+		waitChat(t, a.store, id, baton.ChatCompleted, 20*time.Second)
+	}
+	for _, inst := range []*instance{a, b} {
+		deadline := time.Now().Add(10 * time.Second)
+		for s := inst.bus.Stats(); s.Published != s.Handled+s.Unmatched && time.Now().Before(deadline); s = inst.bus.Stats() {
+			time.Sleep(5 * time.Millisecond) // let B's resumes finish
+		}
+	}
+	for _, id := range ids {
+		evs, err := a.store.Events(context.Background(), testScope, id, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkSequences(t, evs)
+		if n := countType(evs, baton.TypeChatSelectSpeaker); n != 1 || countType(evs, baton.TypeChatRunComplete) != 1 {
+			t.Fatalf("chat %s: %d turns and %d run_complete, want 1 and 1:\n%s", id, n, countType(evs, baton.TypeChatRunComplete), dump(evs))
+		}
+	}
+	if s := a.bus.Stats().HandlerErrors + b.bus.Stats().HandlerErrors; s != 0 {
+		t.Fatalf("%d handler errors", s)
+	}
+}
