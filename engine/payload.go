@@ -26,6 +26,7 @@ type textPayload struct {
 	ToolOnly       bool    `json:"tool_only,omitempty"`      // the model produced no text: Content is the fallback, not sent back to the model
 	Feedback       bool    `json:"feedback,omitempty"`       // the runtime's feedback on an invalid structured output
 	EventID        string  `json:"event_id,omitempty"`       // an observed environment event's id
+	InputID        string  `json:"input_id,omitempty"`       // the id of the user_query this message came from
 	TurnKey        string  `json:"turn_key,omitempty"`
 }
 
@@ -103,6 +104,7 @@ type toolResponsePayload struct {
 	UIEventID       string          `json:"ui_event_id,omitempty"`
 	EventID         string          `json:"event_id,omitempty"`
 	UIHidden        bool            `json:"ui_hidden,omitempty"`
+	InputID         string          `json:"input_id,omitempty"` // the id of the ui.tool.response this came from
 }
 
 // usagePayload is chat.usage_summary, recorded after every model call.

@@ -87,6 +87,13 @@ func (e *Engine) handle(ctx context.Context, ev baton.Event) error {
 			e.cache.put(r.st) // only a state that matches what was recorded
 		}
 	}()
+	if (ev.Type == baton.TypeUserQuery || ev.Type == baton.TypeUIToolResponse) && r.st.inputs[ev.ID] {
+		// Recorded before: a retried publish reached another instance, or
+		// came back after the bus's window. Handled once.
+		clean = true
+		r.logger().Info("engine: input already recorded; skipped", "event_id", ev.ID, "event_type", ev.Type)
+		return nil
+	}
 	switch ev.Type {
 	case TypeRunStart:
 		var p startPayload
@@ -360,7 +367,7 @@ func (r *run) userInput(ctx context.Context, ev baton.Event) error {
 	user := workflow.UserAgent
 	events := r.synthetic(user, content)
 	events = append(events, chatEvent(baton.TypeChatText, st.chat.ID, user, textPayload{
-		Kind: "text", Agent: user, Content: content, Index: st.texts, Source: q.Source,
+		Kind: "text", Agent: user, Content: content, Index: st.texts, Source: q.Source, InputID: ev.ID,
 	}))
 	u := &baton.ChatUpdate{TurnAgent: &user}
 	if st.turn == nil {
@@ -457,7 +464,9 @@ func (r *run) uiResponse(ctx context.Context, ev baton.Event) error {
 	var events []baton.Event
 	switch call.interaction {
 	case interactionAutoTool:
-		events = append(events, r.autoResponse(call.agent, call.name, call.id, result, payload, p.UIEventID))
+		ar := r.autoResponse(call.agent, call.name, call.id, result, payload, p.UIEventID)
+		ar.Payload = withInputID(ar.Payload, ev.ID)
+		events = append(events, ar)
 	default:
 		content := result.Content
 		if secretNames != nil {
@@ -466,7 +475,7 @@ func (r *run) uiResponse(ctx context.Context, ev baton.Event) error {
 		events = append(events, chatEvent(baton.TypeChatToolResponse, st.chat.ID, call.agent, toolResponsePayload{
 			Kind: "tool_response", Agent: call.agent, ToolName: call.name, ToolCallID: call.id, CallID: call.id, Corr: corr,
 			Status: result.Status, Success: result.OK(), Content: content, Payload: payload, UIEventID: p.UIEventID,
-			InteractionType: call.interaction,
+			InteractionType: call.interaction, InputID: ev.ID,
 		}))
 	}
 	if patch, ctxEv := r.toolDerived(call.agent, call.name, result.OK(), nil); ctxEv != nil {
@@ -495,6 +504,17 @@ func (r *run) uiResponse(ctx context.Context, ev baton.Event) error {
 		u.TurnAgent = &sys
 	}
 	return r.record(ctx, events, u)
+}
+
+// withInputID adds input_id to a tool_response payload.
+func withInputID(payload json.RawMessage, id string) json.RawMessage {
+	var p toolResponsePayload
+	if json.Unmarshal(payload, &p) != nil {
+		return payload
+	}
+	p.InputID = id
+	out, _ := json.Marshal(p)
+	return out
 }
 
 // startTurn records the native select_speaker that begins agent's turn.

@@ -339,3 +339,36 @@ func TestBudgetEndsTheRunBeforeTheNextModelCall(t *testing.T) {
 		t.Fatalf("run_complete = %v after %d calls, want budget_exceeded after 2", done, calls.Load())
 	}
 }
+
+// TestInput_RetriedPublishIsHandledOnce: the same user_query (same event
+// id) published again after a restart — a client retrying through another
+// instance, or after the bus's idempotency window — is recorded once: the
+// chat's state remembers the inputs it recorded.
+func TestInput_RetriedPublishIsHandledOnce(t *testing.T) {
+	h := newHarness(t)
+	id := start(t, h, "generator")
+	h.waitStatus(id, baton.ChatWaitingInput)
+	raw, _ := json.Marshal(map[string]string{"content": "A newsletter, please.", "source": "ws"})
+	input := engine.InputEvent(testScope, baton.TypeUserQuery, id, raw)
+	if err := h.bus.Publish(context.Background(), input); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus(id, baton.ChatWaitingSecret)
+	h = h.restart() // a new bus: its idempotency window has never seen the id
+	if err := h.bus.Publish(context.Background(), input); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus(id, baton.ChatWaitingSecret)
+	n := 0
+	for _, ev := range h.events(id) {
+		if ev.Type == baton.TypeChatText && payloadOf(t, ev)["content"] == "A newsletter, please." {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("the retried input was recorded %d times", n)
+	}
+	if !strings.Contains(h.logs.String(), "input already recorded") {
+		t.Fatal("the skip was not logged")
+	}
+}

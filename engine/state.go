@@ -36,6 +36,29 @@ type state struct {
 
 	lifecycle map[string]bool // lifecycle tool calls recorded, by lifecycle key
 	lcOpen    []openCall      // lifecycle UI calls waiting for the person
+
+	inputs     map[string]bool // ids of the recent inputs recorded (user_query, ui.tool.response)
+	inputOrder []string        // their order, to forget the oldest
+}
+
+// maxRememberedInputs bounds the input ids a chat's state remembers: a
+// retried input is recognised if it is among the chat's last this many.
+const maxRememberedInputs = 256
+
+// rememberInput notes that an input was recorded.
+func (st *state) rememberInput(id string) {
+	if id == "" || st.inputs[id] {
+		return
+	}
+	if st.inputs == nil {
+		st.inputs = map[string]bool{}
+	}
+	st.inputs[id] = true
+	st.inputOrder = append(st.inputOrder, id)
+	if len(st.inputOrder) > maxRememberedInputs {
+		delete(st.inputs, st.inputOrder[0])
+		st.inputOrder = st.inputOrder[1:]
+	}
 }
 
 // turn is one agent speaking once: select, model call(s), tools, result.
@@ -125,6 +148,7 @@ func (st *state) apply(ev *baton.Event) {
 		st.texts++
 		st.turnAgent = p.Agent
 		st.selected = ""
+		st.rememberInput(p.InputID)
 		switch {
 		case p.Agent == workflow.UserAgent || p.Agent == systemAgent:
 			st.messages = append(st.messages, baton.Message{Role: baton.RoleUser, Name: p.Agent, Content: p.Content})
@@ -188,6 +212,7 @@ func (st *state) apply(ev *baton.Event) {
 	case baton.TypeChatToolResponse:
 		var p toolResponsePayload
 		_ = json.Unmarshal(ev.Payload, &p)
+		st.rememberInput(p.InputID)
 		switch p.InteractionType {
 		case interactionLifecycle:
 			st.lcOpen = removeCall(st.lcOpen, p.ToolCallID)
