@@ -259,3 +259,9 @@ func (s *Server) chatIn(ctx context.Context, scope baton.Scope, chatID string) (
 	}
 	return c, nil
 }
+
+// Resync tells every open stream to reconnect and replay from its last
+// sequence (WebSocket close code 4000; SSE streams end). Call it when this
+// instance may have missed events recorded elsewhere — the NATS bridge
+// does, after a reconnect.
+func (s *Server) Resync() { s.hub.kickAll(kickResync) }

@@ -12,12 +12,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
+	"github.com/batonhq/baton/bus/natsbridge"
 	"github.com/batonhq/baton/engine"
 	"github.com/batonhq/baton/llm/openai"
 	"github.com/batonhq/baton/llm/scripted"
@@ -36,6 +38,7 @@ type runtimeConfig struct {
 	dataDir      string // where baton keeps its files (default ./.baton)
 	rulesFile    string // extra bus rules (engine.LoadRules); empty means the defaults only
 	budget       metrics.BudgetConfig
+	busURL       string        // nats://… to carry events between instances; empty: in-process only
 	instanceID   string        // set when several instances share the store
 	leaseTTL     time.Duration // how long a chat's lease lasts without renewal
 	log          *slog.Logger
@@ -55,6 +58,8 @@ type runtime struct {
 	log       *slog.Logger
 
 	shared     bool               // several instances share the store (--instance-id)
+	bridge     *natsbridge.Bridge // nil without --bus
+	resync     atomic.Pointer[func()]
 	stopEngine context.CancelFunc // stops the engine's background work
 	engineDone chan struct{}
 }
@@ -65,6 +70,7 @@ func (c *runtimeConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.workflowsDir, "workflows", envOr("BATON_WORKFLOWS", ""), "folder of workflow folders (env BATON_WORKFLOWS; default: the built-in examples)")
 	fs.StringVar(&c.dataDir, "data-dir", envOr("BATON_DATA_DIR", ".baton"), "where baton keeps its files (env BATON_DATA_DIR)")
 	fs.StringVar(&c.rulesFile, "rules", envOr("BATON_RULES", ""), "a rules file for environment events (env BATON_RULES; see docs/events.md)")
+	fs.StringVar(&c.busURL, "bus", envOr("BATON_BUS", ""), "nats://HOST:PORT to carry chat events between instances (env BATON_BUS; needs --instance-id)")
 	fs.StringVar(&c.instanceID, "instance-id", envOr("BATON_INSTANCE_ID", ""), "this instance's name when several share one PostgreSQL store: chats are leased, appends fenced, dead instances' chats taken over (env BATON_INSTANCE_ID)")
 	fs.DurationVar(&c.leaseTTL, "lease-ttl", engine.DefaultLeaseTTL, "with --instance-id: how long a chat's lease lasts without renewal")
 	fs.Int64Var(&c.budget.Chat.MaxTokens, "chat-max-tokens", envInt("BATON_CHAT_MAX_TOKENS"), "token budget of a chat whose workflow sets none (0: none)")
@@ -140,6 +146,10 @@ func openRuntime(ctx context.Context, cfg runtimeConfig) (*runtime, error) {
 		_ = st.Close()
 		return nil, err
 	}
+	if cfg.busURL != "" && cfg.instanceID == "" {
+		_ = st.Close()
+		return nil, fmt.Errorf("--bus needs --instance-id: instances that share chats must lease them")
+	}
 	// The rules of spec/environment-events.md: the engine's own (priority
 	// 100), the defaults, then the app's from --rules.
 	for _, r := range append(eng.DefaultRules(), eng.Rules(ruleSpecs)...) {
@@ -151,6 +161,19 @@ func openRuntime(ctx context.Context, cfg runtimeConfig) (*runtime, error) {
 	log.Info("baton runtime ready", "store", redactURL(cfg.storeURL), "workflows", len(wfs), "workflow_root", root)
 	rt := &runtime{store: st, bus: b, recorder: rec, engine: eng, metrics: col, tracer: tr, traces: tp, workflows: wfs, log: log,
 		engineDone: make(chan struct{}), shared: cfg.instanceID != ""}
+	if cfg.busURL != "" {
+		rt.bridge, err = natsbridge.Start(natsbridge.Config{URL: cfg.busURL, Bus: b, Instance: cfg.instanceID, Logger: log,
+			OnReconnect: func() {
+				if f := rt.resync.Load(); f != nil {
+					(*f)() // streams replay what NATS may have lost
+				}
+			}})
+		if err != nil {
+			_ = st.Close()
+			return nil, err
+		}
+		log.Info("events travel between instances over NATS", "bus", redactURL(cfg.busURL), "instance", cfg.instanceID)
+	}
 	var runCtx context.Context
 	runCtx, rt.stopEngine = context.WithCancel(context.Background())
 	go func() {
@@ -194,7 +217,11 @@ func (rt *runtime) recover(ctx context.Context) error {
 func (rt *runtime) Close(ctx context.Context) error {
 	rt.stopEngine()
 	<-rt.engineDone
-	busErr := rt.bus.Close(ctx)
+	var bridgeErr error
+	if rt.bridge != nil {
+		bridgeErr = rt.bridge.Close(ctx)
+	}
+	busErr := errors.Join(bridgeErr, rt.bus.Close(ctx))
 	var traceErr error
 	if rt.tracer != nil {
 		rt.tracer.Close()

@@ -91,6 +91,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		_ = closeRuntime(context.Background())
 		return err
 	}
+	resync := api.Resync
+	rt.resync.Store(&resync)
 	if cfg.dev {
 		log.Warn("DEV MODE: requests WITHOUT an API key are accepted as user \"dev\" of the app in the URL; never expose this server", "addr", cfg.addr)
 		fmt.Fprintln(stderr, "WARNING: baton is running in --dev mode: no API key is needed. Use it only on this machine.")

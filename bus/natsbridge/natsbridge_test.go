@@ -1,0 +1,237 @@
+package natsbridge_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	natstest "github.com/nats-io/nats-server/v2/test"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/bus"
+	"github.com/batonhq/baton/bus/natsbridge"
+	"github.com/batonhq/baton/engine"
+	"github.com/batonhq/baton/llm/scripted"
+	"github.com/batonhq/baton/recorder"
+	"github.com/batonhq/baton/server"
+	"github.com/batonhq/baton/store/sqlite"
+	"github.com/batonhq/baton/workflow"
+)
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func runNATS(t *testing.T, port int) *natsserver.Server {
+	t.Helper()
+	opts := natstest.DefaultTestOptions
+	opts.Port = port
+	opts.NoLog, opts.NoSigs = true, true
+	ns := natstest.RunServer(&opts)
+	t.Cleanup(ns.Shutdown)
+	return ns
+}
+
+func startBridge(t *testing.T, url, instance string, b *bus.Bus, onReconnect func()) *natsbridge.Bridge {
+	t.Helper()
+	br, err := natsbridge.Start(natsbridge.Config{URL: url, Bus: b, Instance: instance, Logger: quiet(), OnReconnect: onReconnect})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = br.Close(context.Background()) })
+	return br
+}
+
+func TestBridge_CarriesEventsBetweenInstances(t *testing.T) {
+	ns := runNATS(t, -1)
+	a, b := bus.New(bus.WithLogger(quiet())), bus.New(bus.WithLogger(quiet()))
+	defer a.Close(context.Background())
+	defer b.Close(context.Background())
+	startBridge(t, ns.ClientURL(), "A", a, nil)
+	brB := startBridge(t, ns.ClientURL(), "B", b, nil)
+	onB, _ := b.Subscribe([]string{"chat.*", "stream.*"}, bus.ForChat("c1"), bus.Buffer(10))
+	onA, _ := a.Subscribe([]string{"chat.*"}, bus.ForChat("c1"), bus.Buffer(10))
+
+	ev := baton.NewEvent(baton.TypeChatText, baton.Metadata{TriggerSessionID: "c1", Source: baton.SourceSystem}, json.RawMessage(`{"kind":"text","agent":"A1","content":"hi"}`))
+	ev.Sequence = 7
+	_ = a.Broadcast(ev)
+	_ = a.Broadcast(baton.NewEvent(baton.TypeStreamText, baton.Metadata{TriggerSessionID: "c1", Source: baton.SourceLLM}, json.RawMessage(`{"delta":"h"}`)))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	got, err := onB.Wait(ctx, func(e baton.Event) bool { return e.Type == baton.TypeChatText })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ID != ev.ID || got.Sequence != 7 || string(got.Payload) != string(ev.Payload) {
+		t.Fatalf("B got %+v, want the event with its sequence", got)
+	}
+	if _, err := onB.Wait(ctx, func(e baton.Event) bool { return e.Type == baton.TypeStreamText }); err != nil {
+		t.Fatalf("stream delta did not cross: %v", err)
+	}
+	// No echo: B publishes a marker after anything it could have sent
+	// back; NATS keeps one publisher's order, so an echo would reach A first.
+	_ = b.Broadcast(baton.NewEvent(baton.TypeChatText, baton.Metadata{TriggerSessionID: "c1"}, json.RawMessage(`{"content":"marker"}`)))
+	n := 0
+	if _, err := onA.Wait(ctx, func(e baton.Event) bool {
+		if e.ID == ev.ID {
+			n++
+		}
+		return strings.Contains(string(e.Payload), "marker")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("A's observer saw its own event %d times, want 1 (no echo)", n)
+	}
+	if sent, received := brB.Stats(); sent != 1 || received != 2 {
+		t.Fatalf("B's bridge sent %d and received %d, want 1 (the marker) and 2", sent, received)
+	}
+}
+
+func TestBridge_ReconnectAfterNATSRestart(t *testing.T) {
+	ns := runNATS(t, -1)
+	url := ns.ClientURL()
+	var reconnects atomic.Int64
+	b := bus.New(bus.WithLogger(quiet()))
+	defer b.Close(context.Background())
+	startBridge(t, url, "A", b, func() { reconnects.Add(1) })
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	runNATS(t, portOf(url))
+	deadline := time.Now().Add(10 * time.Second)
+	for reconnects.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond) // polling for the reconnect with a deadline
+	}
+	if reconnects.Load() == 0 {
+		t.Fatal("no reconnect after NATS came back")
+	}
+}
+
+func portOf(url string) int {
+	i := strings.LastIndex(url, ":")
+	n := 0
+	for _, c := range url[i+1:] {
+		n = n*10 + int(c-'0')
+	}
+	return n
+}
+
+// instance is a baton process: its own bus, recorder, engine and server on
+// a shared store file, and a bridge to NATS.
+type instance struct {
+	bus *bus.Bus
+	eng *engine.Engine
+	srv *server.Server
+	ts  *httptest.Server
+}
+
+func newInstance(t *testing.T, id, dbPath, natsURL string) *instance {
+	t.Helper()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wfs, err := workflow.LoadAll(os.DirFS("../../workflows"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := bus.New(bus.WithLogger(quiet()))
+	eng, err := engine.New(engine.Config{
+		Store: st, Recorder: recorder.New(st, engine.ObserverPublisher{Bus: b}), Bus: b, Workflows: wfs, WorkflowRoot: "../../workflows",
+		Providers: func(wf *workflow.Workflow) (baton.Provider, error) {
+			return scripted.Load(wf.FS, path.Join(wf.Dir, "scripted.json"))
+		},
+		Logger: quiet(), InstanceID: id,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(server.Config{Store: st, Keys: st, Bus: b, Engine: eng, Logger: quiet(), Dev: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := &instance{bus: b, eng: eng, srv: srv, ts: httptest.NewServer(srv.Handler())}
+	br := startBridgeNoCleanup(t, natsURL, id, b, srv.Resync)
+	t.Cleanup(func() {
+		in.ts.Close()
+		srv.Close()
+		_ = br.Close(context.Background())
+		_ = b.Close(context.Background())
+		_ = eng.Close()
+		_ = st.Close()
+	})
+	return in
+}
+
+func startBridgeNoCleanup(t *testing.T, url, instance string, b *bus.Bus, onReconnect func()) *natsbridge.Bridge {
+	t.Helper()
+	br, err := natsbridge.Start(natsbridge.Config{URL: url, Bus: b, Instance: instance, Logger: quiet(), OnReconnect: onReconnect})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return br
+}
+
+// TestBridge_ClientOnAnotherInstance: a chat runs on instance A; a
+// WebSocket client connected to instance B sees every one of its events,
+// live, exactly once and in order, equal to the chat's history.
+func TestBridge_ClientOnAnotherInstance(t *testing.T) {
+	ns := runNATS(t, -1)
+	db := filepath.Join(t.TempDir(), "baton.db")
+	a := newInstance(t, "A", db, ns.ClientURL())
+	b := newInstance(t, "B", db, ns.ClientURL())
+	scope := baton.Scope{App: "acme", User: server.DevUser}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	chatID := baton.NewID()
+	// The client connects to B before the chat exists on A's side of the
+	// world; it must be created first so that B can authorise the stream.
+	c, err := a.eng.Start(ctx, scope, "hello", engine.StartOptions{ChatID: chatID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := "ws" + strings.TrimPrefix(b.ts.URL, "http") + "/ws/acme/" + c.ID + "?last_sequence=0"
+	conn, _, err := websocket.Dial(ctx, u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.CloseNow()
+	var seqs []int64
+	for {
+		_, raw, err := conn.Read(ctx)
+		if err != nil {
+			t.Fatalf("read: %v (sequences so far %v)", err, seqs)
+		}
+		var env struct {
+			Type string         `json:"type"`
+			Data map[string]any `json:"data"`
+		}
+		_ = json.Unmarshal(raw, &env)
+		if s, ok := env.Data["sequence"].(float64); ok {
+			seqs = append(seqs, int64(s))
+		}
+		if env.Type == baton.TypeChatRunComplete {
+			break
+		}
+	}
+	for i, s := range seqs {
+		if s != int64(i+1) {
+			t.Fatalf("client on B saw sequences %v: gap, repeat or disorder", seqs)
+		}
+	}
+	if len(seqs) != 12 {
+		t.Fatalf("client on B saw %d events, want the hello chat's 12", len(seqs))
+	}
+}
