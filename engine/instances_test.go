@@ -6,7 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,6 +21,7 @@ import (
 	"github.com/batonhq/baton/bus"
 	"github.com/batonhq/baton/engine"
 	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/llm/scripted"
 	"github.com/batonhq/baton/recorder"
 	"github.com/batonhq/baton/store/postgres"
 	"github.com/batonhq/baton/tool"
@@ -225,5 +231,130 @@ func TestInstances_OneOwnerAtATime(t *testing.T) {
 	}
 	if s := a.bus.Stats().HandlerErrors + b.bus.Stats().HandlerErrors; s != 0 {
 		t.Fatalf("%d handler errors", s)
+	}
+}
+
+// ownerChildEnv makes the test binary run as instance A of
+// TestInstances_OwnerKilledMidTurn: it starts OWNER_CHATS chats of the
+// effects workflow on the shared PostgreSQL schema and runs them until it
+// is killed.
+const ownerChildEnv = "BATON_ENGINE_OWNER_CHILD"
+
+func runOwnerChild() int {
+	ctx := context.Background()
+	st, err := postgres.Open(ctx, os.Getenv("CRASH_STORE"), postgres.WithSchema(os.Getenv("CRASH_PG_SCHEMA")))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "owner: open store:", err)
+		return 1
+	}
+	eng, b, err := effectsEngine(st, "A")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "owner:", err)
+		return 1
+	}
+	_ = b
+	n, _ := strconv.Atoi(os.Getenv("OWNER_CHATS"))
+	for i := 0; i < n; i++ {
+		if _, err := eng.Start(ctx, testScope, "effects", engine.StartOptions{ChatID: fmt.Sprint("owned-", i)}); err != nil {
+			fmt.Fprintln(os.Stderr, "owner: start:", err)
+			return 1
+		}
+	}
+	fmt.Println("child: running")
+	select {} // runs until killed
+}
+
+// effectsEngine is an engine on st running the effects workflow with its
+// scripted provider, as instance id, with a short lease.
+func effectsEngine(st baton.Store, id string) (*engine.Engine, *bus.Bus, error) {
+	wfs, err := workflow.LoadAll(os.DirFS(loopDir))
+	if err != nil {
+		return nil, nil, err
+	}
+	b := bus.New(bus.WithLogger(discardLogger()))
+	eng, err := engine.New(engine.Config{
+		Store: st, Recorder: recorder.New(st, engine.ObserverPublisher{Bus: b}), Bus: b, Workflows: wfs, WorkflowRoot: loopDir,
+		Providers: func(wf *workflow.Workflow) (baton.Provider, error) {
+			return scripted.Load(wf.FS, path.Join(wf.Dir, "scripted.json"))
+		},
+		Logger: discardLogger(), InstanceID: id, LeaseTTL: 500 * time.Millisecond, StateCache: -1,
+		ToolOptions: []tool.Option{bumpTool(new(atomic.Int64))},
+	})
+	return eng, b, err
+}
+
+// TestInstances_OwnerKilledMidTurn: instance A (a child process) runs 100
+// chats and is SIGKILLed mid-turn; instance B takes them over when their
+// leases expire. Every chat completes, sequences have no gap or repeat, and
+// every side effect is in the file exactly once.
+func TestInstances_OwnerKilledMidTurn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("not in -short")
+	}
+	dsn, schema := pgSchema(t)
+	const chats = 100
+	effects := filepath.Join(t.TempDir(), "effects.txt")
+	t.Setenv("EFFECTS_FILE", effects) // for instance B's tool calls in this process
+	cmd, out := startChild(t, append(os.Environ(), ownerChildEnv+"=1", "CRASH_STORE="+dsn, "CRASH_PG_SCHEMA="+schema,
+		fmt.Sprint("OWNER_CHATS=", chats), "EFFECTS_FILE="+effects))
+	if !waitLine(out, "child: running", 60*time.Second) {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatal("instance A did not start")
+	}
+	time.Sleep(50*time.Millisecond + randomDuration(150*time.Millisecond)) // mid-turn for many chats, not a wait for something
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+
+	ctx := context.Background()
+	st, err := postgres.Open(ctx, dsn, postgres.WithSchema(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	killedAt := time.Now()
+	eng, b, err := effectsEngine(st, "B")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = eng.Run(runCtx) }()
+	defer func() { stop(); <-done; _ = b.Close(ctx); _ = eng.Close() }()
+
+	for i := 0; i < chats; i++ {
+		waitChat(t, st, fmt.Sprint("owned-", i), baton.ChatCompleted, 3*time.Minute)
+	}
+	t.Logf("B took over %d chats; all %d complete %s after the kill", eng.Takeovers(), chats, time.Since(killedAt).Round(time.Millisecond))
+	if eng.Takeovers() == 0 {
+		t.Fatal("no chat was taken over: the kill came too late")
+	}
+	calls := 0
+	for i := 0; i < chats; i++ {
+		evs, err := st.Events(ctx, testScope, fmt.Sprint("owned-", i), 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkSequences(t, evs)
+		if evs[len(evs)-1].Type != baton.TypeChatRunComplete {
+			t.Fatalf("chat %d ends with %s", i, evs[len(evs)-1].Type)
+		}
+		calls += countType(evs, baton.TypeChatToolCall)
+	}
+	data, err := os.ReadFile(effects)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	seen := map[string]bool{}
+	for _, l := range lines {
+		key, text, _ := strings.Cut(l, " ")
+		if seen[key] || text == "" {
+			t.Fatalf("effect %q is in the file twice or incomplete", l)
+		}
+		seen[key] = true
+	}
+	if calls != 4*chats || len(lines) != calls {
+		t.Fatalf("%d tool calls recorded (want %d), %d effects in the file", calls, 4*chats, len(lines))
 	}
 }

@@ -44,6 +44,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(runChild())
 	}
+	if os.Getenv(ownerChildEnv) != "" {
+		os.Exit(runOwnerChild())
+	}
 	os.Exit(m.Run())
 }
 
