@@ -137,11 +137,15 @@ type instance struct {
 
 func newInstance(t *testing.T, id, dbPath, natsURL string) *instance {
 	t.Helper()
-	ctx := context.Background()
-	st, err := sqlite.Open(ctx, dbPath)
+	st, err := sqlite.Open(context.Background(), dbPath)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newInstanceOn(t, id, st, natsURL)
+}
+
+func newInstanceOn(t *testing.T, id string, st baton.Store, natsURL string) *instance {
+	t.Helper()
 	wfs, err := workflow.LoadAll(os.DirFS("../../workflows"))
 	if err != nil {
 		t.Fatal(err)
