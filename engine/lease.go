@@ -138,5 +138,12 @@ func (e *Engine) sweepTakeovers(ctx context.Context) error {
 // InstanceID returns this engine's instance id ("" without leases).
 func (e *Engine) InstanceID() string { return e.instance }
 
+// LeasesHeld returns how many chats this instance runs under a lease now.
+func (e *Engine) LeasesHeld() int {
+	e.runningMu.Lock()
+	defer e.runningMu.Unlock()
+	return len(e.running)
+}
+
 // Takeovers returns how many chats this instance took over from dead owners.
 func (e *Engine) Takeovers() int64 { return e.takeovers.Load() }

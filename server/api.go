@@ -15,7 +15,13 @@ import (
 )
 
 func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	body := map[string]any{"status": "ok"}
+	if s.cfg.Health != nil {
+		for k, v := range s.cfg.Health() {
+			body[k] = v
+		}
+	}
+	writeJSON(w, http.StatusOK, body)
 }
 
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {

@@ -76,6 +76,9 @@ type Config struct {
 	// outside /api/, /ws/ and /sessions/ that is not a route (the page at
 	// "/" and its assets). It needs no key; the page asks for one.
 	UI http.Handler
+	// Health adds figures to GET /healthz (say, the instance id and the
+	// chat leases it holds); it must answer at once.
+	Health func() map[string]any
 	// Metrics serves /metrics and /metrics/perf/* and counts WebSocket
 	// streams; nil answers those routes with 503.
 	Metrics *metrics.Collector

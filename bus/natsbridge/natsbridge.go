@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -53,6 +54,9 @@ type Config struct {
 	// OnReconnect is called after the connection to NATS comes back, so
 	// that every stream can replay what it may have missed from the store.
 	OnReconnect func()
+	// Lag, if set, is told how long each event from another instance took
+	// from its creation there to its arrival here (clocks of both matter).
+	Lag func(time.Duration)
 }
 
 // Bridge forwards events between its bus and NATS. Start it with Start and
@@ -152,6 +156,9 @@ func (br *Bridge) receive(m *nats.Msg) {
 	if err != nil {
 		br.log.Warn("natsbridge: drop a malformed event", "subject", m.Subject, "err", err)
 		return
+	}
+	if br.cfg.Lag != nil && ev.Timestamp > 0 {
+		br.cfg.Lag(time.Since(time.UnixMilli(ev.Timestamp)))
 	}
 	if ev.Metadata.Extra == nil {
 		ev.Metadata.Extra = map[string]json.RawMessage{}

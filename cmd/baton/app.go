@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/batonhq/baton"
@@ -161,8 +162,22 @@ func openRuntime(ctx context.Context, cfg runtimeConfig) (*runtime, error) {
 	log.Info("baton runtime ready", "store", redactURL(cfg.storeURL), "workflows", len(wfs), "workflow_root", root)
 	rt := &runtime{store: st, bus: b, recorder: rec, engine: eng, metrics: col, tracer: tr, traces: tp, workflows: wfs, log: log,
 		engineDone: make(chan struct{}), shared: cfg.instanceID != ""}
+	if cfg.instanceID != "" {
+		reg := col.Registry()
+		reg.MustRegister(
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "baton", Name: "takeovers_total",
+				Help: "Running chats this instance took over from instances whose lease expired."}, func() float64 { return float64(eng.Takeovers()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "baton", Name: "leases_held",
+				Help: "Chats this instance runs under a lease now."}, func() float64 { return float64(eng.LeasesHeld()) }),
+		)
+	}
 	if cfg.busURL != "" {
+		lag := prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "baton", Name: "cross_instance_delivery_seconds",
+			Help:    "From an event's creation on one instance to its arrival on this one over NATS.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)})
+		col.Registry().MustRegister(lag)
 		rt.bridge, err = natsbridge.Start(natsbridge.Config{URL: cfg.busURL, Bus: b, Instance: cfg.instanceID, Logger: log,
+			Lag: func(d time.Duration) { lag.Observe(d.Seconds()) },
 			OnReconnect: func() {
 				if f := rt.resync.Load(); f != nil {
 					(*f)() // streams replay what NATS may have lost
@@ -181,6 +196,15 @@ func openRuntime(ctx context.Context, cfg runtimeConfig) (*runtime, error) {
 		_ = eng.Run(runCtx) // UI tool timeouts; stopped by Close
 	}()
 	return rt, nil
+}
+
+// health is what /healthz adds: with several instances, this one's id and
+// the chat leases it holds and took over.
+func (rt *runtime) health() map[string]any {
+	if !rt.shared {
+		return nil
+	}
+	return map[string]any{"instance": rt.engine.InstanceID(), "leases_held": rt.engine.LeasesHeld(), "takeovers": rt.engine.Takeovers()}
 }
 
 // Recover resumes the chats that were running when the process stopped.
