@@ -321,6 +321,10 @@ func TestInstances_OwnerKilledMidTurn(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = eng.Run(runCtx) }()
 	defer func() { stop(); <-done; _ = b.Close(ctx); _ = eng.Close() }()
+	for deadline := time.Now().Add(30 * time.Second); eng.Takeovers() == 0 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond) // polling for the first takeover
+	}
+	t.Logf("first takeover %s after the kill (lease TTL 500ms, sweep every 250ms)", time.Since(killedAt).Round(time.Millisecond))
 
 	for i := 0; i < chats; i++ {
 		waitChat(t, st, fmt.Sprint("owned-", i), baton.ChatCompleted, 3*time.Minute)

@@ -43,7 +43,7 @@ func pgStores(t *testing.T, n int) []*postgres.Store {
 	return out
 }
 
-func startChat(t *testing.T, in *instance, workflow string) string {
+func startChat(t testing.TB, in *instance, workflow string) string {
 	t.Helper()
 	resp, err := http.Post(in.ts.URL+"/api/chats/acme/"+workflow+"/start", "application/json", nil)
 	if err != nil {

@@ -146,13 +146,19 @@ func newInstance(t *testing.T, id, dbPath, natsURL string) *instance {
 
 func newInstanceOn(t *testing.T, id string, st baton.Store, natsURL string) *instance {
 	t.Helper()
-	wfs, err := workflow.LoadAll(os.DirFS("../../workflows"))
+	return newInstanceIn(t, id, st, natsURL, "../../workflows")
+}
+
+// newInstanceIn is an instance running the workflows of dir.
+func newInstanceIn(t testing.TB, id string, st baton.Store, natsURL, dir string) *instance {
+	t.Helper()
+	wfs, err := workflow.LoadAll(os.DirFS(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
 	b := bus.New(bus.WithLogger(quiet()))
 	eng, err := engine.New(engine.Config{
-		Store: st, Recorder: recorder.New(st, engine.ObserverPublisher{Bus: b}), Bus: b, Workflows: wfs, WorkflowRoot: "../../workflows",
+		Store: st, Recorder: recorder.New(st, engine.ObserverPublisher{Bus: b}), Bus: b, Workflows: wfs, WorkflowRoot: dir,
 		Providers: func(wf *workflow.Workflow) (baton.Provider, error) {
 			return scripted.Load(wf.FS, path.Join(wf.Dir, "scripted.json"))
 		},
@@ -178,7 +184,7 @@ func newInstanceOn(t *testing.T, id string, st baton.Store, natsURL string) *ins
 	return in
 }
 
-func startBridgeNoCleanup(t *testing.T, url, instance string, b *bus.Bus, onReconnect func()) *natsbridge.Bridge {
+func startBridgeNoCleanup(t testing.TB, url, instance string, b *bus.Bus, onReconnect func()) *natsbridge.Bridge {
 	t.Helper()
 	br, err := natsbridge.Start(natsbridge.Config{URL: url, Bus: b, Instance: instance, Logger: quiet(), OnReconnect: onReconnect})
 	if err != nil {
