@@ -401,7 +401,8 @@ func TestBackgroundTask_RestartReportsFailure(t *testing.T) {
 
 func TestCoalescing_BurstWakesTheAgentOnce(t *testing.T) {
 	eh := newEnvHarness(t)
-	mustRule(t, eh.bus, eh.eng.AgentRule("burst", []string{"sensor.*"}, 90, "Summarise the readings.", "", 100*time.Millisecond))
+	// The window comfortably exceeds the five publishes below, even on a loaded machine.
+	mustRule(t, eh.bus, eh.eng.AgentRule("burst", []string{"sensor.*"}, 90, "Summarise the readings.", "", time.Second))
 	id := eh.pausedChat(t)
 	eh.mu.Lock()
 	calls := len(eh.requests)
