@@ -468,3 +468,24 @@ func TestUITool_TimeoutGivesTheModelAnError(t *testing.T) {
 		t.Fatalf("confirm's response = %v, want a timed-out tool error", resp)
 	}
 }
+
+// A before_chat UI lifecycle tool pauses the chat before anything else; the
+// person's answer resumes it with the resume signal, and the chat starts.
+func TestLifecycle_BeforeChatFormThenStart(t *testing.T) {
+	h := newHarness(t, withWorkflows(loopDir), withTools(bumpTool(new(atomic.Int64))))
+	c, err := h.eng.Start(context.Background(), testScope, "consent", engine.StartOptions{Context: map[string]json.RawMessage{"stop": json.RawMessage("true")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus(c.ID, baton.ChatWaitingUITool)
+	if err := h.eng.RespondUI(context.Background(), testScope, c.ID, h.pending(c.ID, baton.PendingUITool).UIEventID, "success", json.RawMessage(`{"agree":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus(c.ID, baton.ChatCompleted)
+	evs := h.events(c.ID)
+	checkSequences(t, evs)
+	checkSpeakers(t, evs)
+	if lastOfType(t, evs, baton.TypeChatRunComplete)["status"] != "success" || countType(evs, baton.TypeChatSelectSpeaker) < 2 {
+		t.Fatalf("the chat did not start after the form:\n%s", dump(evs))
+	}
+}

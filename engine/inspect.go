@@ -42,7 +42,7 @@ func (e *Engine) Inspect(ctx context.Context, scope baton.Scope, chatID string) 
 	case st.done || st.terminating:
 	case st.turn != nil:
 		in.NextSpeaker = st.turn.agent
-	case st.next == "" && st.texts == 0 && st.turns == 0:
+	case st.next == "" && !st.started && st.turns == 0:
 		in.NextSpeaker = r.wf.Config.Orchestration.InitialAgent
 		if r.wf.Config.Orchestration.StartupMode == workflow.UserDriven {
 			in.NextSpeaker = workflow.UserAgent

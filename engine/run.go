@@ -265,7 +265,7 @@ func (r *run) drive(ctx context.Context) error {
 		case st.next == workflow.UserAgent:
 			return nil // waiting for the person
 		case st.next == "":
-			if st.texts > 0 || st.turns > 0 {
+			if st.started || st.turns > 0 {
 				return nil // nothing left to do
 			}
 			if lt := r.nextLifecycle(workflow.BeforeChat, "", "chat"); lt != nil {
@@ -331,6 +331,7 @@ func (r *run) start(ctx context.Context) error {
 	var events []baton.Event
 	user := workflow.UserAgent
 	if msg != "" {
+		events = append(events, r.synthetic(user, msg)...) // after a before_chat form, the system spoke last
 		events = append(events, chatEvent(baton.TypeChatText, r.st.chat.ID, user, textPayload{
 			Kind: "text", Agent: user, Content: msg, Index: r.st.texts, Source: source, UIHidden: hidden,
 		}))
@@ -358,7 +359,7 @@ func (r *run) userInput(ctx context.Context, ev baton.Event) error {
 	case st.turn != nil && !st.failed:
 		return fmt.Errorf("%w: the chat waits for a UI tool response, not a message", errIgnored)
 	}
-	if st.texts == 0 && st.turns == 0 && st.next == "" {
+	if !st.started && st.turns == 0 && st.next == "" {
 		// A message before the chat started (a UserDriven chat's first input
 		// arriving with run.start): it is the start message.
 		r.startMessage = content
@@ -533,8 +534,8 @@ func (r *run) startTurn(ctx context.Context, agent string) error {
 // recorded since the last text (spec/synthetic-events.md). The resume
 // signal shows as agent "system".
 func (r *run) synthetic(sender, content string) []baton.Event {
-	if sender == r.st.turnAgent || sender == r.st.selected {
-		return nil
+	if sender == r.st.turnAgent || sender == r.st.selected || r.st.turnAgent == "" {
+		return nil // no change of speaker, or the chat's first text: nobody spoke before it
 	}
 	display := sender
 	if strings.Contains(content, ResumeSignal) {

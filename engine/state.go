@@ -30,6 +30,7 @@ type state struct {
 	revertedFrom string // the agent that last handed over to the person
 	turnAgent    string // the sender of the last text (persisted as the chat's turn_agent)
 	selected     string // the agent of the last select_speaker recorded since the last text
+	started      bool   // the chat's start is recorded (a handoff, an input request or a turn)
 	done         bool   // chat.run_complete recorded
 	failed       bool   // the last run ended with chat.error
 	terminating  bool   // a handoff to TerminateTarget is recorded; after_chat tools and run_complete follow
@@ -132,6 +133,10 @@ func (st *state) apply(ev *baton.Event) {
 	}
 	// Anything recorded after a chat.error means the chat moved on.
 	st.failed = ev.Type == baton.TypeChatError
+	switch ev.Type {
+	case baton.TypeChatHandoff, baton.TypeChatInputRequest:
+		st.started = true
+	}
 	switch ev.Type {
 	case baton.TypeChatSelectSpeaker:
 		var p selectSpeakerPayload
