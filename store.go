@@ -176,6 +176,15 @@ const (
 	TaskFailed    TaskStatus = "failed"
 )
 
+// Valid reports whether s is one of the task statuses.
+func (s TaskStatus) Valid() bool {
+	switch s {
+	case TaskQueued, TaskRunning, TaskCompleted, TaskFailed:
+		return true
+	}
+	return false
+}
+
 // Task is a background task of a chat.
 type Task struct {
 	ID        string

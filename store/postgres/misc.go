@@ -139,14 +139,6 @@ func (s *Store) ChatUsage(ctx context.Context, scope baton.Scope, chatID string)
 	return total, per, s.dbErr("chat usage", rows.Err())
 }
 
-func validTaskStatus(st baton.TaskStatus) bool {
-	switch st {
-	case baton.TaskQueued, baton.TaskRunning, baton.TaskCompleted, baton.TaskFailed:
-		return true
-	}
-	return false
-}
-
 func nullJSON(b json.RawMessage) *string {
 	if len(b) == 0 {
 		return nil
@@ -166,7 +158,7 @@ func (s *Store) CreateTask(ctx context.Context, scope baton.Scope, t baton.Task)
 	if t.Status == "" {
 		t.Status = baton.TaskQueued
 	}
-	if !validTaskStatus(t.Status) {
+	if !t.Status.Valid() {
 		return baton.Task{}, baton.Errorf(baton.EINVALID, "task status: %q is not queued, running, completed or failed", t.Status)
 	}
 	if (len(t.Input) > 0 && !json.Valid(t.Input)) || (len(t.Result) > 0 && !json.Valid(t.Result)) {
@@ -228,7 +220,7 @@ func (s *Store) UpdateTask(ctx context.Context, scope baton.Scope, id string, st
 	if err := s.check(); err != nil {
 		return baton.Task{}, err
 	}
-	if !validTaskStatus(status) {
+	if !status.Valid() {
 		return baton.Task{}, baton.Errorf(baton.EINVALID, "task status: %q is not queued, running, completed or failed", status)
 	}
 	if len(result) > 0 && !json.Valid(result) {

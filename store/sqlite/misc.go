@@ -125,14 +125,6 @@ func (s *Store) ChatUsage(ctx context.Context, scope baton.Scope, chatID string)
 	return total, per, s.readErr("chat usage", rows.Err())
 }
 
-func validTaskStatus(st baton.TaskStatus) bool {
-	switch st {
-	case baton.TaskQueued, baton.TaskRunning, baton.TaskCompleted, baton.TaskFailed:
-		return true
-	}
-	return false
-}
-
 func nullJSON(b json.RawMessage) any {
 	if len(b) == 0 {
 		return nil
@@ -148,7 +140,7 @@ func (s *Store) CreateTask(ctx context.Context, scope baton.Scope, t baton.Task)
 	if t.Status == "" {
 		t.Status = baton.TaskQueued
 	}
-	if !validTaskStatus(t.Status) {
+	if !t.Status.Valid() {
 		return baton.Task{}, baton.Errorf(baton.EINVALID, "task status: %q is not queued, running, completed or failed", t.Status)
 	}
 	if (len(t.Input) > 0 && !json.Valid(t.Input)) || (len(t.Result) > 0 && !json.Valid(t.Result)) {
@@ -210,7 +202,7 @@ func (s *Store) GetTask(ctx context.Context, scope baton.Scope, id string) (bato
 
 // UpdateTask sets a task's status, result and error; see baton.TaskStore.
 func (s *Store) UpdateTask(ctx context.Context, scope baton.Scope, id string, status baton.TaskStatus, result json.RawMessage, errMsg string) (baton.Task, error) {
-	if !validTaskStatus(status) {
+	if !status.Valid() {
 		return baton.Task{}, baton.Errorf(baton.EINVALID, "task status: %q is not queued, running, completed or failed", status)
 	}
 	if len(result) > 0 && !json.Valid(result) {
