@@ -146,11 +146,10 @@ type Engine struct {
 	provCache  map[string]baton.Provider
 	registries map[string]*tool.Registry
 
-	sealer    *sealer
-	autoTools recentAutoTools
-	cache     *stateCache
-	budget    BudgetFunc
-	sweep     time.Duration
+	sealer *sealer
+	cache  *stateCache
+	budget BudgetFunc
+	sweep  time.Duration
 
 	showEvents bool
 	wakeMu     sync.Mutex

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/tool"
@@ -214,56 +213,19 @@ func autoToolArgs(data json.RawMessage, component, model string) json.RawMessage
 	return out
 }
 
-// recentAutoTools is the seed's bounded FIFO of 512 turn keys already
-// processed, in front of the store's effect ledger: a repeat within the
-// process is skipped without a store round trip.
-type recentAutoTools struct {
-	mu    sync.Mutex
-	seen  map[string]bool
-	order []string
-}
-
-const autoToolCacheLimit = 512
-
-func (c *recentAutoTools) has(key string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.seen[key]
-}
-
-func (c *recentAutoTools) add(key string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.seen == nil {
-		c.seen = map[string]bool{}
-	}
-	if c.seen[key] {
-		return
-	}
-	c.seen[key] = true
-	c.order = append(c.order, key)
-	for len(c.order) > autoToolCacheLimit {
-		delete(c.seen, c.order[0])
-		c.order = c.order[1:]
-	}
-}
-
 // fireAutoTool invokes the UI tool of an auto_tool_mode agent for the turn's
-// structured output, exactly once per {chat_id}:{turn_idempotency_key}: the
-// claim is in the store's effect ledger, so it holds across restarts and
-// instances. The call is recorded with interaction_type auto_tool; a UI tool
-// pauses the chat for the person.
+// structured output, exactly once per {chat_id}:{turn_idempotency_key}. Two
+// things stand guard: the chat's state, which knows every recorded auto-tool
+// call (so the step is never taken twice for a turn — this replaces the
+// seed's in-memory FIFO of 512 keys, and unlike it survives restarts and is
+// not bounded), and the claim in the store's effect ledger, which holds
+// across instances. The call is recorded with interaction_type auto_tool; a
+// UI tool pauses the chat for the person.
 func (r *run) fireAutoTool(ctx context.Context) error {
 	st, t := r.st, r.st.turn
 	agent := r.wf.Agent(t.agent)
 	wt := agent.AutoTool()
 	key := st.chat.ID + ":" + t.key
-	if r.e.autoTools.has(key) {
-		// Already fired by this process, but its call is not in the state:
-		// the record failed after the claim. Fire again below; the UI
-		// request is derived from the key, so the person sees one request.
-		r.logger().Debug("engine: auto-tool re-fired after a failed record", "key", key)
-	}
 	eff, err := r.e.store.ClaimEffect(ctx, r.scope, st.chat.ID, "auto_tool/"+key)
 	if err != nil {
 		return err
@@ -313,7 +275,6 @@ func (r *run) fireAutoTool(ctx context.Context) error {
 	if err := r.record(ctx, events, u); err != nil {
 		return err
 	}
-	r.e.autoTools.add(key)
 	if err := r.e.store.RecordEffect(ctx, r.scope, st.chat.ID, "auto_tool/"+key, json.RawMessage(`{"fired":true}`)); err != nil {
 		r.logger().Warn("engine: record auto-tool effect", "key", key, "err", err)
 	}

@@ -18,12 +18,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
 	"github.com/batonhq/baton/engine"
-	"github.com/batonhq/baton/internal/testenv"
 	"github.com/batonhq/baton/llm/scripted"
 	"github.com/batonhq/baton/recorder"
 	"github.com/batonhq/baton/store"
@@ -125,17 +122,9 @@ func TestCrash_SQLite(t *testing.T) {
 }
 
 func TestCrash_PostgreSQL(t *testing.T) {
-	dsn := testenv.PostgresDSN(t)
-	schema := fmt.Sprintf("crash_%d", time.Now().UnixNano())
-	dir := t.TempDir()
-	crashTest(t, dir, []string{"CRASH_STORE=" + dsn, "CRASH_PG_SCHEMA=" + schema}, func(ctx context.Context) (baton.Store, error) {
+	dsn, schema := pgSchema(t)
+	crashTest(t, t.TempDir(), []string{"CRASH_STORE=" + dsn, "CRASH_PG_SCHEMA=" + schema}, func(ctx context.Context) (baton.Store, error) {
 		return postgres.Open(ctx, dsn, postgres.WithSchema(schema))
-	})
-	t.Cleanup(func() {
-		if conn, err := pgx.Connect(context.Background(), dsn); err == nil {
-			_, _ = conn.Exec(context.Background(), `DROP SCHEMA "`+schema+`" CASCADE`)
-			_ = conn.Close(context.Background())
-		}
 	})
 }
 

@@ -628,6 +628,7 @@ func (r *run) callModel(ctx context.Context) error {
 	if ctxEv != nil {
 		events = append(events, *ctxEv)
 	}
+	usageRecorded := false
 	usageEv := chatEvent(baton.TypeChatUsageSummary, st.chat.ID, agent.Name, usagePayload{
 		Kind: "usage_summary", Agent: agent.Name, Model: cfg.Model, AgentMessageID: msgID,
 		PromptTokens: usage.PromptTokens, CompletionTokens: usage.CompletionTokens, CachedTokens: usage.CachedTokens,
@@ -637,7 +638,7 @@ func (r *run) callModel(ctx context.Context) error {
 		// The usage goes before the outcome: a chat.error must be the last
 		// event of the append, as the fold reads it.
 		events = append(events, usageEv)
-		usageEv.ID = ""
+		usageRecorded = true
 		more, failed, patch := r.structuredResult(agent, text)
 		events = append(events, more...)
 		for k, v := range patch {
@@ -665,7 +666,7 @@ func (r *run) callModel(ctx context.Context) error {
 		waiting := baton.ChatWaitingUITool
 		u.Status = &waiting
 	}
-	if usageEv.ID != "" {
+	if !usageRecorded {
 		events = append(events, usageEv)
 	}
 	if err := r.record(ctx, events, u); err != nil {
