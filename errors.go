@@ -69,6 +69,11 @@ var (
 	ErrInternal     = &Error{Code: EINTERNAL}
 )
 
+// ErrFenced is the cause of an append refused because the caller's lease
+// on the chat was taken over (ChatUpdate.Fence is stale). Its code is
+// ECONFLICT; errors.Is(err, ErrFenced) tells it from other conflicts.
+var ErrFenced = &Error{Code: ECONFLICT, Message: "stale lease"}
+
 // ErrClosed is returned by a component used after Close. Its code is EUNAVAILABLE.
 var ErrClosed = &Error{Code: EUNAVAILABLE, Message: "closed"}
 

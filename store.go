@@ -195,6 +195,12 @@ type Task struct {
 	Input     json.RawMessage
 	Result    json.RawMessage
 	Error     string
+	// Owner is the instance running the task when several instances share
+	// the store (engine.Config.InstanceID); empty for a single process.
+	// Expires is when the task counts as orphaned unless its owner renews it
+	// (TouchTasks): another instance then reports it interrupted.
+	Owner     string
+	Expires   time.Time
 	CreatedAt time.Time
 	UpdatedAt time.Time
 }
@@ -206,11 +212,16 @@ type TaskStore interface {
 	CreateTask(ctx context.Context, scope Scope, t Task) (Task, error)
 	// GetTask returns a task whose chat is in scope.
 	GetTask(ctx context.Context, scope Scope, id string) (Task, error)
-	// UpdateTask sets the task's status, result and error.
+	// UpdateTask sets the task's status, result and error. A task that has
+	// ended (completed or failed) does not change: ECONFLICT, so that an
+	// outcome is recorded — and reported — once.
 	UpdateTask(ctx context.Context, scope Scope, id string, status TaskStatus, result json.RawMessage, errMsg string) (Task, error)
 	// TasksByStatus lists tasks of every scope with the given status, oldest
 	// first, so a restart can mark the running ones failed. Runtime use only.
 	TasksByStatus(ctx context.Context, status TaskStatus, limit int) ([]Task, error)
+	// TouchTasks sets Expires to now+ttl on every queued or running task of
+	// owner and returns how many it renewed. Runtime use only.
+	TouchTasks(ctx context.Context, owner string, ttl time.Duration) (int, error)
 }
 
 // Lease is the right to run a chat, held by one instance until Expires.
@@ -234,6 +245,11 @@ type LeaseStore interface {
 	RenewLease(ctx context.Context, chatID, instanceID string, token int64, ttl time.Duration) (Lease, error)
 	// ReleaseLease frees a lease held with token; ECONFLICT if it was taken over.
 	ReleaseLease(ctx context.Context, chatID, instanceID string, token int64) error
+	// GetLease returns the chat's lease as stored: Owner is empty when it
+	// was released or never taken, and a lease whose Expires has passed is
+	// held by no one. Runtime use only (input routing): it reveals no
+	// chat data, and the chat id is not checked against a scope.
+	GetLease(ctx context.Context, chatID string) (Lease, error)
 }
 
 // Store is the durable state of baton: chats, their events, the effect

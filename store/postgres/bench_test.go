@@ -30,6 +30,20 @@ func BenchmarkAppend4(b *testing.B) {
 	b.ReportMetric(float64(st.Appends)/float64(max(1, st.Commits)), "appends/commit")
 }
 
+// BenchmarkAppendPaced: 1,000 chats appending at a fixed total rate (an open
+// loop, see storetest.BenchAppendPaced): the latency below saturation.
+func BenchmarkAppendPaced(b *testing.B) {
+	dsn, schema := freshSchema(b)
+	for _, rate := range []float64{10_000, 25_000} {
+		b.Run(fmt.Sprintf("chats=1000/rate=%.0f", rate), func(b *testing.B) {
+			s := open(b, dsn, schema)
+			storetest.BenchAppendPaced(b, s, 1000, rate)
+			st := s.Stats()
+			b.ReportMetric(float64(st.Appends)/float64(max(1, st.Commits)), "appends/commit")
+		})
+	}
+}
+
 func BenchmarkReplay10k(b *testing.B) {
 	dsn, schema := freshSchema(b)
 	storetest.BenchReplay(b, open(b, dsn, schema), 10_000)

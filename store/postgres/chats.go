@@ -201,7 +201,7 @@ func checkUpdate(ctx context.Context, tx pgx.Tx, id string, u *baton.ChatUpdate,
 			return err
 		}
 		if token != u.Fence {
-			return baton.Errorf(baton.ECONFLICT, "chat %q: lease token %d is stale (current %d)", id, u.Fence, token)
+			return baton.Errorf(baton.ECONFLICT, "chat %q: lease token %d is stale (current %d): %w", id, u.Fence, token, baton.ErrFenced)
 		}
 	}
 	for _, ev := range u.ResolvePending {

@@ -166,9 +166,13 @@ func (s *Store) CreateTask(ctx context.Context, scope baton.Scope, t baton.Task)
 	}
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	t.App, t.User, t.CreatedAt, t.UpdatedAt = scope.App, scope.User, now, now
-	tag, err := s.pool.Exec(ctx, `INSERT INTO tasks (id, chat_id, kind, status, input, result, error, created_at, updated_at)
-		SELECT $4, $1, $5, $6, $7, $8, $9, $10, $10 WHERE `+inScope,
-		t.ChatID, scope.App, scope.User, t.ID, t.Kind, string(t.Status), nullJSON(t.Input), nullJSON(t.Result), t.Error, now)
+	expires := time.Unix(0, 0).UTC()
+	if !t.Expires.IsZero() {
+		expires = t.Expires
+	}
+	tag, err := s.pool.Exec(ctx, `INSERT INTO tasks (id, chat_id, kind, status, input, result, error, created_at, updated_at, owner, expires)
+		SELECT $4, $1, $5, $6, $7, $8, $9, $10, $10, $11, $12 WHERE `+inScope,
+		t.ChatID, scope.App, scope.User, t.ID, t.Kind, string(t.Status), nullJSON(t.Input), nullJSON(t.Result), t.Error, now, t.Owner, expires)
 	if _, ok := isUnique(err); ok {
 		return baton.Task{}, baton.Errorf(baton.ECONFLICT, "task %q already exists", t.ID)
 	}
@@ -181,13 +185,17 @@ func (s *Store) CreateTask(ctx context.Context, scope baton.Scope, t baton.Task)
 	return t, nil
 }
 
-const taskCols = `t.id, t.chat_id, c.app, c.user_id, t.kind, t.status, t.input, t.result, t.error, t.created_at, t.updated_at`
+const taskCols = `t.id, t.chat_id, c.app, c.user_id, t.kind, t.status, t.input, t.result, t.error, t.owner, t.expires, t.created_at, t.updated_at`
 
 func scanTask(row pgx.Row) (baton.Task, error) {
 	var t baton.Task
 	var status string
 	var input, result *string
-	err := row.Scan(&t.ID, &t.ChatID, &t.App, &t.User, &t.Kind, &status, &input, &result, &t.Error, &t.CreatedAt, &t.UpdatedAt)
+	var expires time.Time
+	err := row.Scan(&t.ID, &t.ChatID, &t.App, &t.User, &t.Kind, &status, &input, &result, &t.Error, &t.Owner, &expires, &t.CreatedAt, &t.UpdatedAt)
+	if expires.Unix() != 0 {
+		t.Expires = expires.UTC()
+	}
 	t.Status = baton.TaskStatus(status)
 	if input != nil {
 		t.Input = json.RawMessage(*input)
@@ -227,13 +235,17 @@ func (s *Store) UpdateTask(ctx context.Context, scope baton.Scope, id string, st
 		return baton.Task{}, baton.Errorf(baton.EINVALID, "task result: not valid JSON")
 	}
 	tag, err := s.pool.Exec(ctx, `UPDATE tasks t SET status = $4, result = $5, error = $6, updated_at = $7
-		FROM chats c WHERE t.id = $1 AND c.id = t.chat_id AND c.app = $2 AND c.user_id = $3 AND NOT c.deleted`,
+		FROM chats c WHERE t.id = $1 AND t.status IN ('queued', 'running') AND c.id = t.chat_id AND c.app = $2 AND c.user_id = $3 AND NOT c.deleted`,
 		id, scope.App, scope.User, string(status), nullJSON(result), errMsg, time.Now())
 	if err != nil {
 		return baton.Task{}, s.dbErr("update task", err)
 	}
 	if tag.RowsAffected() == 0 {
-		return baton.Task{}, baton.Errorf(baton.ENOTFOUND, "task %q not found", id)
+		t, err := s.GetTask(ctx, scope, id)
+		if err != nil {
+			return baton.Task{}, err
+		}
+		return baton.Task{}, baton.Errorf(baton.ECONFLICT, "task %q has ended (%s)", id, t.Status)
 	}
 	return s.GetTask(ctx, scope, id)
 }
@@ -262,6 +274,42 @@ func (s *Store) TasksByStatus(ctx context.Context, status baton.TaskStatus, limi
 		out = append(out, t)
 	}
 	return out, s.dbErr("tasks by status", rows.Err())
+}
+
+// TouchTasks renews owner's unfinished tasks; see baton.TaskStore.
+func (s *Store) TouchTasks(ctx context.Context, owner string, ttl time.Duration) (int, error) {
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	if owner == "" || ttl <= 0 {
+		return 0, baton.Errorf(baton.EINVALID, "touch tasks: owner and a positive ttl are required")
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE tasks SET expires = $2 WHERE owner = $1 AND status IN ('queued', 'running')`,
+		owner, time.Now().UTC().Truncate(time.Microsecond).Add(ttl))
+	if err != nil {
+		return 0, s.dbErr("touch tasks", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// GetLease returns the chat's lease as stored; see baton.LeaseStore.
+func (s *Store) GetLease(ctx context.Context, chatID string) (baton.Lease, error) {
+	if err := s.check(); err != nil {
+		return baton.Lease{}, err
+	}
+	var l baton.Lease
+	err := s.pool.QueryRow(ctx, `SELECT owner, token, expires FROM leases WHERE chat_id = $1`, chatID).Scan(&l.Owner, &l.Token, &l.Expires)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return baton.Lease{}, nil
+	}
+	if err != nil {
+		return baton.Lease{}, s.dbErr("get lease", err)
+	}
+	if l.Owner == "" {
+		l.Expires = time.Time{}
+	}
+	l.Expires = l.Expires.UTC()
+	return l, nil
 }
 
 // AcquireLease takes or extends the chat's run lease in one statement; see

@@ -1,12 +1,15 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"database/sql"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/batonhq/baton"
@@ -100,35 +103,50 @@ func scanChat(row interface{ Scan(...any) error }) (baton.Chat, error) {
 }
 
 // GetChat returns the chat and its pending requests; see baton.ChatStore.
+// One prepared query reads both (getChatSQL): the chat's columns come again
+// on each row after the first, which is cheaper than a second query for
+// the rare chat with more than one request pending.
 func (s *Store) GetChat(ctx context.Context, scope baton.Scope, id string) (baton.Chat, error) {
 	if s.closed.Load() {
 		return baton.Chat{}, baton.ErrClosed
 	}
-	c, err := scanChat(s.rdb.QueryRowContext(ctx, `SELECT `+chatCols+` FROM chats WHERE id = ? AND app = ? AND user_id = ? AND deleted = 0`,
-		id, scope.App, scope.User))
-	if errors.Is(err, sql.ErrNoRows) {
-		return baton.Chat{}, notFound(id)
-	}
+	rows, err := s.r.getChat.QueryContext(ctx, id, scope.App, scope.User)
 	if err != nil {
 		return baton.Chat{}, s.readErr("get chat", err)
 	}
-	rows, err := s.rdb.QueryContext(ctx, `SELECT ui_event_id, kind, tool_call_id, tool_name, agent, created_at FROM pending
-		WHERE chat_id = ? AND resolved_at IS NULL ORDER BY created_at, ui_event_id`, id)
-	if err != nil {
-		return baton.Chat{}, s.readErr("get chat pending", err)
-	}
 	defer rows.Close()
+	var c baton.Chat
+	var chat string // the driver's copy of the row, which the chat keeps
+	var pending sql.NullString
+	found := false
 	for rows.Next() {
-		var p baton.PendingRequest
-		var at int64
-		if err := rows.Scan(&p.UIEventID, &p.Kind, &p.ToolCallID, &p.ToolName, &p.Agent, &at); err != nil {
-			return baton.Chat{}, s.readErr("get chat pending", err)
+		if err := rows.Scan(&chat, &pending); err != nil {
+			return baton.Chat{}, s.readErr("get chat", err)
 		}
-		p.CreatedAt = fromMicros(at)
-		c.Pending = append(c.Pending, p)
+		if !found {
+			if err := unpackChat(chat, &c); err != nil {
+				return baton.Chat{}, storeErr("get chat", err)
+			}
+			found = true
+		}
+		if pending.Valid {
+			p, err := unpackPending(pending.String)
+			if err != nil {
+				return baton.Chat{}, storeErr("get chat", err)
+			}
+			c.Pending = append(c.Pending, p)
+		}
 	}
 	if err := rows.Err(); err != nil {
-		return baton.Chat{}, s.readErr("get chat pending", err)
+		return baton.Chat{}, s.readErr("get chat", err)
+	}
+	if !found {
+		return baton.Chat{}, notFound(id)
+	}
+	if len(c.Pending) > 1 {
+		slices.SortFunc(c.Pending, func(a, b baton.PendingRequest) int {
+			return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.UIEventID, b.UIEventID))
+		})
 	}
 	return c, nil
 }
@@ -248,7 +266,7 @@ func applyUpdate(ctx context.Context, w *wconn, id string, u *baton.ChatUpdate, 
 				return storeErr("fence", err)
 			}
 			if token != u.Fence {
-				return baton.Errorf(baton.ECONFLICT, "chat %q: lease token %d is stale (current %d)", id, u.Fence, token)
+				return baton.Errorf(baton.ECONFLICT, "chat %q: lease token %d is stale (current %d): %w", id, u.Fence, token, baton.ErrFenced)
 			}
 		}
 		for _, ev := range u.ResolvePending {

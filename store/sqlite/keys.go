@@ -39,7 +39,7 @@ func (s *Store) LookupKey(ctx context.Context, hash string) (baton.APIKey, error
 	}
 	k := baton.APIKey{Hash: hash}
 	var created int64
-	err := s.rdb.QueryRowContext(ctx, `SELECT app, user_id, name, created_at FROM api_keys WHERE hash = ? AND revoked = 0`, hash).
+	err := s.r.lookupKey.QueryRowContext(ctx, hash).
 		Scan(&k.App, &k.User, &k.Name, &created)
 	if errors.Is(err, sql.ErrNoRows) {
 		return baton.APIKey{}, baton.Errorf(baton.ENOTFOUND, "api key not found")

@@ -87,25 +87,41 @@ func (s *Store) RecordUsage(ctx context.Context, scope baton.Scope, u baton.Usag
 	if u.At.IsZero() {
 		u.At = time.Now()
 	}
-	return s.write(ctx, func(ctx context.Context, w *wconn) error {
-		if _, err := chatSeq(ctx, w, scope, u.ChatID); err != nil {
-			return err
+	// The writer inserts the usage rows of a batch together (bulkUsage);
+	// fn inserts this one alone when they cannot be. One statement checks
+	// the scope and inserts: the row is selected from the chat's, so a chat
+	// out of scope inserts nothing.
+	fn := func(ctx context.Context, w *wconn) error {
+		res, err := w.exec(ctx, `INSERT INTO usage (chat_id, app, workflow, agent, model, prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, cost, at)
+			SELECT id, app, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM chats WHERE id = ? AND app = ? AND user_id = ? AND deleted = 0`,
+			u.Workflow, u.Agent, u.Model, u.PromptTokens, u.CompletionTokens, u.CachedTokens, u.ReasoningTokens, u.Cost, micros(u.At),
+			u.ChatID, scope.App, scope.User)
+		if err != nil {
+			return storeErr("record usage", err)
 		}
-		_, err := w.exec(ctx, `INSERT INTO usage (chat_id, app, workflow, agent, model, prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, cost, at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, u.ChatID, scope.App, u.Workflow, u.Agent, u.Model,
-			u.PromptTokens, u.CompletionTokens, u.CachedTokens, u.ReasoningTokens, u.Cost, micros(u.At))
-		return storeErr("record usage", err)
-	})
+		if n, _ := res.RowsAffected(); n == 0 {
+			return notFound(u.ChatID)
+		}
+		return nil
+	}
+	return s.submit(ctx, &request{ctx: ctx, fn: fn, use: &usageReq{scope: scope, rec: u}, done: make(chan error, 1)})
 }
 
 // ChatUsage sums the chat's usage in total and per agent; see baton.UsageStore.
 func (s *Store) ChatUsage(ctx context.Context, scope baton.Scope, chatID string) (baton.UsageTotal, []baton.UsageTotal, error) {
-	if _, err := s.GetChat(ctx, scope, chatID); err != nil {
-		return baton.UsageTotal{}, nil, err
+	if s.closed.Load() {
+		return baton.UsageTotal{}, nil, baton.ErrClosed
 	}
-	rows, err := s.rdb.QueryContext(ctx, `SELECT u.agent, count(*), sum(u.prompt_tokens), sum(u.completion_tokens), sum(u.cached_tokens), sum(u.reasoning_tokens), sum(u.cost)
-		FROM chats c JOIN usage u ON u.chat_id = c.id
-		WHERE c.id = ? AND c.app = ? AND c.user_id = ? AND c.deleted = 0 GROUP BY u.agent ORDER BY u.agent`, chatID, scope.App, scope.User)
+	// The chat row tells an unknown chat from one with no usage.
+	var last int64
+	err := s.r.chatSeq.QueryRowContext(ctx, chatID, scope.App, scope.User).Scan(&last)
+	if errors.Is(err, sql.ErrNoRows) {
+		return baton.UsageTotal{}, nil, notFound(chatID)
+	}
+	if err != nil {
+		return baton.UsageTotal{}, nil, s.readErr("chat usage", err)
+	}
+	rows, err := s.r.chatUsage.QueryContext(ctx, chatID, scope.App, scope.User)
 	if err != nil {
 		return baton.UsageTotal{}, nil, s.readErr("chat usage", err)
 	}
@@ -152,8 +168,8 @@ func (s *Store) CreateTask(ctx context.Context, scope baton.Scope, t baton.Task)
 		if _, err := chatSeq(ctx, w, scope, t.ChatID); err != nil {
 			return err
 		}
-		_, err := w.exec(ctx, `INSERT INTO tasks (id, chat_id, kind, status, input, result, error, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			t.ID, t.ChatID, t.Kind, string(t.Status), nullJSON(t.Input), nullJSON(t.Result), t.Error, micros(now), micros(now))
+		_, err := w.exec(ctx, `INSERT INTO tasks (id, chat_id, kind, status, input, result, error, owner, expires, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			t.ID, t.ChatID, t.Kind, string(t.Status), nullJSON(t.Input), nullJSON(t.Result), t.Error, t.Owner, taskExpiry(t), micros(now), micros(now))
 		if isUnique(err) {
 			return baton.Errorf(baton.ECONFLICT, "task %q already exists", t.ID)
 		}
@@ -165,14 +181,25 @@ func (s *Store) CreateTask(ctx context.Context, scope baton.Scope, t baton.Task)
 	return t, nil
 }
 
-const taskCols = `t.id, t.chat_id, c.app, c.user_id, t.kind, t.status, t.input, t.result, t.error, t.created_at, t.updated_at`
+// taskExpiry is a task's Expires as stored: 0 for none.
+func taskExpiry(t baton.Task) int64 {
+	if t.Expires.IsZero() {
+		return 0
+	}
+	return micros(t.Expires)
+}
+
+const taskCols = `t.id, t.chat_id, c.app, c.user_id, t.kind, t.status, t.input, t.result, t.error, t.owner, t.expires, t.created_at, t.updated_at`
 
 func scanTask(row interface{ Scan(...any) error }) (baton.Task, error) {
 	var t baton.Task
 	var status string
 	var input, result sql.NullString
-	var created, updated int64
-	err := row.Scan(&t.ID, &t.ChatID, &t.App, &t.User, &t.Kind, &status, &input, &result, &t.Error, &created, &updated)
+	var expires, created, updated int64
+	err := row.Scan(&t.ID, &t.ChatID, &t.App, &t.User, &t.Kind, &status, &input, &result, &t.Error, &t.Owner, &expires, &created, &updated)
+	if expires != 0 {
+		t.Expires = fromMicros(expires)
+	}
 	t.Status = baton.TaskStatus(status)
 	if input.Valid {
 		t.Input = json.RawMessage(input.String)
@@ -189,8 +216,7 @@ func (s *Store) GetTask(ctx context.Context, scope baton.Scope, id string) (bato
 	if s.closed.Load() {
 		return baton.Task{}, baton.ErrClosed
 	}
-	t, err := scanTask(s.rdb.QueryRowContext(ctx, `SELECT `+taskCols+` FROM tasks t JOIN chats c ON c.id = t.chat_id
-		WHERE t.id = ? AND c.app = ? AND c.user_id = ? AND c.deleted = 0`, id, scope.App, scope.User))
+	t, err := scanTask(s.r.getTask.QueryRowContext(ctx, id, scope.App, scope.User))
 	if errors.Is(err, sql.ErrNoRows) {
 		return baton.Task{}, baton.Errorf(baton.ENOTFOUND, "task %q not found", id)
 	}
@@ -211,15 +237,21 @@ func (s *Store) UpdateTask(ctx context.Context, scope baton.Scope, id string, st
 	now := time.Now()
 	err := s.write(ctx, func(ctx context.Context, w *wconn) error {
 		res, err := w.exec(ctx, `UPDATE tasks SET status = ?, result = ?, error = ?, updated_at = ?
-			WHERE id = ? AND chat_id IN (SELECT id FROM chats WHERE app = ? AND user_id = ? AND deleted = 0)`,
+			WHERE id = ? AND status IN ('queued', 'running') AND chat_id IN (SELECT id FROM chats WHERE app = ? AND user_id = ? AND deleted = 0)`,
 			string(status), nullJSON(result), errMsg, micros(now), id, scope.App, scope.User)
 		if err != nil {
 			return storeErr("update task", err)
 		}
-		if n, _ := res.RowsAffected(); n == 0 {
+		if n, _ := res.RowsAffected(); n > 0 {
+			return nil
+		}
+		var ended string
+		err = w.queryRow(ctx, `SELECT t.status FROM tasks t JOIN chats c ON c.id = t.chat_id
+			WHERE t.id = ? AND c.app = ? AND c.user_id = ? AND c.deleted = 0`, id, scope.App, scope.User).Scan(&ended)
+		if err != nil {
 			return baton.Errorf(baton.ENOTFOUND, "task %q not found", id)
 		}
-		return nil
+		return baton.Errorf(baton.ECONFLICT, "task %q has ended (%s)", id, ended)
 	})
 	if err != nil {
 		return baton.Task{}, err
@@ -251,6 +283,43 @@ func (s *Store) TasksByStatus(ctx context.Context, status baton.TaskStatus, limi
 		out = append(out, t)
 	}
 	return out, s.readErr("tasks by status", rows.Err())
+}
+
+// TouchTasks renews owner's unfinished tasks; see baton.TaskStore.
+func (s *Store) TouchTasks(ctx context.Context, owner string, ttl time.Duration) (int, error) {
+	if owner == "" || ttl <= 0 {
+		return 0, baton.Errorf(baton.EINVALID, "touch tasks: owner and a positive ttl are required")
+	}
+	var n int64
+	err := s.write(ctx, func(ctx context.Context, w *wconn) error {
+		res, err := w.exec(ctx, `UPDATE tasks SET expires = ? WHERE owner = ? AND status IN ('queued', 'running')`, micros(time.Now().Add(ttl)), owner)
+		if err != nil {
+			return storeErr("touch tasks", err)
+		}
+		n, _ = res.RowsAffected()
+		return nil
+	})
+	return int(n), err
+}
+
+// GetLease returns the chat's lease as stored; see baton.LeaseStore.
+func (s *Store) GetLease(ctx context.Context, chatID string) (baton.Lease, error) {
+	if s.closed.Load() {
+		return baton.Lease{}, baton.ErrClosed
+	}
+	var l baton.Lease
+	var expires int64
+	err := s.r.getLease.QueryRowContext(ctx, chatID).Scan(&l.Owner, &l.Token, &expires)
+	if errors.Is(err, sql.ErrNoRows) {
+		return baton.Lease{}, nil
+	}
+	if err != nil {
+		return baton.Lease{}, s.readErr("get lease", err)
+	}
+	if expires != 0 {
+		l.Expires = fromMicros(expires)
+	}
+	return l, nil
 }
 
 // AcquireLease takes or extends the chat's run lease; see baton.LeaseStore.

@@ -3,10 +3,14 @@
 //
 // All writes go through one writer goroutine on one connection, which takes
 // every write waiting at that moment and commits them in one transaction
-// (group commit): appends from many chats share one fsync. Reads use a
-// separate pool of read-only connections, which WAL lets run while the
-// writer writes. The schema is created and upgraded on Open by versioned
-// migrations embedded in the binary.
+// (group commit): appends from many chats share one fsync, and the appends
+// and usage rows of a batch run as a few multi-row statements (bulk.go)
+// rather than a few statements each. Reads use a separate pool of read-only
+// connections, which WAL lets run while the writer writes; the reads with a
+// fixed text are prepared once, at Open (reads.go). A goroutine with a connection of its
+// own copies the WAL into the database file in the background, so that no
+// commit waits for a checkpoint (checkpoint.go). The schema is created and
+// upgraded on Open by versioned migrations embedded in the binary.
 //
 // Durability: the database runs with synchronous=FULL, so when a write
 // method returns nil its transaction is in the WAL on disk and survives a
@@ -55,11 +59,19 @@ type Store struct {
 
 	rdb *sql.DB // read-only pool
 	wdb *sql.DB // the writer's single connection
+	cdb *sql.DB // the checkpointer's single connection
 	w   *wconn
+	r   readStmts // prepared on rdb
 
 	reqs       chan *request
+	apps       []*request // the writer's scratch: a batch's appends
+	uses       []*request // the writer's scratch: a batch's usage rows
+	acks       []ack      // the writer's: outcomes of the batch to deliver
 	closing    chan struct{}
 	writerDone chan struct{}
+	ckptKick   chan struct{} // buffered 1: something was committed
+	ckptDone   chan struct{}
+	ckptAsk    atomic.Bool // the checkpointer asks the writer to finish a checkpoint
 	closed     atomic.Bool
 	closeOnce  sync.Once
 
@@ -117,14 +129,14 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		q.Add("_pragma", "journal_mode(WAL)")
 		q.Add("_pragma", "synchronous("+s.sync+")")
 		q.Add("_pragma", "cache_size(-65536)") // 64 MiB of page cache per connection
-		q.Add("_pragma", "wal_autocheckpoint(8192)")
 		for _, e := range extra {
 			q.Add("_pragma", e)
 		}
 		return "file:" + path + "?" + q.Encode()
 	}
 	var err error
-	if s.wdb, err = sql.Open("sqlite", dsn()); err != nil {
+	// The writer leaves checkpoints to the checkpointer (see checkpoint.go).
+	if s.wdb, err = sql.Open("sqlite", dsn("wal_autocheckpoint(0)")); err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
 	s.wdb.SetMaxOpenConns(1)
@@ -148,10 +160,31 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	}
 	s.rdb.SetMaxOpenConns(8)
 	s.rdb.SetMaxIdleConns(8)
-	s.reqs = make(chan *request)
+	if s.cdb, err = sql.Open("sqlite", dsn("cache_size(-2048)")); err != nil {
+		conn.Close()
+		s.wdb.Close()
+		s.rdb.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	s.cdb.SetMaxOpenConns(1)
+	s.cdb.SetMaxIdleConns(1)
+	s.cdb.SetConnMaxLifetime(0)
+	if err := s.prepareReads(ctx); err != nil {
+		conn.Close()
+		s.wdb.Close()
+		s.rdb.Close()
+		s.cdb.Close()
+		return nil, err
+	}
+	// Buffered, so that handing a request to the writer costs no
+	// goroutine switch when the writer is busy.
+	s.reqs = make(chan *request, 4*s.maxBatch)
 	s.closing = make(chan struct{})
 	s.writerDone = make(chan struct{})
+	s.ckptKick = make(chan struct{}, 1)
+	s.ckptDone = make(chan struct{})
 	go s.run()
+	go s.checkpointer()
 	return s, nil
 }
 
@@ -239,10 +272,11 @@ func (s *Store) Close() error {
 		s.closed.Store(true)
 		close(s.closing)
 		<-s.writerDone
+		<-s.ckptDone
 		for _, st := range s.w.stmts {
 			st.Close()
 		}
-		err = errors.Join(s.w.conn.Close(), s.wdb.Close(), s.rdb.Close())
+		err = errors.Join(s.r.close(), s.cdb.Close(), s.rdb.Close(), s.w.conn.Close(), s.wdb.Close())
 	})
 	return err
 }

@@ -2,8 +2,12 @@ package sqlite_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/store/sqlite"
@@ -36,4 +40,41 @@ func TestTwoHandlesOneFile(t *testing.T) {
 		stores = append(stores, s)
 	}
 	storetest.RunTwoWriters(t, stores[0], stores[1])
+}
+
+// GetChat reads the chat and its pending requests in one query, packed
+// (texts with spaces and multi-byte characters, a large context), and
+// orders the requests itself: by creation time, then by ui_event_id.
+func TestGetChatPendingOrder(t *testing.T) {
+	s := openTemp(t)
+	ctx := context.Background()
+	scope := baton.Scope{App: "app 1 ✓", User: "u ü"}
+	t0 := time.Now().UTC().Truncate(time.Microsecond)
+	big := `{"k":"` + strings.Repeat("é 1 ", 600) + `"}`
+	c, err := s.CreateChat(ctx, scope, baton.Chat{Workflow: "w 2", TurnAgent: "Agent ✓", Context: json.RawMessage(big), Pending: []baton.PendingRequest{
+		{UIEventID: "c", Kind: baton.PendingInput, CreatedAt: t0.Add(time.Second)},
+		{UIEventID: "b", Kind: baton.PendingInput, CreatedAt: t0},
+		{UIEventID: "a", Kind: baton.PendingUITool, ToolCallID: "call", ToolName: "pick", Agent: "A", CreatedAt: t0},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetChat(ctx, scope, c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, p := range got.Pending {
+		ids = append(ids, p.UIEventID)
+	}
+	if fmt.Sprint(ids) != "[a b c]" || got.Pending[0] != c.Pending[2] || got.Pending[2] != c.Pending[0] {
+		t.Fatalf("pending = %+v", got.Pending)
+	}
+	got.Pending, c.Pending = nil, nil
+	if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", c) || string(got.Context) != big {
+		t.Fatalf("chat = %+v\nwant %+v", got, c)
+	}
+	if _, err := s.GetChat(ctx, baton.Scope{App: "app", User: "other"}, c.ID); baton.ErrorCode(err) != baton.ENOTFOUND {
+		t.Fatalf("other scope: %v", err)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 
 	"github.com/batonhq/baton"
@@ -26,6 +27,8 @@ const (
 type request struct {
 	ctx   context.Context
 	fn    op
+	app   *appendReq // an Append, which the writer may run in bulk; fn runs it alone
+	use   *usageReq  // a RecordUsage, which the writer may run in bulk; fn runs it alone
 	state atomic.Int32
 	done  chan error // buffered 1
 }
@@ -34,9 +37,11 @@ type request struct {
 type wconn struct {
 	conn  *sql.Conn
 	stmts map[string]*sql.Stmt
+	args  []any // reused by bulkAppend for its statements' arguments
 }
 
-// exec runs a statement prepared once per query text on the writer connection.
+// stmt returns the statement for query, prepared once on the writer
+// connection.
 func (w *wconn) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 	if st, ok := w.stmts[query]; ok {
 		return st, nil
@@ -49,6 +54,7 @@ func (w *wconn) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 	return st, nil
 }
 
+// exec runs a statement prepared once per query text on the writer connection.
 func (w *wconn) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	st, err := w.stmt(ctx, query)
 	if err != nil {
@@ -73,10 +79,13 @@ func (w *wconn) queryRow(ctx context.Context, query string, args ...any) *sql.Ro
 // once the writer has taken it, the caller waits for the outcome, so an
 // error always means "not written".
 func (s *Store) write(ctx context.Context, fn op) error {
+	return s.submit(ctx, &request{ctx: ctx, fn: fn, done: make(chan error, 1)})
+}
+
+func (s *Store) submit(ctx context.Context, r *request) error {
 	if s.closed.Load() {
 		return baton.ErrClosed
 	}
-	r := &request{ctx: ctx, fn: fn, done: make(chan error, 1)}
 	select {
 	case s.reqs <- r:
 	case <-s.closing:
@@ -92,12 +101,50 @@ func (s *Store) write(ctx context.Context, fn op) error {
 			return ctx.Err()
 		}
 		return <-r.done
+	case <-s.writerDone:
+		// The writer stopped with r still in the queue, or took it and
+		// its outcome is on the way.
+		if r.state.CompareAndSwap(reqWaiting, reqCancelled) {
+			return baton.ErrClosed
+		}
+		return <-r.done
 	}
+}
+
+// ack is a request's outcome, to be delivered once its batch is over.
+type ack struct {
+	r   *request
+	err error
+}
+
+// deliverAcks hands the outcomes of a batch to their callers. For a large
+// batch that is hundreds of goroutines to wake, each wake-up a trip through
+// the scheduler and often a futex call; another goroutine does it, on the
+// other core, while the writer starts the next batch.
+func (s *Store) deliverAcks() {
+	acks := s.acks
+	if len(acks) <= 8 {
+		for i, a := range acks {
+			a.r.done <- a.err
+			acks[i] = ack{}
+		}
+		s.acks = acks[:0]
+		return
+	}
+	s.acks = make([]ack, 0, cap(acks))
+	go func() {
+		for _, a := range acks {
+			a.r.done <- a.err
+		}
+	}()
 }
 
 // run is the writer goroutine: it takes the requests waiting at the moment
 // (up to maxBatch) and commits them in one transaction — group commit. One
 // fsync then covers every append of the batch, from any number of chats.
+// It never waits for a batch to fill: as soon as it is idle it commits what
+// has arrived, so a lone append pays one commit and no more, and under load
+// the batch grows by itself to what arrived during the previous commit.
 func (s *Store) run() {
 	defer close(s.writerDone)
 	batch := make([]*request, 0, s.maxBatch)
@@ -118,57 +165,123 @@ func (s *Store) run() {
 				break drain
 			}
 		}
-		live := batch[:0]
+		// Usage rows, then appends, go last, where apply runs them in
+		// bulk; any order is correct because every request of a batch was
+		// waiting at once, none of them having returned to its caller
+		// (they are concurrent).
+		live, uses, apps := batch[:0], s.uses[:0], s.apps[:0]
 		for _, r := range batch {
-			if r.state.CompareAndSwap(reqWaiting, reqTaken) {
+			if !r.state.CompareAndSwap(reqWaiting, reqTaken) {
+				continue
+			}
+			switch {
+			case r.app != nil:
+				apps = append(apps, r)
+			case r.use != nil:
+				uses = append(uses, r)
+			default:
 				live = append(live, r)
 			}
 		}
-		s.commit(live)
+		live = append(append(live, uses...), apps...)
+		s.commit(live, len(uses)+len(apps))
+		s.deliverAcks()
+		clear(batch)
+		clear(uses)
+		clear(apps)
+		s.uses, s.apps = uses[:0], apps[:0]
+		s.checkpointIfAsked()
 	}
 }
 
-// commit runs batch in as few transactions as possible. When op i fails, the
+// errBulk makes commit run the usage rows and appends of a batch one at a
+// time: bulkAppend met a case it cannot attribute to one append (a
+// duplicate event id, a failed chat update, one chat id under two scopes),
+// or bulkUsage a row out of its chat's scope.
+var errBulk = errors.New("sqlite: bulk append needs the one-at-a-time path")
+
+// commit runs batch, whose last nbulk requests are usage rows and appends
+// (in that order) it may run in bulk, in as few transactions as possible. When op i fails, the
 // transaction is rolled back, the ops before i are committed again without
 // it (they succeeded, and their inputs are unchanged), op i gets its error,
-// and the rest continue in a new transaction.
-func (s *Store) commit(batch []*request) {
+// and the rest continue in a new transaction. When the bulk appends fail,
+// they are run again one at a time, which attributes the failure.
+func (s *Store) commit(batch []*request, nbulk int) {
 	for len(batch) > 0 {
-		failed, opErr, err := s.apply(batch)
+		failed, opErr, err := s.apply(batch, nbulk)
 		if opErr == nil {
-			for _, r := range batch {
-				r.done <- err
+			for i, r := range batch {
+				if err == nil && i >= len(batch)-nbulk && r.app != nil && r.app.err != nil {
+					s.acks = append(s.acks, ack{r, r.app.err}) // this append alone failed; bulkAppend wrote nothing of it
+				} else {
+					s.acks = append(s.acks, ack{r, err})
+				}
 			}
 			s.commits.Add(1)
 			s.ops.Add(int64(len(batch)))
+			s.kickCheckpointer()
 			return
 		}
-		if failed > 0 {
-			s.commit(batch[:failed])
+		if opErr == errBulk {
+			nbulk = 0
+			continue
 		}
-		batch[failed].done <- opErr
+		if failed > 0 {
+			// batch[failed] is not run in bulk (those fail as errBulk),
+			// so no op before it is either: they come last.
+			s.commit(batch[:failed], 0)
+		}
+		s.acks = append(s.acks, ack{batch[failed], opErr})
 		batch = batch[failed+1:]
+		nbulk = min(nbulk, len(batch))
 	}
 }
 
-// apply runs batch in one transaction. If op i fails it rolls back and
-// returns (i, its error, nil); otherwise it commits and returns the commit's
-// error as err, which then applies to every op.
-func (s *Store) apply(batch []*request) (failed int, opErr, err error) {
+// apply runs batch in one transaction, the last nbulk requests (usage rows,
+// then appends) through bulkUsage and bulkAppend. If op i fails it rolls
+// back and returns (i, its error, nil), and if the bulk part fails it
+// returns (the first of it, errBulk, nil); otherwise it commits and returns the commit's error as err, which
+// then applies to every op.
+func (s *Store) apply(batch []*request, nbulk int) (failed int, opErr, err error) {
 	ctx := context.Background() // requests' contexts only gate entry; see write
-	if _, err := s.w.conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+	w := s.w
+	if _, err := w.exec(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return 0, nil, storeErr("begin", err)
 	}
-	for i, r := range batch {
-		if err := r.fn(ctx, s.w); err != nil {
-			if _, rbErr := s.w.conn.ExecContext(ctx, "ROLLBACK"); rbErr != nil {
-				s.log.Error("sqlite: rollback failed", "err", rbErr)
-			}
+	rollback := func() {
+		// A failed OR ROLLBACK statement of bulkAppend has already ended
+		// the transaction.
+		if _, rbErr := w.exec(ctx, "ROLLBACK"); rbErr != nil && !strings.Contains(rbErr.Error(), "no transaction is active") {
+			s.log.Error("sqlite: rollback failed", "err", rbErr)
+		}
+	}
+	one := batch[:len(batch)-nbulk]
+	for i, r := range one {
+		if err := r.fn(ctx, w); err != nil {
+			rollback()
 			return i, err, nil
 		}
 	}
-	if _, err := s.w.conn.ExecContext(ctx, "COMMIT"); err != nil {
-		if _, rbErr := s.w.conn.ExecContext(ctx, "ROLLBACK"); rbErr != nil && !errors.Is(rbErr, sql.ErrTxDone) {
+	if nbulk > 0 {
+		bulk := batch[len(one):]
+		nuse := 0
+		for nuse < len(bulk) && bulk[nuse].use != nil {
+			nuse++
+		}
+		err := bulkUsage(ctx, w, bulk[:nuse])
+		if err == nil && nuse < len(bulk) {
+			err = bulkAppend(ctx, w, bulk[nuse:])
+		}
+		if err != nil {
+			rollback()
+			if err != errBulk {
+				s.log.Debug("sqlite: bulk write failed, running the writes one at a time", "err", err)
+			}
+			return len(one), errBulk, nil
+		}
+	}
+	if _, err := w.exec(ctx, "COMMIT"); err != nil {
+		if _, rbErr := w.conn.ExecContext(ctx, "ROLLBACK"); rbErr != nil && !errors.Is(rbErr, sql.ErrTxDone) {
 			s.log.Debug("sqlite: rollback after failed commit", "err", rbErr)
 		}
 		return len(batch), nil, storeErr("commit", err)

@@ -703,19 +703,58 @@ func testTasks(t *testing.T, s baton.Store) {
 	}
 	_, err = s.UpdateTask(ctx, scope, task.ID, "bogus", nil, "")
 	wantCode(t, "bad task status", err, baton.EINVALID)
+	_, err = s.UpdateTask(ctx, scope, task.ID, baton.TaskFailed, nil, "too late")
+	wantCode(t, "update of an ended task", err, baton.ECONFLICT)
+	if got, _ := s.GetTask(ctx, scope, task.ID); got.Status != baton.TaskCompleted || got.Error != "" {
+		t.Fatalf("an ended task changed: %+v", got)
+	}
 	_, err = s.GetTask(ctx, scope, "no-such-task")
 	wantCode(t, "unknown task", err, baton.ENOTFOUND)
 	_, err = s.CreateTask(ctx, scope, baton.Task{ChatID: "no-such-chat", Kind: "k"})
 	wantCode(t, "task of unknown chat", err, baton.ENOTFOUND)
+
+	// An owned task: its owner renews it; another owner's touch leaves it.
+	owner := "inst-" + baton.NewID()
+	exp := time.Now().Add(time.Minute).UTC().Truncate(time.Millisecond)
+	owned, err := s.CreateTask(ctx, scope, baton.Task{ChatID: c.ID, Kind: "k", Owner: owner, Expires: exp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetTask(ctx, scope, owned.ID)
+	if err != nil || got.Owner != owner || !got.Expires.Equal(exp) {
+		t.Fatalf("owned task = %+v, %v; want owner %s expiring %v", got, err, owner, exp)
+	}
+	if n, err := s.TouchTasks(ctx, "someone-else-"+baton.NewID(), time.Hour); err != nil || n != 0 {
+		t.Fatalf("TouchTasks(another owner) = %d, %v; want 0", n, err)
+	}
+	if n, err := s.TouchTasks(ctx, owner, time.Hour); err != nil || n != 1 {
+		t.Fatalf("TouchTasks(owner) = %d, %v; want 1", n, err)
+	}
+	got, _ = s.GetTask(ctx, scope, owned.ID)
+	if !got.Expires.After(exp.Add(30 * time.Minute)) {
+		t.Fatalf("TouchTasks did not renew: expires %v", got.Expires)
+	}
+	if _, err := s.UpdateTask(ctx, scope, owned.ID, baton.TaskFailed, nil, "boom"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.TouchTasks(ctx, owner, time.Hour); err != nil || n != 0 {
+		t.Fatalf("TouchTasks after the task ended = %d, %v; want 0", n, err)
+	}
 }
 
 func testLeases(t *testing.T, s baton.Store) {
 	ctx := ctxT(t)
 	scope := NewScope()
 	c := mustChat(t, s, scope, "hello")
+	if l, err := s.GetLease(ctx, c.ID); err != nil || l.Owner != "" {
+		t.Fatalf("GetLease before any = %+v, %v; want no owner", l, err)
+	}
 	l1, err := s.AcquireLease(ctx, c.ID, "i1", time.Minute)
 	if err != nil || l1.Token < 1 || l1.Owner != "i1" {
 		t.Fatalf("AcquireLease = %+v, %v", l1, err)
+	}
+	if l, err := s.GetLease(ctx, c.ID); err != nil || l.Owner != "i1" || l.Token != l1.Token || !l.Expires.After(time.Now()) {
+		t.Fatalf("GetLease = %+v, %v; want i1's live lease %d", l, err, l1.Token)
 	}
 	again, err := s.AcquireLease(ctx, c.ID, "i1", time.Minute)
 	if err != nil || again.Token != l1.Token {
@@ -733,6 +772,9 @@ func testLeases(t *testing.T, s baton.Store) {
 	if err := s.ReleaseLease(ctx, c.ID, "i1", l1.Token); err != nil {
 		t.Fatal(err)
 	}
+	if l, err := s.GetLease(ctx, c.ID); err != nil || l.Owner != "" {
+		t.Fatalf("GetLease after release = %+v, %v; want no owner", l, err)
+	}
 	l2, err := s.AcquireLease(ctx, c.ID, "i2", time.Minute)
 	if err != nil || l2.Token <= l1.Token {
 		t.Fatalf("takeover = %+v, %v; want a token above %d", l2, err, l1.Token)
@@ -742,6 +784,9 @@ func testLeases(t *testing.T, s baton.Store) {
 	wantCode(t, "release after takeover", s.ReleaseLease(ctx, c.ID, "i1", l1.Token), baton.ECONFLICT)
 	_, err = s.Append(ctx, scope, c.ID, []baton.Event{TextEvent("A", "stale")}, &baton.ChatUpdate{Fence: l1.Token})
 	wantCode(t, "append with stale fence", err, baton.ECONFLICT)
+	if !errors.Is(err, baton.ErrFenced) {
+		t.Fatalf("append with stale fence: %v, want baton.ErrFenced", err)
+	}
 	// An expired lease is taken over.
 	short, err := s.AcquireLease(ctx, c.ID, "i2", time.Minute)
 	if err != nil {
@@ -831,6 +876,8 @@ func testClosed(t *testing.T, s baton.Store) {
 		"ChatUsage":    func() error { _, _, err := s.ChatUsage(ctx, scope, c.ID); return err },
 		"CreateTask":   func() error { _, err := s.CreateTask(ctx, scope, baton.Task{ChatID: c.ID}); return err },
 		"AcquireLease": func() error { _, err := s.AcquireLease(ctx, c.ID, "i", time.Second); return err },
+		"GetLease":     func() error { _, err := s.GetLease(ctx, c.ID); return err },
+		"TouchTasks":   func() error { _, err := s.TouchTasks(ctx, "i", time.Second); return err },
 	}
 	for name, call := range calls {
 		err := call()
