@@ -83,6 +83,9 @@ type Bus struct {
 	observers atomic.Pointer[[]*Subscription]
 	obsMu     sync.Mutex // serialises changes to observers
 
+	router  atomic.Pointer[routerBox]                // SetRouter; nil: every event is handled here
+	handled atomic.Pointer[func(baton.Event, error)] // SetHandledHook
+
 	stats stats
 }
 
@@ -196,29 +199,97 @@ func (q *laneFIFO) pop() *lane {
 
 func (q *laneFIFO) len() int { return len(q.items) - q.head }
 
+// Router sends some published events to another process instead of this
+// bus: with several instances, a chat's inputs go to the instance that owns
+// the chat (package natsbridge). Route reports whether it took ev; an
+// error fails the Publish.
+type Router interface {
+	Route(ctx context.Context, ev baton.Event) (routed bool, err error)
+}
+
+type routerBox struct{ r Router }
+
+// SetRouter makes Publish offer every event to r first; nil removes it.
+// Events r takes reach this bus, if at all, through PublishLocal on the
+// instance r chose.
+func (b *Bus) SetRouter(r Router) {
+	if r == nil {
+		b.router.Store(nil)
+		return
+	}
+	b.router.Store(&routerBox{r})
+}
+
+// SetHandledHook sets a function called, on the chat's lane, after each
+// event's handler returned, with the handler's error (a panic is an error;
+// an event no rule matched has none); nil removes it. A router
+// acknowledges delivered inputs with it: an input handled without error is
+// let go, one whose handling failed is delivered again.
+func (b *Bus) SetHandledHook(f func(baton.Event, error)) {
+	if f == nil {
+		b.handled.Store(nil)
+		return
+	}
+	b.handled.Store(&f)
+}
+
 // Publish accepts ev for routing. It returns once the event is queued on its
 // chat's lane (not once it is handled), after delivering it to matching
-// observers. A duplicate id within the idempotency window is dropped and
-// Publish returns nil. When the lane is full Publish waits for room or for
-// ctx; after Close it returns baton.ErrClosed.
+// observers, or once the router set with SetRouter took it (the router
+// then answers for duplicates). A duplicate id within the idempotency
+// window is dropped and Publish returns nil. When
+// the lane is full Publish waits for room or for ctx; after Close it
+// returns baton.ErrClosed.
 //
 // ev must have an ID and a Type (NewEvent fills both).
 func (b *Bus) Publish(ctx context.Context, ev baton.Event) error {
 	if ev.ID == "" || ev.Type == "" {
 		return baton.Errorf(baton.EINVALID, "publish: event id and type are required")
 	}
+	if rb := b.router.Load(); rb != nil {
+		routed, err := rb.r.Route(ctx, ev)
+		if err != nil {
+			return fmt.Errorf("publish %s %s: %w", ev.Type, ev.ID, err)
+		}
+		if routed {
+			return nil
+		}
+	}
+	_, err := b.PublishLocal(ctx, ev)
+	return err
+}
+
+// PublishLocal is Publish without the router: ev is handled on this bus. It
+// reports whether ev was accepted (false for a duplicate id within the
+// idempotency window).
+func (b *Bus) PublishLocal(ctx context.Context, ev baton.Event) (accepted bool, err error) {
+	return b.publishLocal(ctx, ev, true)
+}
+
+// PublishAgain is PublishLocal for an event whose id the bus may have seen:
+// it is accepted even within the idempotency window. A router uses it for
+// an input delivered again because its earlier handling failed.
+func (b *Bus) PublishAgain(ctx context.Context, ev baton.Event) error {
+	_, err := b.publishLocal(ctx, ev, false)
+	return err
+}
+
+func (b *Bus) publishLocal(ctx context.Context, ev baton.Event, dedup bool) (accepted bool, err error) {
+	if ev.ID == "" || ev.Type == "" {
+		return false, baton.Errorf(baton.EINVALID, "publish: event id and type are required")
+	}
 	key := ev.Metadata.TriggerSessionID
 	b.mu.Lock()
 	for {
 		if b.closed {
 			b.mu.Unlock()
-			return baton.ErrClosed
+			return false, baton.ErrClosed
 		}
 		now := int64(b.now().Sub(b.epoch))
-		if b.seen.contains(ev.ID, now) {
+		if dedup && b.seen.contains(ev.ID, now) {
 			b.mu.Unlock()
 			b.stats.duplicates.Add(1)
-			return nil
+			return false, nil
 		}
 		l := b.lanes[key]
 		if l == nil {
@@ -236,7 +307,7 @@ func (b *Bus) Publish(ctx context.Context, ev baton.Event) error {
 			b.mu.Unlock()
 			b.stats.published.Add(1)
 			b.observe(ev)
-			return nil
+			return true, nil
 		}
 		// Full: wait for the lane's worker to make room, then try again
 		// (the id may have been accepted by another publisher meanwhile).
@@ -249,7 +320,7 @@ func (b *Bus) Publish(ctx context.Context, ev baton.Event) error {
 		select {
 		case <-space:
 		case <-ctx.Done():
-			return fmt.Errorf("publish %s %s: lane full: %w", ev.Type, ev.ID, ctx.Err())
+			return false, fmt.Errorf("publish %s %s: lane full: %w", ev.Type, ev.ID, ctx.Err())
 		}
 		b.mu.Lock()
 	}
@@ -258,28 +329,36 @@ func (b *Bus) Publish(ctx context.Context, ev baton.Event) error {
 // dispatch hands ev to the rule that wins it, containing errors and panics.
 func (b *Bus) dispatch(ev baton.Event) {
 	r := b.routes.Load().route(ev.Type)
+	var err error
 	if r == nil {
 		b.stats.unmatched.Add(1)
 		b.log.Warn("bus: no rule matched event", "event_id", ev.ID, "event_type", ev.Type, "chat_id", ev.Metadata.TriggerSessionID)
-		return
+	} else {
+		err = b.call(r, ev)
+		b.stats.handled.Add(1)
 	}
-	b.call(r, ev)
-	b.stats.handled.Add(1)
+	if h := b.handled.Load(); h != nil {
+		(*h)(ev, err)
+	}
 }
 
-func (b *Bus) call(r *rule, ev baton.Event) {
+// call runs r's handler on ev and returns its error; a panic is logged,
+// counted and returned as an error.
+func (b *Bus) call(r *rule, ev baton.Event) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			b.stats.panics.Add(1)
 			b.log.Error("bus: handler panicked", "rule", r.Name, "event_id", ev.ID, "event_type", ev.Type,
 				"chat_id", ev.Metadata.TriggerSessionID, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			err = fmt.Errorf("handler %s panicked: %v", r.Name, p)
 		}
 	}()
-	if err := r.Handler(b.ctx, ev); err != nil {
+	if err = r.Handler(b.ctx, ev); err != nil {
 		b.stats.errors.Add(1)
 		b.log.Error("bus: handler failed", "rule", r.Name, "event_id", ev.ID, "event_type", ev.Type,
 			"chat_id", ev.Metadata.TriggerSessionID, "err", err)
 	}
+	return err
 }
 
 // Close stops accepting events (Publish returns baton.ErrClosed), waits

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -113,7 +114,10 @@ func (c *collector) types() []string {
 // drain closes the bus, which returns once every accepted event is handled.
 func drain(t *testing.T, b *Bus) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// A bound for a hung bus, not a timing check: on a loaded two-core CI
+	// machine under -race, draining a few hundred sleeping handlers can
+	// take seconds.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := b.Close(ctx); err != nil {
 		t.Fatalf("close: %v", err)
@@ -928,5 +932,127 @@ func TestManyBlockedChatsDoNotDelayOthers(t *testing.T) {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("a free chat waited behind blocked ones")
+	}
+}
+
+// routeOdd takes the events whose type ends in "odd", as a router sending
+// them to another instance would.
+type routeOdd struct {
+	mu     sync.Mutex
+	routed []string
+}
+
+func (r *routeOdd) Route(_ context.Context, ev baton.Event) (bool, error) {
+	if !strings.HasSuffix(ev.Type, "odd") {
+		return false, nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.routed = append(r.routed, ev.ID)
+	return true, nil
+}
+
+// TestRouter_TakesEventsAndPublishLocalBypassesIt: events the router takes
+// never reach a handler here; PublishLocal delivers them (the owner's side)
+// and says whether it accepted them; the handled hook runs after each handler.
+func TestRouter_TakesEventsAndPublishLocalBypassesIt(t *testing.T) {
+	b, _ := newTestBus(t)
+	c := newCollector()
+	if err := b.RegisterRule(Rule{Name: "all", Types: []string{"*"}, Handler: c.handle}); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var hooked []string
+	b.SetHandledHook(func(ev baton.Event, _ error) {
+		c.mu.Lock() // the handler has returned and recorded the event
+		seen := slices.ContainsFunc(c.events, func(h baton.Event) bool { return h.ID == ev.ID })
+		c.mu.Unlock()
+		if !seen {
+			t.Errorf("handled hook for %s ran before its handler", ev.ID)
+		}
+		mu.Lock()
+		hooked = append(hooked, ev.ID)
+		mu.Unlock()
+	})
+	r := &routeOdd{}
+	b.SetRouter(r)
+	ctx := context.Background()
+	odd, even := event("x.odd", "c1"), event("x.even", "c1")
+	if err := b.Publish(ctx, odd); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Publish(ctx, even); err != nil {
+		t.Fatal(err)
+	}
+	got := c.wait(t, 1)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if got[0].ID != even.ID || len(r.routed) != 1 || r.routed[0] != odd.ID {
+		t.Fatalf("handled %v, routed %v; want the even one handled, the odd one routed", c.types(), r.routed)
+	}
+	if ok, err := b.PublishLocal(ctx, odd); !ok || err != nil {
+		t.Fatalf("PublishLocal = %v, %v; want accepted", ok, err)
+	}
+	c.wait(t, 2)
+	if ok, err := b.PublishLocal(ctx, odd); ok || err != nil {
+		t.Fatalf("PublishLocal of a duplicate = %v, %v; want not accepted", ok, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		n := len(hooked)
+		mu.Unlock()
+		if n == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("handled hook ran for %v, want both events", hooked)
+		}
+		time.Sleep(time.Millisecond) // polling with a deadline
+	}
+}
+
+// TestHandledHook_GetsTheOutcomeAndPublishAgainRetries: the handled hook
+// learns whether the handler failed (or panicked), and PublishAgain has the
+// bus handle an event whose id it has already seen — a router's retry of
+// an input whose handling failed.
+func TestHandledHook_GetsTheOutcomeAndPublishAgainRetries(t *testing.T) {
+	b, _ := newTestBus(t)
+	var calls atomic.Int32
+	if err := b.RegisterRule(Rule{Name: "flaky", Types: []string{"*"}, Handler: func(context.Context, baton.Event) error {
+		switch calls.Add(1) {
+		case 1:
+			return errors.New("store unavailable")
+		case 2:
+			panic("boom")
+		}
+		return nil
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	outcomes := make(chan error, 4)
+	b.SetHandledHook(func(_ baton.Event, err error) { outcomes <- err })
+	ctx := context.Background()
+	ev := event("x", "c1")
+	if ok, err := b.PublishLocal(ctx, ev); !ok || err != nil {
+		t.Fatalf("PublishLocal = %v, %v", ok, err)
+	}
+	if err := <-outcomes; err == nil || !strings.Contains(err.Error(), "store unavailable") {
+		t.Fatalf("first outcome %v, want the handler's error", err)
+	}
+	if ok, _ := b.PublishLocal(ctx, ev); ok {
+		t.Fatal("PublishLocal accepted a duplicate")
+	}
+	if err := b.PublishAgain(ctx, ev); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-outcomes; err == nil || !strings.Contains(err.Error(), "panicked") {
+		t.Fatalf("second outcome %v, want the panic as an error", err)
+	}
+	if err := b.PublishAgain(ctx, ev); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-outcomes; err != nil {
+		t.Fatalf("third outcome %v, want success", err)
 	}
 }

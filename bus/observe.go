@@ -178,3 +178,17 @@ func (s *Subscription) Wait(ctx context.Context, match func(baton.Event) bool) (
 		}
 	}
 }
+
+// OriginKey is the metadata key under which a bridge between instances
+// (package natsbridge) names the instance an event came from, when it
+// broadcasts another instance's event to this bus's observers.
+const OriginKey = "origin"
+
+// Remote reports whether ev was recorded by another instance and only
+// broadcast here. Observers that count or persist what this instance did
+// (metrics, rollups, traces) skip remote events, or every instance would
+// count each event once.
+func Remote(ev baton.Event) bool {
+	_, ok := ev.Metadata.Extra[OriginKey]
+	return ok
+}
