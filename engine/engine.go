@@ -9,8 +9,12 @@
 // holds nothing for it: a paused chat is only rows in the store.
 //
 // The chat's state is a fold over its recorded events (see state.apply):
-// each step records events through the recorder (store first, then
-// subscribers) and applies them. What to do next is read off the state
+// each step applies its events to the state and records them through the
+// recorder (store first, then subscribers) — at once, or held back with the
+// turn's other steps until the next point that needs them durable: before
+// a model call, a tool with effects, a pause or the end (run.go). A step
+// held back is one that can simply run again, so a crash before the append
+// loses nothing that was published. What to do next is read off the state
 // alone — start a turn, call the model, run an open tool call, hand off — so
 // a first run, a resume after a pause, and a recovery after the process died
 // mid-turn are the same code. After a crash the interrupted turn goes on from
@@ -157,12 +161,14 @@ type Engine struct {
 
 	tasks taskRunner
 
-	instance  string
-	leaseTTL  time.Duration
-	leases    leaseStore
-	takeovers atomic.Int64
-	runningMu sync.Mutex
-	running   map[string]bool // chats this instance runs now (leases held)
+	instance    string
+	leaseTTL    time.Duration
+	leases      leaseStore
+	takeovers   atomic.Int64
+	leaseLosses atomic.Int64
+	born        time.Time // when New made the engine: tasks created since are this process's
+	runningMu   sync.Mutex
+	running     map[string]bool // chats this instance runs now (leases held)
 
 	synthMu   sync.Mutex
 	synthetic map[string]int64 // synthetic select_speaker events recorded, per workflow
@@ -192,6 +198,7 @@ func New(cfg Config) (*Engine, error) {
 		instance:   cfg.InstanceID,
 		leaseTTL:   cfg.LeaseTTL,
 		running:    map[string]bool{},
+		born:       time.Now(),
 		sweep:      cfg.TimeoutSweep,
 		provCache:  map[string]baton.Provider{},
 		synthetic:  map[string]int64{},
@@ -238,7 +245,7 @@ func New(cfg Config) (*Engine, error) {
 		Name:     "engine",
 		Types:    []string{TypeRunStart, TypeRunResume, TypeRunWake, baton.TypeUserQuery, baton.TypeUIToolResponse},
 		Priority: prio,
-		Handler:  e.handle,
+		Handler:  e.handleLeased,
 	}); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}

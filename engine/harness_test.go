@@ -44,6 +44,8 @@ type harness struct {
 	wrap     func(engine.Recorder) engine.Recorder
 	budget   engine.BudgetFunc
 	tasks    map[string]engine.TaskFunc
+	instance string        // engine.Config.InstanceID
+	leaseTTL time.Duration // engine.Config.LeaseTTL
 }
 
 type harnessOption func(*harness)
@@ -69,6 +71,12 @@ func withTasks(m map[string]engine.TaskFunc) harnessOption { return func(h *harn
 
 // withBudget sets the engine's budget hook.
 func withBudget(f engine.BudgetFunc) harnessOption { return func(h *harness) { h.budget = f } }
+
+// withInstance gives the engine an instance id and lease TTL, as one of
+// several instances sharing the store.
+func withInstance(id string, ttl time.Duration) harnessOption {
+	return func(h *harness) { h.instance, h.leaseTTL = id, ttl }
+}
 
 // withDB reuses a database file (a restart).
 func withDB(path string) harnessOption { return func(h *harness) { h.dbPath = path } }
@@ -117,6 +125,8 @@ func newHarness(t *testing.T, opts ...harnessOption) *harness {
 		TimeoutSweep: 20 * time.Millisecond,
 		Budget:       h.budget,
 		Tasks:        h.tasks,
+		InstanceID:   h.instance,
+		LeaseTTL:     h.leaseTTL,
 	})
 	if err != nil {
 		t.Fatalf("engine: %v", err)

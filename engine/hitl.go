@@ -57,6 +57,11 @@ func isSecretTool(t *workflow.Tool) bool {
 // person (waiting_secret for a masked form); any other tool runs at once and
 // both its call and response are recorded.
 func (r *run) runLifecycle(ctx context.Context, wt *workflow.Tool, trigger, agent, scope string) error {
+	// A lifecycle tool may act on the world or pause the chat: what led up
+	// to it is recorded first.
+	if err := r.flush(ctx); err != nil {
+		return err
+	}
 	key := lifecycleKey(trigger, scope, wt.Name)
 	callID := "lc_" + shortHash(r.st.chat.ID, key)
 	args := wt.Arguments

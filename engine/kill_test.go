@@ -44,6 +44,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(ownerChildEnv) != "" {
 		os.Exit(runOwnerChild())
 	}
+	if os.Getenv(survivorChildEnv) != "" {
+		os.Exit(runSurvivorChild())
+	}
 	os.Exit(m.Run())
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/batonhq/baton"
@@ -66,8 +67,8 @@ func (e *Engine) acquire(ctx context.Context, chatID string) (*held, context.Con
 	e.runningMu.Lock()
 	e.running[chatID] = true
 	e.runningMu.Unlock()
-	runCtx, lost := context.WithCancel(ctx)
-	h := &held{token: lease.Token, stop: lost, done: make(chan struct{})}
+	runCtx, lost := context.WithCancelCause(ctx)
+	h := &held{token: lease.Token, stop: func() { lost(context.Canceled) }, done: make(chan struct{})}
 	go func() { // owned by the run: stopped by release
 		defer close(h.done)
 		tick := time.NewTicker(e.leaseTTL / 3)
@@ -79,7 +80,7 @@ func (e *Engine) acquire(ctx context.Context, chatID string) (*held, context.Con
 			case <-tick.C:
 				if _, err := ls.RenewLease(runCtx, chatID, e.instance, h.token, e.leaseTTL); err != nil && runCtx.Err() == nil {
 					e.log.Warn("engine: lost the chat's lease; stopping its run", "chat_id", chatID, "err", err)
-					lost()
+					lost(errLeaseLost)
 					return
 				}
 			}
@@ -107,8 +108,12 @@ func (e *Engine) release(chatID string, h *held) {
 }
 
 // sweepTakeovers resumes running chats whose lease is free or expired: their
-// owner died mid-run. The lease is taken only to test it, and given back at
-// once; the resumed run takes it properly.
+// owner died mid-run. It only reads the lease — taking it to test it would
+// race with this instance's own runs (a run that just took the lease would
+// see it released under it) — and publishes run.resume; the resumed run
+// takes the lease properly, and if several instances resume one chat at
+// once the lease runs them one after the other, the later ones finding the
+// work done.
 func (e *Engine) sweepTakeovers(ctx context.Context) error {
 	chats, err := e.leases.ChatsByStatus(ctx, baton.ChatRunning, 10000)
 	if err != nil {
@@ -118,14 +123,19 @@ func (e *Engine) sweepTakeovers(ctx context.Context) error {
 		e.runningMu.Lock()
 		mine := e.running[c.ID]
 		e.runningMu.Unlock()
-		if e.workflows[c.Workflow] == nil || mine {
-			continue // not ours to run, or running here now
+		if e.workflows[c.Workflow] == nil || mine || time.Since(c.UpdatedAt) < e.leaseTTL {
+			// Not ours to run, running here now, or changed within a TTL: a
+			// chat just started, or just written by its owner, has a live
+			// process behind it; a dead owner's chat stops changing.
+			continue
 		}
-		lease, err := e.leases.AcquireLease(ctx, c.ID, e.instance, e.leaseTTL)
+		lease, err := e.leases.GetLease(ctx, c.ID)
 		if err != nil {
-			continue // a live owner runs it
+			return err
 		}
-		_ = e.leases.ReleaseLease(ctx, c.ID, e.instance, lease.Token)
+		if lease.Owner != "" && time.Now().Before(lease.Expires) {
+			continue // a live owner runs it (maybe this instance, about to)
+		}
 		e.takeovers.Add(1)
 		e.log.Info("engine: taking over a running chat whose owner's lease expired", "chat_id", c.ID, "instance", e.instance)
 		if err := e.Resume(ctx, baton.Scope{App: c.App, User: c.User}, c.ID); err != nil {
@@ -145,5 +155,65 @@ func (e *Engine) LeasesHeld() int {
 	return len(e.running)
 }
 
+// LeaseLosses returns how many runs lost their chat's lease midway: a
+// renewal came later than the lease's TTL (an overloaded or paused
+// process), so another instance took the chat over.
+func (e *Engine) LeaseLosses() int64 { return e.leaseLosses.Load() }
+
 // Takeovers returns how many chats this instance took over from dead owners.
 func (e *Engine) Takeovers() int64 { return e.takeovers.Load() }
+
+// IsInput reports whether ev is an input the chat's owner must handle, for
+// a router that sends inputs to the instance owning the chat (package
+// natsbridge): every event of a chat that is published to the bus — a
+// person's message, a UI response, a run start or resume, an external or
+// background-task event — except the facts the engine publishes about its
+// own run (tool.*), its coalesced wakes (scheduled on the instance that
+// recorded the events they follow) and recorded or streamed chat events.
+func IsInput(ev baton.Event) bool {
+	if ev.ChatID() == "" || ev.Type == TypeRunWake {
+		return false
+	}
+	for _, own := range []string{"tool.", "chat.", "stream."} {
+		if strings.HasPrefix(ev.Type, own) {
+			return false
+		}
+	}
+	return true
+}
+
+// maxLeaseRetries bounds how often one event is handled again after its run
+// lost the chat's lease.
+const maxLeaseRetries = 5
+
+// handleLeased is the engine rule's handler: handle, and with leases, handle
+// again when the run lost the chat's lease midway — its renewal came late
+// (a loaded or paused process) and another instance took the chat over, so
+// the store refused the run's next append. An input whose run lost the
+// lease before recording it would otherwise be dropped; handled again, the
+// run waits for the new owner to finish, reloads the chat and records the
+// input, or skips it if it was recorded after all (the chat's state knows
+// its inputs by event id). For run.start, run.resume and wakes a second
+// pass finds the work done and returns.
+func (e *Engine) handleLeased(ctx context.Context, ev baton.Event) error {
+	for attempt := 0; ; attempt++ {
+		err := e.handle(ctx, ev)
+		if err == nil || e.instance == "" || ctx.Err() != nil || attempt == maxLeaseRetries || !lostLease(err) {
+			return err
+		}
+		e.leaseLosses.Add(1)
+		e.log.Warn("engine: the run lost the chat's lease; handling the event again under a new one",
+			"chat_id", ev.ChatID(), "event_id", ev.ID, "event_type", ev.Type, "attempt", attempt+1, "err", err)
+	}
+}
+
+// errLeaseLost is the cause of a run's context cancelled because a
+// renewal found its lease taken over.
+var errLeaseLost = errors.New("the chat's lease was taken over")
+
+// lostLease reports whether err says a run lost its chat's lease: the store
+// refused a fenced append, or the renewal failed and cancelled the run
+// (handle adds errLeaseLost then).
+func lostLease(err error) bool {
+	return errors.Is(err, baton.ErrFenced) || errors.Is(err, errLeaseLost)
+}

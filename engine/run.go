@@ -51,15 +51,16 @@ type run struct {
 	wf    *workflow.Workflow
 	prov  baton.Provider
 	reg   *tool.Registry
-	log   *slog.Logger
 
 	startMessage string // run.start's message, if any
 	retry        bool   // go on after a recorded error (run.resume, or the person wrote)
 	fence        int64  // the chat's lease token, stamped on every append (0: no leases)
+
+	staged staged // applied to st, not yet recorded (see stage)
 }
 
 // handle is the engine's bus handler: one input for one chat.
-func (e *Engine) handle(ctx context.Context, ev baton.Event) error {
+func (e *Engine) handle(ctx context.Context, ev baton.Event) (err error) {
 	chatID := ev.ChatID()
 	if chatID == "" {
 		return baton.Errorf(baton.EINVALID, "%s: no chat (metadata.trigger_session_id)", ev.Type)
@@ -68,11 +69,16 @@ func (e *Engine) handle(ctx context.Context, ev baton.Event) error {
 	defer e.active.Add(-1)
 	var lease *held
 	if e.instance != "" {
-		var err error
 		if lease, ctx, err = e.acquire(ctx, chatID); err != nil {
 			return fmt.Errorf("%s for chat %s: %w", ev.Type, chatID, err)
 		}
 		defer e.release(chatID, lease)
+		runCtx := ctx
+		defer func() {
+			if err != nil && errors.Is(context.Cause(runCtx), errLeaseLost) {
+				err = fmt.Errorf("%w: %w", errLeaseLost, err) // handleLeased handles ev again
+			}
+		}()
 	}
 	r, err := e.load(ctx, ScopeOf(ev), chatID, true)
 	if err != nil {
@@ -155,6 +161,9 @@ func (e *Engine) load(ctx context.Context, scope baton.Scope, chatID string, cac
 	if st == nil {
 		st = newState(chat, wf)
 		st.chat.LastSequence = 0 // nothing folded yet
+		// About a third of a chat's events are messages (person, text, tool
+		// result of a turn of ~11 events): room for them at once.
+		st.messages = make([]baton.Message, 0, chat.LastSequence/3+8)
 	}
 	// Fold what the store holds beyond the state (everything, for a new one).
 	for after := st.chat.LastSequence; after < chat.LastSequence; {
@@ -181,50 +190,155 @@ func (e *Engine) load(ctx context.Context, scope baton.Scope, chatID string, cac
 	}
 	return &run{
 		e: e, scope: scope, st: st, wf: wf, prov: prov, reg: reg,
-		log: e.log.With("chat_id", chatID, "app", scope.App, "workflow", wf.Name),
 	}, nil
 }
 
-// record appends events through the recorder, then folds them into the
-// state. When it returns nil the events are durable and published.
+// record appends events — with whatever the run has staged before them —
+// through the recorder. When it returns nil they are durable and published.
 func (r *run) record(ctx context.Context, events []baton.Event, u *baton.ChatUpdate) error {
+	r.stage(events, u)
+	return r.flush(ctx)
+}
+
+// staged is what a run has applied to its state but not yet recorded: the
+// events and the chat-row change they make, appended in one transaction by
+// the next flush, and the usage rows of the model calls among them.
+type staged struct {
+	events []baton.Event
+	u      baton.ChatUpdate
+	usage  []baton.UsageRecord
+}
+
+func (s *staged) empty() bool {
+	u := &s.u
+	return len(s.events) == 0 && len(s.usage) == 0 && u.Status == nil && u.TurnAgent == nil &&
+		len(u.Context) == 0 && len(u.AddPending) == 0 && len(u.ResolvePending) == 0
+}
+
+// stage folds events and u into the state at once and keeps them for the
+// next flush. A step whose effects may be repeated stages (a run that dies
+// before the flush does the step again, from the last recorded one); what
+// must not be repeated, or must be seen before something else happens,
+// flushes first: a model call (its stream.* deltas follow the events before
+// it, and the budget reads the recorded usage), a tool that is not a plain
+// Go function without side effects, a lifecycle tool, an auto-tool, and the
+// end of every drive (a pause or the end of the chat). So a turn of the
+// person, a Go tool and two model calls is three appends, not six.
+func (r *run) stage(events []baton.Event, u *baton.ChatUpdate) {
+	st, b := r.st, &r.staged
 	if u == nil {
 		u = &baton.ChatUpdate{}
 	}
-	if r.fence > 0 {
-		u.Fence = r.fence // the store refuses the append if another instance took the chat over
-	}
-	if u.Status == nil && r.st.chat.Status != baton.ChatRunning {
+	if u.Status == nil && st.chat.Status != baton.ChatRunning {
 		running := baton.ChatRunning
 		u.Status = &running
 	}
-	recorded, err := r.e.rec.Record(ctx, r.scope, r.st.chat.ID, events, u)
+	for i := range events {
+		st.apply(&events[i])
+	}
+	if b.events == nil {
+		b.events = make([]baton.Event, 0, max(len(events), 8)) // a turn's appends hold 3 to 5 events
+	}
+	b.events = append(b.events, events...)
+	if u.Status != nil {
+		st.chat.Status = *u.Status
+		s := *u.Status
+		b.u.Status = &s
+	}
+	if u.TurnAgent != nil {
+		st.chat.TurnAgent = *u.TurnAgent
+		a := *u.TurnAgent
+		b.u.TurnAgent = &a
+	}
+	if len(u.Context) > 0 {
+		if b.u.Context == nil {
+			b.u.Context = make(map[string]json.RawMessage, len(u.Context))
+		}
+		for k, v := range u.Context {
+			st.setVar(k, v)
+			b.u.Context[k] = v
+		}
+	}
+	b.u.AddPending = append(b.u.AddPending, u.AddPending...)
+	b.u.ResolvePending = append(b.u.ResolvePending, u.ResolvePending...)
+}
+
+// flush records what the run staged, in one append (and the staged usage
+// rows beside it). When it returns nil, everything the state holds is
+// durable and published. When it fails nothing staged is recorded, the state
+// is ahead of the store, and the run must end with the error (its state is
+// then dropped, not cached).
+func (r *run) flush(ctx context.Context) error {
+	b := &r.staged
+	if b.empty() {
+		return nil
+	}
+	events, u, usage := b.events, b.u, b.usage
+	r.staged = staged{}
+	if r.fence > 0 {
+		u.Fence = r.fence // the store refuses the append if another instance took the chat over
+	}
+	// The usage rows go to the store beside the append, so a group commit
+	// can take both: they are durable before the next model call's budget
+	// check, as before. A failed usage write is logged, never a run error
+	// (invariant 9).
+	var usageDone chan struct{}
+	if len(usage) > 0 {
+		usageDone = make(chan struct{})
+		go func() {
+			defer close(usageDone)
+			for _, rec := range usage {
+				if err := r.e.store.RecordUsage(ctx, r.scope, rec); err != nil {
+					r.e.log.Warn("engine: record usage", "chat_id", rec.ChatID, "agent", rec.Agent, "err", err)
+				}
+			}
+		}()
+	}
+	var recorded []baton.Event
+	var err error
+	if len(events) > 0 || u.Status != nil || u.TurnAgent != nil || len(u.Context) > 0 || len(u.AddPending) > 0 || len(u.ResolvePending) > 0 {
+		recorded, err = r.e.rec.Record(ctx, r.scope, r.st.chat.ID, events, &u)
+	}
+	if usageDone != nil {
+		<-usageDone
+	}
 	if err != nil {
 		return fmt.Errorf("record %d events: %w", len(events), err)
 	}
+	synthetic := 0
 	for i := range recorded {
-		r.st.apply(&recorded[i])
+		if s := recorded[i].Sequence; s > r.st.chat.LastSequence {
+			r.st.chat.LastSequence = s
+		}
 		if recorded[i].Type == baton.TypeChatSelectSpeaker && bytes.Contains(recorded[i].Payload, []byte(`"_synthetic":true`)) {
-			r.e.synthMu.Lock()
-			r.e.synthetic[r.wf.Name]++
-			r.e.synthMu.Unlock()
+			synthetic++
 		}
 	}
-	if u.Status != nil {
-		r.st.chat.Status = *u.Status
-	}
-	if u.TurnAgent != nil {
-		r.st.chat.TurnAgent = *u.TurnAgent
-	}
-	for k, v := range u.Context {
-		r.st.vars[k] = v
+	if synthetic > 0 {
+		r.e.synthMu.Lock()
+		r.e.synthetic[r.wf.Name] += int64(synthetic)
+		r.e.synthMu.Unlock()
 	}
 	return nil
 }
 
-// drive advances the chat until it pauses or ends. Each step records
-// events; what the next step is depends only on the state.
+// drive advances the chat until it pauses or ends, and records what it
+// staged. Each step records or stages events; what the next step is depends
+// only on the state.
 func (r *run) drive(ctx context.Context) error {
+	if err := r.steps(ctx); err != nil {
+		// What was staged before the failure happened: record it, as each
+		// step once did at once, so a retry goes on from there (best effort;
+		// if it fails too, the retry goes on from the last flush).
+		if ferr := r.flush(ctx); ferr != nil {
+			r.logger().Debug("engine: flush after a failed step", "err", ferr)
+		}
+		return err
+	}
+	return r.flush(ctx)
+}
+
+func (r *run) steps(ctx context.Context) error {
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -248,15 +362,26 @@ func (r *run) drive(ctx context.Context) error {
 		case t != nil && t.calls == 0 && r.nextLifecycle(workflow.BeforeAgent, t.agent, t.key) != nil:
 			err = r.runLifecycle(ctx, r.nextLifecycle(workflow.BeforeAgent, t.agent, t.key), workflow.BeforeAgent, t.agent, t.key)
 		case t != nil && len(t.open) > 0:
+			if !r.deferrable(t.open[0]) {
+				if err = r.flush(ctx); err != nil {
+					break
+				}
+			}
 			err = r.runTool(ctx, t.open[0])
 		case t != nil && !t.finished && t.transfer == "" && t.calls <= r.maxAutoReply(t.agent)+t.retries:
 			r.retry = false
+			if err = r.flush(ctx); err != nil {
+				break
+			}
 			if over, reason := r.overBudget(ctx); over {
 				err = r.complete(ctx, "budget_exceeded", reason)
 				break
 			}
 			err = r.callModel(ctx)
 		case t != nil && t.structured != nil && !t.autoFired && r.isAutoToolAgent(t.agent):
+			if err = r.flush(ctx); err != nil {
+				break
+			}
 			err = r.fireAutoTool(ctx)
 		case t != nil && r.nextLifecycle(workflow.AfterAgent, t.agent, t.key) != nil:
 			err = r.runLifecycle(ctx, r.nextLifecycle(workflow.AfterAgent, t.agent, t.key), workflow.AfterAgent, t.agent, t.key)
@@ -320,7 +445,8 @@ func (r *run) start(ctx context.Context) error {
 			Kind: "input_request", Prompt: o.InitialMessage, RequestID: "input_" + r.st.chat.ID + "_0",
 		})
 		waiting := baton.ChatWaitingInput
-		return r.record(ctx, []baton.Event{ev}, &baton.ChatUpdate{Status: &waiting})
+		r.stage([]baton.Event{ev}, &baton.ChatUpdate{Status: &waiting})
+		return nil
 	}
 	msg, source, hidden := r.startMessage, "api", false
 	if msg == "" {
@@ -339,7 +465,8 @@ func (r *run) start(ctx context.Context) error {
 	events = append(events, chatEvent(baton.TypeChatHandoff, r.st.chat.ID, user, handoffPayload{
 		Kind: "handoff", From: user, To: o.InitialAgent, HandoffType: "start", TransitionTarget: workflow.AgentTarget,
 	}))
-	return r.record(ctx, events, &baton.ChatUpdate{TurnAgent: &user})
+	r.stage(events, &baton.ChatUpdate{TurnAgent: &user})
+	return nil
 }
 
 // userInput records the person's message (the echo every client shows) and
@@ -374,7 +501,8 @@ func (r *run) userInput(ctx context.Context, ev baton.Event) error {
 	if st.turn == nil {
 		events = append(events, chatEvent(baton.TypeChatHandoff, st.chat.ID, user, r.afterUser()))
 	}
-	return r.record(ctx, events, u)
+	r.stage(events, u) // recorded before the model answers it (drive flushes)
+	return nil
 }
 
 // afterUser decides who answers the person: the first matching rule whose
@@ -526,7 +654,8 @@ func (r *run) startTurn(ctx context.Context, agent string) error {
 		Prompt: r.st.nextPrompt,
 	})
 	r.e.turns.Add(1)
-	return r.record(ctx, []baton.Event{ev}, nil)
+	r.stage([]baton.Event{ev}, nil)
+	return nil
 }
 
 // synthetic returns the synthetic select_speaker that must precede a text
@@ -541,7 +670,9 @@ func (r *run) synthetic(sender, content string) []baton.Event {
 	if strings.Contains(content, ResumeSignal) {
 		display = "system"
 	}
-	r.logger().Debug("[SYNTHETIC_SPEAKER] Emitted synthetic select_speaker", "agent", display)
+	if r.e.log.Enabled(context.Background(), slog.LevelDebug) {
+		r.logger().Debug("[SYNTHETIC_SPEAKER] Emitted synthetic select_speaker", "agent", display)
+	}
 	return []baton.Event{syntheticEvent(r.st.chat.ID, display, r.st.turns)}
 }
 
@@ -566,9 +697,8 @@ func (r *run) callModel(ctx context.Context) error {
 	}
 	cfg := r.wf.LLMFor(agent.Name)
 	msgID := fmt.Sprintf("%s_m%d", t.key, t.calls)
-	vars := st.varsForEval()
 	msgs := make([]baton.Message, 0, len(st.messages)+1)
-	system := agent.RenderSystemMessage(vars)
+	system := st.systemMessage(agent)
 	if t.prompt != "" {
 		system += "\n\n" + t.prompt // an event rule's prompt, for this turn only
 	}
@@ -669,14 +799,13 @@ func (r *run) callModel(ctx context.Context) error {
 	if !usageRecorded {
 		events = append(events, usageEv)
 	}
-	if err := r.record(ctx, events, u); err != nil {
-		return err
-	}
-	if err := r.e.store.RecordUsage(ctx, r.scope, baton.UsageRecord{
+	// Staged: recorded before anything that must not be repeated (the next
+	// model call, a tool with effects, a pause); a crash before that asks
+	// the model again, as it would have before the text was recorded.
+	r.stage(events, u)
+	r.staged.usage = append(r.staged.usage, baton.UsageRecord{
 		ChatID: st.chat.ID, Workflow: r.wf.Name, Agent: agent.Name, Model: cfg.Model, Usage: usage, Cost: cost,
-	}); err != nil {
-		r.logger().Warn("engine: record usage", "err", err) // metrics never fail a run
-	}
+	})
 	return nil
 }
 
@@ -783,7 +912,31 @@ func (r *run) runTool(ctx context.Context, oc openCall) error {
 	if ctxEv != nil {
 		events = append(events, *ctxEv)
 	}
-	return r.record(ctx, events, &baton.ChatUpdate{Context: patch})
+	r.stage(events, &baton.ChatUpdate{Context: patch})
+	return nil
+}
+
+// deferrable reports whether an open tool call may run before what the run
+// staged is recorded: a transfer tool, or a Go function of the workflow that
+// declares no side effects and is not one of the engine's built-ins (they
+// start tasks or read the chat's recorded events). If the process dies
+// before the flush, the model is asked again and such a tool may run again,
+// which is harmless. Anything else — a command, HTTP or MCP tool, a tool
+// with side effects (through the effect ledger, whose key must name a
+// recorded call) — runs only after its call is recorded.
+func (r *run) deferrable(oc openCall) bool {
+	if oc.uiEventID != "" || oc.interaction != "" {
+		return false
+	}
+	if oc.transfer {
+		return true
+	}
+	switch oc.name {
+	case ToolGetEventInfo, ToolStartBackgroundTask:
+		return false
+	}
+	wt := r.wf.Tool(oc.name)
+	return wt != nil && wt.Kind == workflow.KindGo && !wt.SideEffects
 }
 
 func (r *run) callContext(agent, key, callID string) *baton.CallContext {
@@ -916,8 +1069,10 @@ func (r *run) handoff(ctx context.Context) error {
 		u.Status = &waiting
 	}
 	// A TerminateTarget handoff is followed by the after_chat lifecycle
-	// tools and then chat.run_complete (see drive).
-	return r.record(ctx, events, u)
+	// tools and then chat.run_complete (see drive); a pause ends the drive,
+	// which records what is staged.
+	r.stage(events, u)
+	return nil
 }
 
 func (r *run) completeEvent(status, reason string) baton.Event {
@@ -926,8 +1081,15 @@ func (r *run) completeEvent(status, reason string) baton.Event {
 	})
 }
 
-// complete ends the chat without a handoff (max_turns, budgets).
+// complete ends the chat: after a TerminateTarget handoff, or without one
+// (max_turns, budgets).
 func (r *run) complete(ctx context.Context, status, reason string) error {
+	// chat.run_complete goes in an append of its own, as it always has: an
+	// observer that fell behind on the burst before it (and subscribed
+	// again) still sees the chat end. It costs one commit per chat.
+	if err := r.flush(ctx); err != nil {
+		return err
+	}
 	done := baton.ChatCompleted
 	return r.record(ctx, []baton.Event{r.completeEvent(status, reason)}, &baton.ChatUpdate{Status: &done})
 }
@@ -970,10 +1132,11 @@ func turnKey(chatID, agent string, index int) string {
 
 // logger is the run's logger with the turn's agent and index when a turn is
 // in progress, so that every line of a run says chat, app, workflow, agent
-// and turn.
+// and turn. It is built when a line is logged, not for every run.
 func (r *run) logger() *slog.Logger {
+	log := r.e.log.With("chat_id", r.st.chat.ID, "app", r.scope.App, "workflow", r.wf.Name)
 	if t := r.st.turn; t != nil {
-		return r.log.With("agent", t.agent, "turn", t.index, "turn_key", t.key)
+		return log.With("agent", t.agent, "turn", t.index, "turn_key", t.key)
 	}
-	return r.log
+	return log
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"encoding/json"
 	"maps"
 
@@ -18,7 +19,9 @@ type state struct {
 	chat baton.Chat
 	wf   *workflow.Workflow
 
-	vars     map[string]json.RawMessage // context variables, as JSON values
+	vars     map[string]json.RawMessage // context variables, as JSON values; change them through setVar
+	eval     map[string]any             // vars decoded for conditions and system messages; nil when stale
+	systems  map[string]string          // system messages rendered with eval, by agent; nil when stale
 	messages []baton.Message            // the conversation as models see it (hidden messages included)
 	byMsgID  map[string]int             // agent_message_id → index in messages, to attach tool calls
 
@@ -37,6 +40,8 @@ type state struct {
 
 	lifecycle map[string]bool // lifecycle tool calls recorded, by lifecycle key
 	lcOpen    []openCall      // lifecycle UI calls waiting for the person
+
+	names names // interned agent and tool names, for the fold
 
 	inputs     map[string]bool // ids of the recent inputs recorded (user_query, ui.tool.response)
 	inputOrder []string        // their order, to forget the oldest
@@ -91,7 +96,7 @@ type openCall struct {
 }
 
 func newState(chat baton.Chat, wf *workflow.Workflow) *state {
-	return &state{chat: chat, wf: wf, vars: initialVars(wf), byMsgID: map[string]int{}, lifecycle: map[string]bool{}}
+	return &state{chat: chat, wf: wf, vars: initialVars(wf), byMsgID: map[string]int{}, lifecycle: map[string]bool{}, names: names{}}
 }
 
 // initialVars returns the workflow's variables with their defaults.
@@ -112,6 +117,31 @@ func initialVars(wf *workflow.Workflow) map[string]json.RawMessage {
 	return vars
 }
 
+// setVar sets a context variable.
+func (st *state) setVar(name string, value json.RawMessage) {
+	st.vars[name] = value
+	st.varsChanged()
+}
+
+// varsChanged drops what was derived from the variables.
+func (st *state) varsChanged() {
+	st.eval, st.systems = nil, nil
+}
+
+// systemMessage returns agent's system message rendered with the current
+// variables, rendering it only when they changed since the last time.
+func (st *state) systemMessage(agent *workflow.Agent) string {
+	if s, ok := st.systems[agent.Name]; ok {
+		return s
+	}
+	s := agent.RenderSystemMessage(st.varsForEval())
+	if st.systems == nil {
+		st.systems = map[string]string{}
+	}
+	st.systems[agent.Name] = s
+	return s
+}
+
 // sync takes the chat row's word for what the row holds: status, pending
 // requests, speaker, and the context snapshot, which wins over the fold's
 // variables (they agree, since every change is recorded with its event in
@@ -121,7 +151,11 @@ func (st *state) sync(chat baton.Chat) {
 	if len(chat.Context) > 0 {
 		var snap map[string]json.RawMessage
 		if json.Unmarshal(chat.Context, &snap) == nil {
-			maps.Copy(st.vars, snap)
+			for k, v := range snap {
+				if cur, ok := st.vars[k]; !ok || !bytes.Equal(cur, v) {
+					st.setVar(k, v) // else keep what was derived from it
+				}
+			}
 		}
 	}
 }
@@ -140,7 +174,7 @@ func (st *state) apply(ev *baton.Event) {
 	switch ev.Type {
 	case baton.TypeChatSelectSpeaker:
 		var p selectSpeakerPayload
-		_ = json.Unmarshal(ev.Payload, &p)
+		decodeSelectSpeaker(ev.Payload, &p, st.names)
 		st.selected = p.Agent
 		if p.Source == "native" {
 			st.turn = &turn{index: p.TurnIndex, agent: p.Agent, key: p.TurnKey, prompt: p.Prompt}
@@ -149,7 +183,7 @@ func (st *state) apply(ev *baton.Event) {
 		}
 	case baton.TypeChatText:
 		var p textPayload
-		_ = json.Unmarshal(ev.Payload, &p)
+		decodeText(ev.Payload, &p, st.names)
 		st.texts++
 		st.turnAgent = p.Agent
 		st.selected = ""
@@ -181,7 +215,7 @@ func (st *state) apply(ev *baton.Event) {
 		}
 	case baton.TypeChatToolCall:
 		var p toolCallPayload
-		_ = json.Unmarshal(ev.Payload, &p)
+		decodeToolCall(ev.Payload, &p, st.names)
 		oc := openCall{id: p.ToolCallID, name: p.ToolName, agent: p.Agent, args: p.Arguments, transfer: p.Transfer,
 			interaction: p.InteractionType, uiEventID: p.UIEventID, pendingKind: p.PendingKind}
 		switch p.InteractionType {
@@ -216,7 +250,7 @@ func (st *state) apply(ev *baton.Event) {
 		}
 	case baton.TypeChatToolResponse:
 		var p toolResponsePayload
-		_ = json.Unmarshal(ev.Payload, &p)
+		decodeToolResponse(ev.Payload, &p, st.names)
 		st.rememberInput(p.InputID)
 		switch p.InteractionType {
 		case interactionLifecycle:
@@ -238,17 +272,18 @@ func (st *state) apply(ev *baton.Event) {
 		}
 	case baton.TypeChatStructuredOutputReady:
 		var p structuredPayload
-		_ = json.Unmarshal(ev.Payload, &p)
+		decodeStructured(ev.Payload, &p, st.names)
 		if t := st.turn; t != nil {
 			t.structured, t.model = p.Data, p.ModelName
 		}
 	case baton.TypeChatContextUpdated:
 		var p contextPayload
-		_ = json.Unmarshal(ev.Payload, &p)
+		decodeContext(ev.Payload, &p, st.names)
 		maps.Copy(st.vars, p.Variables)
+		st.varsChanged()
 	case baton.TypeChatHandoff:
 		var p handoffPayload
-		_ = json.Unmarshal(ev.Payload, &p)
+		decodeHandoff(ev.Payload, &p, st.names)
 		st.turn = nil
 		switch p.TransitionTarget {
 		case workflow.AgentTarget:
@@ -263,7 +298,7 @@ func (st *state) apply(ev *baton.Event) {
 		}
 	case baton.TypeChatInputRequest:
 		var p inputRequestPayload
-		_ = json.Unmarshal(ev.Payload, &p)
+		decodeInputRequest(ev.Payload, &p, st.names)
 		st.next = workflow.UserAgent
 		if p.Agent != "" && p.Agent != workflow.UserAgent {
 			st.revertedFrom = p.Agent
@@ -308,9 +343,13 @@ func argumentsText(raw json.RawMessage) string {
 	return string(raw)
 }
 
-// varsForEval decodes the variables for condition evaluation and system
-// messages. Secrets are never among them.
+// varsForEval returns the variables decoded for condition evaluation and
+// system messages. Secrets are never among them. The map is decoded once
+// per change of the variables and shared: callers only read it.
 func (st *state) varsForEval() map[string]any {
+	if st.eval != nil {
+		return st.eval
+	}
 	out := make(map[string]any, len(st.vars))
 	for k, raw := range st.vars {
 		if k == secretsVar {
@@ -321,5 +360,6 @@ func (st *state) varsForEval() map[string]any {
 			out[k] = v
 		}
 	}
+	st.eval = out
 	return out
 }

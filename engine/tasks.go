@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -20,6 +21,15 @@ import (
 // through the event-handler agent even when it is paused and holds no
 // goroutine. Tasks still running when the process stops are marked failed
 // at the next start (RecoverTasks) and reported the same way.
+//
+// With several instances (Config.InstanceID) a task belongs to the instance
+// that started it: the task row carries the instance as its owner and an
+// expiry the owner renews every lease TTL/3 (Engine.Run). A task whose
+// owner stopped renewing — the instance died — is reported failed by
+// whichever instance's sweep finds it first; an instance restarting under
+// the same id reports its own unfinished tasks at once (RecoverTasks). A
+// report found by two sweeps at once is published under one event id, so
+// the chat handles it once.
 
 // TaskFunc runs a background task. It should return when ctx ends.
 type TaskFunc func(ctx context.Context, input json.RawMessage) (json.RawMessage, error)
@@ -70,7 +80,11 @@ func (e *Engine) StartTask(ctx context.Context, scope baton.Scope, chatID, name 
 	if !ok {
 		return baton.Task{}, baton.Errorf(baton.EUNAVAILABLE, "background tasks: the store keeps no tasks")
 	}
-	t, err := tasks.CreateTask(ctx, scope, baton.Task{ChatID: chatID, Kind: name, Status: baton.TaskQueued, Input: input})
+	task := baton.Task{ChatID: chatID, Kind: name, Status: baton.TaskQueued, Input: input}
+	if e.instance != "" {
+		task.Owner, task.Expires = e.instance, time.Now().Add(e.leaseTTL)
+	}
+	t, err := tasks.CreateTask(ctx, scope, task)
 	if err != nil {
 		return baton.Task{}, fmt.Errorf("start task %s: %w", name, err)
 	}
@@ -90,7 +104,9 @@ func (e *Engine) StartTask(ctx context.Context, scope baton.Scope, chatID, name 
 }
 
 func (e *Engine) runTask(ctx context.Context, tasks baton.TaskStore, scope baton.Scope, t baton.Task, fn TaskFunc) {
-	if _, err := tasks.UpdateTask(ctx, scope, t.ID, baton.TaskRunning, nil, ""); err != nil {
+	if _, err := tasks.UpdateTask(ctx, scope, t.ID, baton.TaskRunning, nil, ""); errors.Is(err, baton.ErrConflict) {
+		return // already ended: reported failed by another instance while it waited
+	} else if err != nil {
 		e.log.Warn("task: mark running", "task_id", t.ID, "err", err)
 	}
 	result, err := fn(ctx, t.Input)
@@ -115,7 +131,12 @@ func (e *Engine) finishTask(ctx context.Context, tasks baton.TaskStore, scope ba
 		status, typ = baton.TaskFailed, baton.TypeBackgroundTaskFailed
 		payload = map[string]any{"taskId": t.ID, "task": t.Kind, "error": errMsg}
 	}
-	if _, err := tasks.UpdateTask(ctx, scope, t.ID, status, result, errMsg); err != nil {
+	if _, err := tasks.UpdateTask(ctx, scope, t.ID, status, result, errMsg); errors.Is(err, baton.ErrConflict) {
+		// Its outcome is recorded already — another instance reported it
+		// failed while this one was late to renew it: report nothing more.
+		e.log.Info("task: outcome already recorded; not reported again", "task_id", t.ID, "err", err)
+		return
+	} else if err != nil {
 		e.log.Warn("task: record outcome", "task_id", t.ID, "err", err)
 	}
 	raw, _ := json.Marshal(payload)
@@ -128,8 +149,18 @@ func (e *Engine) finishTask(ctx context.Context, tasks baton.TaskStore, scope ba
 }
 
 // RecoverTasks marks the tasks a stopped process left queued or running as
-// failed and reports each to its chat. Call it once at start.
+// failed and reports each to its chat. Call it once at start. With an
+// instance id it takes only this instance's own tasks (it restarted, so they
+// are dead) and those whose owner's renewal lapsed; the others belong to
+// live instances.
 func (e *Engine) RecoverTasks(ctx context.Context) (int, error) {
+	return e.failTasks(ctx, time.Now(), true, "the process stopped")
+}
+
+// failTasks reports as failed the unfinished tasks no live process runs:
+// with an instance id, those whose owner's renewal lapsed, and this
+// instance's own when own is set (it just started, so they are dead).
+func (e *Engine) failTasks(ctx context.Context, now time.Time, own bool, why string) (int, error) {
 	tasks, ok := e.store.(baton.TaskStore)
 	if !ok {
 		return 0, nil
@@ -141,11 +172,39 @@ func (e *Engine) RecoverTasks(ctx context.Context) (int, error) {
 			return n, fmt.Errorf("recover tasks: %w", err)
 		}
 		for _, t := range list {
-			e.finishTask(ctx, tasks, baton.Scope{App: t.App, User: t.User}, t, nil, "interrupted: the process stopped while the task was "+string(status))
+			if e.instance != "" {
+				// Our own tasks are dead only if an earlier process of this
+				// instance started them: inputs may start tasks here before
+				// RecoverTasks runs.
+				mine := t.Owner == e.instance
+				ownDead := mine && own && t.CreatedAt.Before(e.born)
+				orphan := t.Owner != "" && !mine && !now.Before(t.Expires)
+				if !ownDead && !orphan {
+					continue // running here, a live instance's, or a single process's of an older setup
+				}
+			}
+			e.finishTask(ctx, tasks, baton.Scope{App: t.App, User: t.User}, t, nil, "interrupted: "+why+" while the task was "+string(status))
 			n++
 		}
 	}
 	return n, nil
+}
+
+// renewTasks extends this instance's unfinished tasks and reports other
+// instances' orphaned ones. Engine.Run calls it every lease TTL/3.
+func (e *Engine) renewTasks(ctx context.Context, now time.Time) error {
+	tasks, ok := e.store.(baton.TaskStore)
+	if !ok {
+		return nil
+	}
+	if _, err := tasks.TouchTasks(ctx, e.instance, e.leaseTTL); err != nil {
+		return fmt.Errorf("renew tasks: %w", err)
+	}
+	n, err := e.failTasks(ctx, now, false, "its instance stopped")
+	if n > 0 {
+		e.log.Info("engine: reported background tasks of a dead instance as failed", "count", n, "instance", e.instance)
+	}
+	return err
 }
 
 // taskFunc resolves a task name for a chat.

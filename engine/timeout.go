@@ -16,8 +16,10 @@ const DefaultTimeoutSweep = time.Second
 // Run does the engine's background work until ctx is done: it answers the
 // UI tool requests that waited longer than their tool's timeout_seconds with
 // a "timeout" response, which the model gets as a tool error, and the run
-// goes on; and, with an instance id, it takes over the running chats of
-// instances whose leases expired (lease.go). A paused chat holds no
+// goes on; and, with an instance id, every lease TTL/3 it renews this
+// instance's background tasks, reports dead instances' tasks as failed
+// (tasks.go) and takes over the running chats of instances whose leases
+// expired (lease.go). A paused chat holds no
 // goroutine, so this one sweeper, owned by the caller of Run, watches them
 // all through the store; it looks for timeouts only when some workflow has
 // a UI tool with a timeout. Run returns nil when ctx ends.
@@ -29,7 +31,9 @@ func (e *Engine) Run(ctx context.Context) error {
 		timeouts = t.C
 	}
 	if e.instance != "" {
-		t := time.NewTicker(e.leaseTTL / 2)
+		// Every TTL/3, as a lease is renewed: the instance's tasks must be
+		// renewed before they expire, and takeovers follow soon after one.
+		t := time.NewTicker(e.leaseTTL / 3)
 		defer t.Stop()
 		takeovers = t.C
 	}
@@ -41,7 +45,10 @@ func (e *Engine) Run(ctx context.Context) error {
 			if err := e.sweepUITimeouts(ctx, now); err != nil && ctx.Err() == nil {
 				e.log.Warn("engine: UI tool timeout sweep", "err", err)
 			}
-		case <-takeovers:
+		case now := <-takeovers:
+			if err := e.renewTasks(ctx, now); err != nil && ctx.Err() == nil {
+				e.log.Warn("engine: background task sweep", "err", err)
+			}
 			if err := e.sweepTakeovers(ctx); err != nil && ctx.Err() == nil {
 				e.log.Warn("engine: takeover sweep", "err", err)
 			}

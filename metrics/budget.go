@@ -104,21 +104,20 @@ func (c *Collector) chatSpent(ctx context.Context, scope baton.Scope, chatID str
 // twice; budgets err on the safe side.
 func (c *Collector) AppTotals(ctx context.Context, app string) (baton.ChatStats, error) {
 	c.mu.Lock()
-	_, loaded := c.appBase[app]
+	b, loaded := c.appBase[app]
+	fresh := loaded && c.now().Sub(b.at) < appBaseRefresh
 	c.mu.Unlock()
-	if !loaded && c.opts.Stats != nil {
+	if !fresh && c.opts.Stats != nil {
 		st, err := c.opts.Stats.AppStats(ctx, app)
 		if err != nil {
 			return baton.ChatStats{}, fmt.Errorf("totals of app %s: %w", app, err)
 		}
 		c.mu.Lock()
-		if _, ok := c.appBase[app]; !ok {
-			b := &appBase{stored: totals{Turns: st.Turns, ToolCalls: st.ToolCalls, Calls: st.Calls, Usage: st.Usage, Cost: st.Cost}}
-			if w := c.written[app]; w != nil {
-				b.written = *w
-			}
-			c.appBase[app] = b
+		b := &appBase{stored: totals{Turns: st.Turns, ToolCalls: st.ToolCalls, Calls: st.Calls, Usage: st.Usage, Cost: st.Cost}, at: c.now()}
+		if w := c.written[app]; w != nil {
+			b.written = *w
 		}
+		c.appBase[app] = b
 		c.mu.Unlock()
 	}
 	c.mu.Lock()

@@ -164,11 +164,17 @@ type msgTiming struct {
 }
 
 // appBase is an app's persisted totals as loaded for its budget: the app's
-// total is stored - written + the in-memory totals since Start.
+// total is stored - written + the in-memory totals since Start. It is
+// loaded again after appBaseRefresh, so that what other instances sharing
+// the store recorded counts too (each instance counts only its own events).
 type appBase struct {
-	stored  totals // AppStats when loaded
-	written totals // what this process had written for the app by then
+	stored  totals    // AppStats when loaded
+	written totals    // what this process had written for the app by then
+	at      time.Time // when loaded
 }
+
+// appBaseRefresh is how long an app's loaded totals are trusted.
+const appBaseRefresh = 5 * time.Second
 
 // New returns a collector; it observes nothing until Start.
 func New(opts Options) (*Collector, error) {
@@ -334,8 +340,13 @@ type payload struct {
 
 // Observe folds one event into the figures. The collector's goroutine
 // calls it for every event it receives; it is exported for tests and
-// benchmarks that feed events directly.
+// benchmarks that feed events directly. Another instance's events
+// (bus.Remote) are skipped: with several instances, each counts and rolls
+// up what it recorded, and the figures add up across them.
 func (c *Collector) Observe(ev baton.Event) {
+	if bus.Remote(ev) {
+		return // counted by the instance that recorded it
+	}
 	c.prom.observed.Inc()
 	now := c.now()
 	chatID := ev.ChatID()

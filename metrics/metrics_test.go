@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/bus"
 	"github.com/batonhq/baton/llm"
 	"github.com/batonhq/baton/metrics"
 )
@@ -471,5 +472,34 @@ func TestCloseGivesUpOnAStalledWriter(t *testing.T) {
 	}
 	if gathered(t, h.col.Registry(), "baton_metrics_rollup_errors_total") == 0 {
 		t.Error("the dropped write was not counted")
+	}
+}
+
+// TestRemoteEventsAreNotCounted: with several instances, an event another
+// instance recorded reaches this one's observers tagged with its origin;
+// only the instance that recorded it counts it, so totals add up across
+// instances instead of doubling.
+func TestRemoteEventsAreNotCounted(t *testing.T) {
+	b := bus.New()
+	defer b.Close(context.Background())
+	col, err := metrics.New(metrics.Options{Bus: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	usage := func(remote bool) baton.Event {
+		ev := baton.NewEvent(baton.TypeChatUsageSummary, baton.Metadata{TriggerSessionID: "c1"},
+			json.RawMessage(`{"kind":"usage_summary","agent":"A","model":"m","prompt_tokens":10,"completion_tokens":5,"cost":0.5}`))
+		if remote {
+			ev.Metadata.Extra = map[string]json.RawMessage{bus.OriginKey: json.RawMessage(`"other"`)}
+		}
+		return ev
+	}
+	col.Observe(usage(true))
+	if s := col.Snapshot(); s.TotalTokens != 0 || s.TotalCost != 0 {
+		t.Fatalf("a remote event was counted: %+v", s)
+	}
+	col.Observe(usage(false))
+	if s := col.Snapshot(); s.TotalTokens != 15 || s.TotalCost != 0.5 {
+		t.Fatalf("the local event gave %+v, want 15 tokens and $0.5", s)
 	}
 }

@@ -193,7 +193,11 @@ type tracePayload struct {
 
 // Observe folds one event into the spans. The tracer's goroutine calls it;
 // it is exported for tests that feed events directly (not concurrently).
+// Another instance's events (bus.Remote) are skipped: it traces its runs.
 func (t *Tracer) Observe(ev baton.Event) {
+	if bus.Remote(ev) {
+		return // traced by the instance that ran it
+	}
 	ts := time.UnixMilli(ev.Timestamp)
 	chatID := ev.ChatID()
 	ct := t.chats[chatID]

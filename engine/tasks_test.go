@@ -1,0 +1,81 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton"
+)
+
+// runEngine runs h's engine background loop until the returned stop is called.
+func runEngine(h *harness) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = h.eng.Run(ctx) }()
+	return func() { cancel(); <-done }
+}
+
+// TestBackgroundTask_DeadInstanceReported: with two instances on one store,
+// a task belongs to the instance that started it. While that instance lives
+// it renews the task and the other leaves it alone; once it dies, the other
+// reports the task failed to its chat, once.
+func TestBackgroundTask_DeadInstanceReported(t *testing.T) {
+	const ttl = 200 * time.Millisecond
+	a := newEnvHarness(t, withInstance("a", ttl))
+	stopA := runEngine(a.harness)
+	id := start(t, a.harness, "assistant")
+	a.waitStatus(id, baton.ChatWaitingInput)
+	if err := a.eng.Submit(context.Background(), testScope, id, "make me a report", "ws"); err != nil {
+		t.Fatal(err)
+	}
+	a.waitStatus(id, baton.ChatWaitingInput)
+	running, _ := a.store.TasksByStatus(context.Background(), baton.TaskRunning, 10)
+	if len(running) != 1 || running[0].Owner != "a" || running[0].Expires.IsZero() {
+		t.Fatalf("running tasks: %+v; want one owned by a with an expiry", running)
+	}
+
+	b := newEnvHarness(t, withDB(a.dbPath), withInstance("b", ttl))
+	stopB := runEngine(b.harness)
+	defer stopB()
+	// Several TTLs pass: a renews its task, so b must not report it.
+	time.Sleep(5 * ttl)
+	if running, _ := b.store.TasksByStatus(context.Background(), baton.TaskRunning, 10); len(running) != 1 {
+		t.Fatalf("a live instance's task was taken: running %+v", running)
+	}
+
+	// a dies: its engine stops renewing, its task is cut off unrecorded.
+	stopA()
+	a.close()
+	deadline := time.Now().Add(10 * time.Second)
+	var failed []baton.Task
+	for len(failed) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the dead instance's task was never reported")
+		}
+		time.Sleep(10 * time.Millisecond) // polling the store with a deadline
+		failed, _ = b.store.TasksByStatus(context.Background(), baton.TaskFailed, 10)
+	}
+	if len(failed) != 1 || !strings.Contains(failed[0].Error, "its instance stopped") {
+		t.Fatalf("failed tasks: %+v", failed)
+	}
+	b.waitStatus(id, baton.ChatWaitingInput)
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		told := 0
+		for _, ev := range b.events(id) {
+			if p := payloadOf(t, ev); ev.Type == baton.TypeChatText && strings.Contains(fmt.Sprint(p["content"]), "Observed event: background_task.failed") {
+				told++
+			}
+		}
+		if told == 1 {
+			break
+		}
+		if told > 1 || time.Now().After(deadline) {
+			t.Fatalf("the chat was told %d times that the task failed, want once", told)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the store with a deadline
+	}
+}
