@@ -111,40 +111,70 @@ func inOrder(seqs []int64, n int) bool {
 }
 
 // TestThreeInstances_ClientsOnOtherInstances: three instances on one
-// PostgreSQL and the real NATS server; 300 chats started through random
-// instances; each watched over WebSocket from another instance than the one
-// that started (and so runs) it: every client sees every event exactly once,
-// in order.
+// PostgreSQL and the real NATS server, inputs routed through JetStream;
+// 300 chats, each started through a random instance, driven by two
+// messages sent through random instances, and watched over WebSocket from
+// another instance than the one that started it: every client sees every
+// event exactly once, in order, equal to the chat's history, and each chat
+// recorded its two messages once, in order.
 func TestThreeInstances_ClientsOnOtherInstances(t *testing.T) {
 	natsURL := testenv.NATSURL(t)
 	stores := pgStores(t, 3)
 	ins := []*instance{
-		newInstanceOn(t, "A", stores[0], natsURL),
-		newInstanceOn(t, "B", stores[1], natsURL),
-		newInstanceOn(t, "C", stores[2], natsURL),
+		newInstanceIn(t, "A", stores[0], natsURL, echoDir),
+		newInstanceIn(t, "B", stores[1], natsURL, echoDir),
+		newInstanceIn(t, "C", stores[2], natsURL, echoDir),
 	}
 	const chats = 300
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	sem := make(chan struct{}, 30) // clients at once
+	sem := make(chan struct{}, 30) // chats driven at once
 	var wg sync.WaitGroup
 	errs := make(chan error, chats)
 	for i := 0; i < chats; i++ {
-		owner := rand.IntN(3)
-		watcher := (owner + 1 + rand.IntN(2)) % 3
+		starter := rand.IntN(3)
+		watcher := (starter + 1 + rand.IntN(2)) % 3
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			id := startChat(t, ins[owner], "hello")
-			seqs, err := watch(ctx, ins[watcher], id, func(typ string) bool { return typ == baton.TypeChatRunComplete })
-			if err != nil {
-				errs <- fmt.Errorf("chat %s on %d watched from %d: %v (saw %v)", id, owner, watcher, err, seqs)
-				return
+			id := startChat(t, ins[starter], "echo")
+			seen := make(chan []int64, 1)
+			go func() {
+				requests := 0 // the first, and one after each answer
+				var types []string
+				seqs, err := watch(ctx, ins[watcher], id, func(typ string) bool {
+					types = append(types, typ)
+					if typ == baton.TypeChatInputRequest {
+						requests++
+					}
+					return requests == 3
+				})
+				if err != nil {
+					errs <- fmt.Errorf("chat %s watched from %d: %v (saw %v: %v)", id, watcher, err, seqs, types)
+				}
+				seen <- seqs
+			}()
+			for k, text := range []string{"one", "two"} {
+				// As a person would: answer once the chat asks.
+				via := ins[rand.IntN(3)]
+				if err := waitUserMessages(ctx, via, id, k); err != nil {
+					errs <- fmt.Errorf("chat %s: %v", id, err)
+					return
+				}
+				if err := submit(via, id, text); err != nil {
+					errs <- fmt.Errorf("chat %s: submit %q via %s: %v", id, text, via.id, err)
+					return
+				}
 			}
-			if !inOrder(seqs, 12) {
-				errs <- fmt.Errorf("chat %s on %d watched from %d: sequences %v", id, owner, watcher, seqs)
+			seqs := <-seen
+			want := historySeqs(t, ins[watcher], id)
+			if fmt.Sprint(seqs) != fmt.Sprint(want) || !inOrder(seqs, len(want)) {
+				errs <- fmt.Errorf("chat %s watched from %d: sequences %v, history %v", id, watcher, seqs, want)
+			}
+			if got := userMessages(t, ins[watcher], id); fmt.Sprint(got) != "[one two]" {
+				errs <- fmt.Errorf("chat %s: user messages %q", id, got)
 			}
 		}()
 	}
@@ -153,6 +183,64 @@ func TestThreeInstances_ClientsOnOtherInstances(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
+	var routed, delivered int64
+	for _, in := range ins {
+		if n := in.eng.LeaseLosses(); n != 0 {
+			t.Errorf("instance %s: %d runs lost their chat's lease with no instance stalled", in.id, n)
+		}
+		st := in.bridge.InputStats()
+		routed += st.Routed
+		delivered += st.Delivered
+		if st.Local != 0 {
+			t.Errorf("instance %s handled %d inputs without JetStream", in.id, st.Local)
+		}
+	}
+	t.Logf("inputs routed through JetStream: %d, delivered to owners: %d", routed, delivered)
+}
+
+// submit sends a person's message to a chat through an instance's HTTP API.
+func submit(in *instance, chatID, content string) error {
+	body := strings.NewReader(fmt.Sprintf(`{"chat_id":%q,"app":"acme","content":%q}`, chatID, content))
+	resp, err := http.Post(in.ts.URL+"/api/input/submit", "application/json", body)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// waitUserMessages waits until a chat recorded n messages of the person
+// and waits for the next.
+func waitUserMessages(ctx context.Context, in *instance, chatID string, n int) error {
+	for {
+		evs, err := in.store.Events(ctx, devScope, chatID, 0, 10000)
+		if err != nil {
+			return err
+		}
+		users, waiting := 0, false
+		for _, ev := range evs {
+			switch ev.Type {
+			case baton.TypeChatText:
+				if strings.Contains(string(ev.Payload), `"agent":"user"`) {
+					users++
+				}
+				waiting = false
+			case baton.TypeChatInputRequest:
+				waiting = true
+			}
+		}
+		if users >= n && waiting {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d user messages recorded, want %d: %w", users, n, ctx.Err())
+		case <-time.After(10 * time.Millisecond): // polling the store
+		}
+	}
 }
 
 // TestNATSRestart_ClientsFillGapsFromTheStore: a client on instance B
@@ -160,7 +248,8 @@ func TestThreeInstances_ClientsOnOtherInstances(t *testing.T) {
 // the chat; when NATS is back, B tells its streams to replay and the client
 // gets every event exactly once, in order.
 func TestNATSRestart_ClientsFillGapsFromTheStore(t *testing.T) {
-	ns := runNATS(t, -1)
+	natsDir := t.TempDir()
+	ns := runNATS(t, -1, natsDir)
 	url := ns.ClientURL()
 	stores := pgStores(t, 2)
 	a := newInstanceOn(t, "A", stores[0], url)
@@ -198,7 +287,7 @@ func TestNATSRestart_ClientsFillGapsFromTheStore(t *testing.T) {
 	}
 	resp.Body.Close()
 	waitStatus(t, a, id, baton.ChatWaitingSecret)
-	runNATS(t, portOf(url)) // NATS back: the bridges reconnect, B's streams replay
+	runNATS(t, portOf(url), natsDir) // NATS back: the bridges reconnect, B's streams replay
 	seqs := <-done
 	// The client sees the filtered subsequence meant for people (invariant
 	// 3): exactly the history endpoint's, up to where it stopped.

@@ -5,9 +5,11 @@
 // its own instance records (chat.*, after the store holds them) and
 // streams (stream.*), and publishes each on the subject
 // baton.events.<chat_id> with the instance as the message's origin; it
-// subscribes to baton.events.> and broadcasts what other instances published
-// to its own bus's observers (the WebSocket and SSE hub, metrics), tagged
-// with their origin so that nothing is sent back out.
+// subscribes to the chats watched here (Config.PerChat and Watch: the
+// chats this instance's clients follow) or to baton.events.>, and
+// broadcasts what other instances published to its own bus's observers
+// (the WebSocket and SSE hub), tagged with their origin so that nothing is
+// sent back out and nothing is counted twice (bus.Remote).
 //
 // Core NATS delivers at most once. That is enough because the store is the
 // truth and chat events carry sequences: a hub that sees a sequence skip
@@ -16,8 +18,11 @@
 // sequence. Transient stream.* deltas lost in an outage are simply lost, as
 // on a dropped socket; the recorded text follows.
 //
-// Inputs need no bridge: with leases (engine.Config.InstanceID) any instance
-// may run any chat, one at a time, and inputs are handled once per event id.
+// With Config.Inputs, the bridge also routes inputs to the chat's owner
+// through a JetStream work queue (inputs.go). Without it, inputs are handled
+// by the instance that receives them: with leases
+// (engine.Config.InstanceID) any instance may run any chat, one at a time,
+// and the chat's state handles an input once per event id.
 package natsbridge
 
 import (
@@ -26,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,13 +41,15 @@ import (
 	"github.com/batonhq/baton/bus"
 )
 
-// SubjectPrefix is where chat events travel: SubjectPrefix + chat id.
-const SubjectPrefix = "baton.events."
+// DefaultNamespace is the first token of every subject the bridge uses:
+// chat events travel on <namespace>.events.<chat id>, inputs on
+// <namespace>.inputs.<instance>.<chat id>.
+const DefaultNamespace = "baton"
 
 // originKey marks, in an event's metadata, the instance that produced it;
 // originHeader carries the same on the NATS message.
 const (
-	originKey    = "origin"
+	originKey    = bus.OriginKey
 	originHeader = "Baton-Origin"
 )
 
@@ -49,7 +57,7 @@ const (
 type Config struct {
 	URL      string   // the NATS server, e.g. nats://127.0.0.1:4222
 	Bus      *bus.Bus // this instance's bus
-	Instance string   // this instance's id; required
+	Instance string   // this instance's id; required, one NATS subject token
 	Logger   *slog.Logger
 	// OnReconnect is called after the connection to NATS comes back, so
 	// that every stream can replay what it may have missed from the store.
@@ -57,17 +65,37 @@ type Config struct {
 	// Lag, if set, is told how long each event from another instance took
 	// from its creation there to its arrival here (clocks of both matter).
 	Lag func(time.Duration)
+	// Namespace separates deployments sharing one NATS server (default
+	// DefaultNamespace); every instance of a deployment must use the same.
+	Namespace string
+	// Inputs, if set, routes inputs to the chat's owner through JetStream.
+	Inputs *InputsConfig
+	// PerChat makes the bridge receive only the chats someone watches here
+	// (Watch: the hub, for the chats its clients follow) instead of every
+	// chat of every instance.
+	PerChat bool
 }
 
 // Bridge forwards events between its bus and NATS. Start it with Start and
 // stop it with Close.
 type Bridge struct {
-	cfg   Config
-	log   *slog.Logger
-	nc    *nats.Conn
-	local *bus.Subscription
-	sub   *nats.Subscription
-	wg    sync.WaitGroup
+	cfg    Config
+	log    *slog.Logger
+	ns     string
+	nc     *nats.Conn
+	inputs *inputs // nil without Config.Inputs
+	local  *bus.Subscription
+	sub    *nats.Subscription
+	wg     sync.WaitGroup
+
+	stopInputs sync.Once
+	stopOnce   sync.Once
+
+	watchMu sync.Mutex
+	watched map[string]*watch    // with PerChat: the chats watched here
+	unsubs  []*nats.Subscription // released, to unsubscribe (unsubscriber)
+	unsubCh chan struct{}        // signals the unsubscriber
+	stopped chan struct{}        // closed by Close: the unsubscriber ends
 
 	mu       sync.Mutex
 	sent     int64
@@ -79,9 +107,19 @@ func Start(cfg Config) (*Bridge, error) {
 	if cfg.Bus == nil || cfg.Instance == "" {
 		return nil, errors.New("natsbridge: Bus and Instance are required")
 	}
-	br := &Bridge{cfg: cfg, log: cfg.Logger}
+	if nameToken(cfg.Instance) != cfg.Instance {
+		// Subjects and consumer names carry it: two ids must not collide.
+		return nil, fmt.Errorf("natsbridge: instance id %q: must not contain '.', '*', '>', '/', '\\' or spaces", cfg.Instance)
+	}
+	br := &Bridge{cfg: cfg, log: cfg.Logger, ns: cfg.Namespace}
 	if br.log == nil {
 		br.log = slog.Default()
+	}
+	if br.ns == "" {
+		br.ns = DefaultNamespace
+	}
+	if strings.ContainsAny(br.ns, ".*> \t\r\n") {
+		return nil, fmt.Errorf("natsbridge: namespace %q: must be one subject token", br.ns)
 	}
 	nc, err := nats.Connect(cfg.URL,
 		nats.Name("baton "+cfg.Instance),
@@ -100,7 +138,12 @@ func Start(cfg Config) (*Bridge, error) {
 		return nil, fmt.Errorf("natsbridge: connect %s: %w", cfg.URL, err)
 	}
 	br.nc = nc
-	if br.sub, err = nc.Subscribe(SubjectPrefix+">", br.receive); err != nil {
+	if cfg.PerChat {
+		br.watched = map[string]*watch{}
+		br.unsubCh, br.stopped = make(chan struct{}, 1), make(chan struct{})
+		br.wg.Add(1)
+		go br.unsubscriber() // owned by the bridge: ended by Close
+	} else if br.sub, err = nc.Subscribe(br.ns+".events.>", br.receive); err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("natsbridge: subscribe: %w", err)
 	}
@@ -111,6 +154,16 @@ func Start(cfg Config) (*Bridge, error) {
 	if br.local, err = cfg.Bus.Subscribe([]string{"chat.*", "stream.*"}, bus.Buffer(1<<16)); err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("natsbridge: %w", err)
+	}
+	if cfg.Inputs != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := br.startInputs(ctx, *cfg.Inputs)
+		cancel()
+		if err != nil {
+			br.local.Close()
+			nc.Close()
+			return nil, err
+		}
 	}
 	br.wg.Add(1)
 	go br.forward()
@@ -129,7 +182,7 @@ func (br *Bridge) forward() {
 			br.log.Warn("natsbridge: encode event", "event_id", ev.ID, "err", err)
 			continue
 		}
-		msg := &nats.Msg{Subject: SubjectPrefix + subjectToken(ev.ChatID()), Data: data, Header: nats.Header{}}
+		msg := &nats.Msg{Subject: br.ns + ".events." + subjectToken(ev.ChatID()), Data: data, Header: nats.Header{}}
 		msg.Header.Set(originHeader, br.cfg.Instance)
 		if err := br.nc.PublishMsg(msg); err != nil {
 			// NATS is down: the event is in the store; remote streams fill
@@ -173,6 +226,91 @@ func (br *Bridge) receive(m *nats.Msg) {
 	br.mu.Unlock()
 }
 
+// watch is one chat's subscription, shared by everyone watching it here.
+type watch struct {
+	sub  *nats.Subscription
+	refs int
+}
+
+// Watch makes the bridge receive chatID's events from other instances
+// until the returned release is called; watches of one chat share one
+// NATS subscription, made on the first and dropped with the last. It
+// returns once NATS has the subscription, so that a stream that watches,
+// then replays from the store, then goes live misses nothing; if NATS is
+// unreachable it returns at once and the stream relies on the replay when
+// NATS comes back (OnReconnect). Without Config.PerChat every chat is
+// received anyway and Watch does nothing.
+func (br *Bridge) Watch(chatID string) (release func()) {
+	if br.watched == nil || chatID == "" {
+		return func() {}
+	}
+	br.watchMu.Lock()
+	w := br.watched[chatID]
+	if w == nil {
+		w = &watch{}
+		sub, err := br.nc.Subscribe(br.ns+".events."+subjectToken(chatID), br.receive)
+		if err != nil {
+			br.log.Warn("natsbridge: watch a chat", "chat_id", chatID, "err", err)
+		}
+		w.sub = sub
+		br.watched[chatID] = w
+	}
+	w.refs++
+	br.watchMu.Unlock()
+	if br.nc.IsConnected() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = br.nc.FlushWithContext(ctx) // NATS has the subscription before the stream replays
+		cancel()
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			br.watchMu.Lock()
+			defer br.watchMu.Unlock()
+			if w.refs--; w.refs == 0 {
+				if w.sub != nil {
+					// Unsubscribing may wait on a stalled NATS link: the
+					// unsubscriber does it, so release never blocks its
+					// caller (the hub, under its lock).
+					br.unsubs = append(br.unsubs, w.sub)
+					select {
+					case br.unsubCh <- struct{}{}:
+					default:
+					}
+				}
+				delete(br.watched, chatID)
+			}
+		})
+	}
+}
+
+// unsubscriber drops the subscriptions of released watches until Close.
+func (br *Bridge) unsubscriber() {
+	defer br.wg.Done()
+	for {
+		select {
+		case <-br.unsubCh:
+		case <-br.stopped:
+			return
+		}
+		br.watchMu.Lock()
+		subs := br.unsubs
+		br.unsubs = nil
+		br.watchMu.Unlock()
+		for _, sub := range subs {
+			_ = sub.Unsubscribe()
+		}
+	}
+}
+
+// Watched returns how many chats the bridge receives because they are
+// watched here (with Config.PerChat).
+func (br *Bridge) Watched() int {
+	br.watchMu.Lock()
+	defer br.watchMu.Unlock()
+	return len(br.watched)
+}
+
 // Stats returns how many events the bridge sent to and received from NATS.
 func (br *Bridge) Stats() (sent, received int64) {
 	br.mu.Lock()
@@ -180,10 +318,32 @@ func (br *Bridge) Stats() (sent, received int64) {
 	return br.sent, br.received
 }
 
-// Close stops forwarding and closes the connection. Call it before closing
-// the bus.
+// StopInputs stops routing inputs and taking them from JetStream; inputs
+// already handed to the bus are still acknowledged as they are handled.
+// Call it before closing the bus, and Close after: a graceful stop lets
+// the bus finish what it accepted while the connection can still
+// acknowledge it. It is idempotent.
+func (br *Bridge) StopInputs() {
+	br.stopInputs.Do(func() {
+		if br.inputs != nil {
+			br.inputs.stop()
+		}
+	})
+}
+
+// Close stops forwarding and routing and closes the connection. Inputs
+// delivered but not yet handled are delivered again later (to this
+// instance's successor, or drained by another).
 func (br *Bridge) Close(ctx context.Context) error {
+	br.StopInputs()
+	if br.inputs != nil {
+		br.cfg.Bus.SetHandledHook(nil)
+		br.inputs.nakPending() // taken and not handled: delivered again at once
+	}
 	br.local.Close()
+	if br.stopped != nil {
+		br.stopOnce.Do(func() { close(br.stopped) })
+	}
 	done := make(chan struct{})
 	go func() { br.wg.Wait(); close(done) }()
 	select {
@@ -191,7 +351,9 @@ func (br *Bridge) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	_ = br.sub.Unsubscribe()
+	if br.sub != nil {
+		_ = br.sub.Unsubscribe()
+	}
 	br.nc.Close()
 	return nil
 }

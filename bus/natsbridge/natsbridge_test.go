@@ -3,6 +3,7 @@ package natsbridge_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -10,6 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +19,8 @@ import (
 	"github.com/coder/websocket"
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	natstest "github.com/nats-io/nats-server/v2/test"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
@@ -31,13 +35,45 @@ import (
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func runNATS(t *testing.T, port int) *natsserver.Server {
+// runNATS runs an embedded NATS server with JetStream keeping its data in
+// dir (a restart on the same port and dir keeps the streams).
+func runNATS(t *testing.T, port int, dir string) *natsserver.Server {
 	t.Helper()
 	opts := natstest.DefaultTestOptions
 	opts.Port = port
 	opts.NoLog, opts.NoSigs = true, true
+	opts.JetStream, opts.StoreDir = true, dir
 	ns := natstest.RunServer(&opts)
 	t.Cleanup(ns.Shutdown)
+	return ns
+}
+
+// runStamp tells this test process's namespaces from earlier runs' on the
+// shared NATS server.
+var runStamp = time.Now().UnixNano()
+
+// namespace is a test's own NATS namespace — the same for every instance
+// of the test — so that tests sharing the real NATS server never see each
+// other's streams; its inputs stream is deleted when the test ends.
+func namespace(t testing.TB, natsURL string) string {
+	ns := "t" + strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '_'
+	}, t.Name()) + fmt.Sprint("_", runStamp)
+	t.Cleanup(func() {
+		nc, err := nats.Connect(natsURL)
+		if err != nil {
+			return
+		}
+		defer nc.Close()
+		if js, err := jetstream.New(nc); err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = js.DeleteStream(ctx, natsbridge.InputStream(ns))
+		}
+	})
 	return ns
 }
 
@@ -52,7 +88,7 @@ func startBridge(t *testing.T, url, instance string, b *bus.Bus, onReconnect fun
 }
 
 func TestBridge_CarriesEventsBetweenInstances(t *testing.T) {
-	ns := runNATS(t, -1)
+	ns := runNATS(t, -1, t.TempDir())
 	a, b := bus.New(bus.WithLogger(quiet())), bus.New(bus.WithLogger(quiet()))
 	defer a.Close(context.Background())
 	defer b.Close(context.Background())
@@ -98,8 +134,58 @@ func TestBridge_CarriesEventsBetweenInstances(t *testing.T) {
 	}
 }
 
+// TestBridge_PerChatReceivesOnlyWatchedChats: with PerChat, an instance
+// receives the events of the chats watched there and no other; watches of
+// one chat share one subscription, dropped with the last.
+func TestBridge_PerChatReceivesOnlyWatchedChats(t *testing.T) {
+	ns := runNATS(t, -1, t.TempDir())
+	a, b := bus.New(bus.WithLogger(quiet())), bus.New(bus.WithLogger(quiet()))
+	defer a.Close(context.Background())
+	defer b.Close(context.Background())
+	startBridge(t, ns.ClientURL(), "A", a, nil)
+	brB, err := natsbridge.Start(natsbridge.Config{URL: ns.ClientURL(), Bus: b, Instance: "B", Logger: quiet(), PerChat: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer brB.Close(context.Background())
+	onB, _ := b.Subscribe([]string{"chat.*"}, bus.Buffer(100))
+	text := func(chat, content string) baton.Event {
+		return baton.NewEvent(baton.TypeChatText, baton.Metadata{TriggerSessionID: chat}, json.RawMessage(`{"content":"`+content+`"}`))
+	}
+	release1 := brB.Watch("watched")
+	release2 := brB.Watch("watched")
+	if brB.Watched() != 1 {
+		t.Fatalf("%d subscriptions for one chat watched twice, want 1", brB.Watched())
+	}
+	_ = a.Broadcast(text("other", "not for B"))
+	_ = a.Broadcast(text("watched", "for B"))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	got, err := onB.Wait(ctx, func(baton.Event) bool { return true })
+	if err != nil || got.ChatID() != "watched" {
+		t.Fatalf("B received %s (%v) first, want the watched chat's event (NATS keeps A's order)", got.ChatID(), err)
+	}
+	release1()
+	release1() // idempotent
+	if brB.Watched() != 1 {
+		t.Fatal("the subscription went with the first of two watches")
+	}
+	release2()
+	if brB.Watched() != 0 {
+		t.Fatal("the subscription outlived its last watch")
+	}
+	// Unwatched now: a marker on a chat watched anew arrives, the old chat's event does not.
+	defer brB.Watch("marker")()
+	_ = a.Broadcast(text("watched", "too late"))
+	_ = a.Broadcast(text("marker", "end"))
+	got, err = onB.Wait(ctx, func(baton.Event) bool { return true })
+	if err != nil || got.ChatID() != "marker" {
+		t.Fatalf("after release B received %s (%v), want only the marker", got.ChatID(), err)
+	}
+}
+
 func TestBridge_ReconnectAfterNATSRestart(t *testing.T) {
-	ns := runNATS(t, -1)
+	ns := runNATS(t, -1, t.TempDir())
 	url := ns.ClientURL()
 	var reconnects atomic.Int64
 	b := bus.New(bus.WithLogger(quiet()))
@@ -107,7 +193,7 @@ func TestBridge_ReconnectAfterNATSRestart(t *testing.T) {
 	startBridge(t, url, "A", b, func() { reconnects.Add(1) })
 	ns.Shutdown()
 	ns.WaitForShutdown()
-	runNATS(t, portOf(url))
+	runNATS(t, portOf(url), t.TempDir())
 	deadline := time.Now().Add(10 * time.Second)
 	for reconnects.Load() == 0 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond) // polling for the reconnect with a deadline
@@ -129,10 +215,14 @@ func portOf(url string) int {
 // instance is a baton process: its own bus, recorder, engine and server on
 // a shared store file, and a bridge to NATS.
 type instance struct {
-	bus *bus.Bus
-	eng *engine.Engine
-	srv *server.Server
-	ts  *httptest.Server
+	id     string
+	store  baton.Store
+	bus    *bus.Bus
+	eng    *engine.Engine
+	srv    *server.Server
+	ts     *httptest.Server
+	bridge *natsbridge.Bridge
+	kill   func() // stops the instance (idempotent)
 }
 
 func newInstance(t *testing.T, id, dbPath, natsURL string) *instance {
@@ -149,7 +239,12 @@ func newInstanceOn(t *testing.T, id string, st baton.Store, natsURL string) *ins
 	return newInstanceIn(t, id, st, natsURL, "../../workflows")
 }
 
-// newInstanceIn is an instance running the workflows of dir.
+// ttlFor is the instances' lease TTL: long enough that no renewal comes
+// late on a loaded CI machine, so a run that loses its lease shows a bug.
+const ttlFor = 5 * time.Second
+
+// newInstanceIn is an instance running the workflows of dir, routing inputs
+// to chats' owners through JetStream.
 func newInstanceIn(t testing.TB, id string, st baton.Store, natsURL, dir string) *instance {
 	t.Helper()
 	wfs, err := workflow.LoadAll(os.DirFS(dir))
@@ -162,42 +257,51 @@ func newInstanceIn(t testing.TB, id string, st baton.Store, natsURL, dir string)
 		Providers: func(wf *workflow.Workflow) (baton.Provider, error) {
 			return scripted.Load(wf.FS, path.Join(wf.Dir, "scripted.json"))
 		},
-		Logger: quiet(), InstanceID: id,
+		Logger: quiet(), InstanceID: id, LeaseTTL: ttlFor,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(server.Config{Store: st, Keys: st, Bus: b, Engine: eng, Logger: quiet(), Dev: true})
+	var br *natsbridge.Bridge // set before any stream connects
+	srv, err := server.New(server.Config{Store: st, Keys: st, Bus: b, Engine: eng, Logger: quiet(), Dev: true,
+		Watch: func(chatID string) func() { return br.Watch(chatID) }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := &instance{bus: b, eng: eng, srv: srv, ts: httptest.NewServer(srv.Handler())}
-	br := startBridgeNoCleanup(t, natsURL, id, b, srv.Resync)
-	t.Cleanup(func() {
-		in.ts.Close()
-		srv.Close()
-		_ = br.Close(context.Background())
-		_ = b.Close(context.Background())
-		_ = eng.Close()
-		_ = st.Close()
-	})
+	in := &instance{id: id, store: st, bus: b, eng: eng, srv: srv, ts: httptest.NewServer(srv.Handler())}
+	br, err = natsbridge.Start(natsbridge.Config{URL: natsURL, Bus: b, Instance: id, Logger: quiet(), OnReconnect: srv.Resync,
+		Namespace: namespace(t, natsURL), PerChat: true,
+		Inputs: &natsbridge.InputsConfig{Leases: st, IsInput: engine.IsInput, InactiveAfter: 3 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.bridge = br
+	runCtx, stopRun := context.WithCancel(context.Background())
+	runDone := make(chan struct{})
+	go func() { defer close(runDone); _ = eng.Run(runCtx) }()
+	var once sync.Once
+	in.kill = func() {
+		once.Do(func() {
+			stopRun()
+			<-runDone
+			in.ts.Close()
+			srv.Close()
+			br.StopInputs()
+			_ = b.Close(context.Background())
+			_ = br.Close(context.Background())
+			_ = eng.Close()
+			_ = st.Close()
+		})
+	}
+	t.Cleanup(in.kill)
 	return in
-}
-
-func startBridgeNoCleanup(t testing.TB, url, instance string, b *bus.Bus, onReconnect func()) *natsbridge.Bridge {
-	t.Helper()
-	br, err := natsbridge.Start(natsbridge.Config{URL: url, Bus: b, Instance: instance, Logger: quiet(), OnReconnect: onReconnect})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return br
 }
 
 // TestBridge_ClientOnAnotherInstance: a chat runs on instance A; a
 // WebSocket client connected to instance B sees every one of its events,
 // live, exactly once and in order, equal to the chat's history.
 func TestBridge_ClientOnAnotherInstance(t *testing.T) {
-	ns := runNATS(t, -1)
+	ns := runNATS(t, -1, t.TempDir())
 	db := filepath.Join(t.TempDir(), "baton.db")
 	a := newInstance(t, "A", db, ns.ClientURL())
 	b := newInstance(t, "B", db, ns.ClientURL())

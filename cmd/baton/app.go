@@ -40,6 +40,7 @@ type runtimeConfig struct {
 	rulesFile    string // extra bus rules (engine.LoadRules); empty means the defaults only
 	budget       metrics.BudgetConfig
 	busURL       string        // nats://… to carry events between instances; empty: in-process only
+	busNamespace string        // first subject token on NATS, shared by a deployment's instances
 	instanceID   string        // set when several instances share the store
 	leaseTTL     time.Duration // how long a chat's lease lasts without renewal
 	log          *slog.Logger
@@ -73,6 +74,7 @@ func (c *runtimeConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.rulesFile, "rules", envOr("BATON_RULES", ""), "a rules file for environment events (env BATON_RULES; see docs/events.md)")
 	fs.StringVar(&c.busURL, "bus", envOr("BATON_BUS", ""), "nats://HOST:PORT to carry chat events between instances (env BATON_BUS; needs --instance-id)")
 	fs.StringVar(&c.instanceID, "instance-id", envOr("BATON_INSTANCE_ID", ""), "this instance's name when several share one PostgreSQL store: chats are leased, appends fenced, dead instances' chats taken over (env BATON_INSTANCE_ID)")
+	fs.StringVar(&c.busNamespace, "bus-namespace", envOr("BATON_BUS_NAMESPACE", natsbridge.DefaultNamespace), "with --bus: the first token of every NATS subject and the inputs stream's name, the same on every instance of a deployment (env BATON_BUS_NAMESPACE)")
 	fs.DurationVar(&c.leaseTTL, "lease-ttl", engine.DefaultLeaseTTL, "with --instance-id: how long a chat's lease lasts without renewal")
 	fs.Int64Var(&c.budget.Chat.MaxTokens, "chat-max-tokens", envInt("BATON_CHAT_MAX_TOKENS"), "token budget of a chat whose workflow sets none (0: none)")
 	fs.Float64Var(&c.budget.Chat.MaxCostUSD, "chat-max-cost-usd", envFloat("BATON_CHAT_MAX_COST_USD"), "cost budget in USD of a chat whose workflow sets none (0: none)")
@@ -169,6 +171,9 @@ func openRuntime(ctx context.Context, cfg runtimeConfig) (*runtime, error) {
 				Help: "Running chats this instance took over from instances whose lease expired."}, func() float64 { return float64(eng.Takeovers()) }),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "baton", Name: "leases_held",
 				Help: "Chats this instance runs under a lease now."}, func() float64 { return float64(eng.LeasesHeld()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "baton", Name: "lease_losses_total",
+				Help: "Runs that lost their chat's lease midway (a renewal later than the TTL) and were handled again."},
+				func() float64 { return float64(eng.LeaseLosses()) }),
 		)
 	}
 	if cfg.busURL != "" {
@@ -177,7 +182,12 @@ func openRuntime(ctx context.Context, cfg runtimeConfig) (*runtime, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)})
 		col.Registry().MustRegister(lag)
 		rt.bridge, err = natsbridge.Start(natsbridge.Config{URL: cfg.busURL, Bus: b, Instance: cfg.instanceID, Logger: log,
-			Lag: func(d time.Duration) { lag.Observe(d.Seconds()) },
+			Namespace: cfg.busNamespace,
+			PerChat:   true, // receive the chats this instance's clients follow (server.Config.Watch)
+			// Inputs go to the chat's owner through a JetStream work queue,
+			// de-duplicated by event id.
+			Inputs: &natsbridge.InputsConfig{Leases: st, IsInput: engine.IsInput},
+			Lag:    func(d time.Duration) { lag.Observe(d.Seconds()) },
 			OnReconnect: func() {
 				if f := rt.resync.Load(); f != nil {
 					(*f)() // streams replay what NATS may have lost
@@ -204,7 +214,17 @@ func (rt *runtime) health() map[string]any {
 	if !rt.shared {
 		return nil
 	}
-	return map[string]any{"instance": rt.engine.InstanceID(), "leases_held": rt.engine.LeasesHeld(), "takeovers": rt.engine.Takeovers()}
+	return map[string]any{"instance": rt.engine.InstanceID(), "leases_held": rt.engine.LeasesHeld(),
+		"takeovers": rt.engine.Takeovers(), "lease_losses": rt.engine.LeaseLosses()}
+}
+
+// watch is the server's Watch: with the NATS bridge, the chats this
+// instance's clients follow are the ones it receives from other instances.
+func (rt *runtime) watch() func(chatID string) func() {
+	if rt.bridge == nil {
+		return nil
+	}
+	return rt.bridge.Watch
 }
 
 // Recover resumes the chats that were running when the process stopped.
@@ -212,22 +232,22 @@ func (rt *runtime) recover(ctx context.Context) error {
 	if rt.shared {
 		// Other live instances may be running chats of this store: the
 		// engine's sweeper resumes only those whose lease is free or
-		// expired (this instance's own after its restart, a dead one's).
-		// Background tasks carry no owner yet, so interrupted ones are not
-		// reported in this mode.
+		// expired (this instance's own after its restart, a dead one's),
+		// and RecoverTasks below takes only this instance's own tasks and
+		// those of dead instances.
 		rt.log.Info("shared store: chats of dead instances are taken over as their leases expire", "instance", rt.engine.InstanceID())
-		return nil
-	}
-	chats, err := rt.store.ChatsByStatus(ctx, baton.ChatRunning, 100000)
-	if err != nil {
-		return fmt.Errorf("recover: %w", err)
-	}
-	n, err := rt.engine.Recover(ctx, chats)
-	if n > 0 {
-		rt.log.Info("resumed chats that were running", "count", n)
-	}
-	if err != nil {
-		return err
+	} else {
+		chats, err := rt.store.ChatsByStatus(ctx, baton.ChatRunning, 100000)
+		if err != nil {
+			return fmt.Errorf("recover: %w", err)
+		}
+		n, err := rt.engine.Recover(ctx, chats)
+		if n > 0 {
+			rt.log.Info("resumed chats that were running", "count", n)
+		}
+		if err != nil {
+			return err
+		}
 	}
 	tasks, err := rt.engine.RecoverTasks(ctx)
 	if tasks > 0 {
@@ -241,11 +261,13 @@ func (rt *runtime) recover(ctx context.Context) error {
 func (rt *runtime) Close(ctx context.Context) error {
 	rt.stopEngine()
 	<-rt.engineDone
-	var bridgeErr error
 	if rt.bridge != nil {
-		bridgeErr = rt.bridge.Close(ctx)
+		rt.bridge.StopInputs() // no new inputs; those taken are handled and acknowledged below
 	}
-	busErr := errors.Join(bridgeErr, rt.bus.Close(ctx))
+	busErr := rt.bus.Close(ctx)
+	if rt.bridge != nil {
+		busErr = errors.Join(busErr, rt.bridge.Close(ctx))
+	}
 	var traceErr error
 	if rt.tracer != nil {
 		rt.tracer.Close()

@@ -86,7 +86,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Store: rt.store, Keys: keys, Bus: rt.bus, Engine: rt.engine, Logger: log,
 		Dev: cfg.dev, AllowedOrigins: origins, MaxBody: cfg.maxBody, MaxMessage: cfg.maxMessage,
 		RateLimit: cfg.rateLimit, RateBurst: cfg.rateBurst, UI: web.Handler(), Metrics: rt.metrics,
-		Health: rt.health,
+		Health: rt.health, Watch: rt.watch(),
 	})
 	if err != nil {
 		_ = closeRuntime(context.Background())
