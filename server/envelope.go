@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/batonhq/baton"
@@ -36,6 +38,15 @@ type eventView struct {
 	AwaitingResponse bool   `json:"awaiting_response"`
 }
 
+// viewOf parses the part of a payload the filter looks at; a payload of
+// another shape has no agent. (A function of its own, so that only recorded
+// events pay for the view json.Unmarshal moves to the heap.)
+func viewOf(payload []byte) eventView {
+	var v eventView
+	_ = json.Unmarshal(payload, &v)
+	return v
+}
+
 // visible reports whether a client of a chat of wf may see ev, and the agent
 // the event is about.
 func visible(wf *workflow.Workflow, ev *baton.Event, v *eventView) bool {
@@ -65,18 +76,81 @@ func visible(wf *workflow.Workflow, ev *baton.Event, v *eventView) bool {
 
 // frame is one event as a client of a chat receives it: its sequence (0 for
 // transient stream.* events) and its encoded envelope, nil when the filter
-// hides it. Frames are shared by every client of the chat and never changed.
+// hides it. Frames are shared by every client of the chat and never changed
+// while they are.
+//
+// The hub takes its frames from framePool and each stream it queues one to
+// releases it once sent (or skipped); the last release puts it back. A
+// delta's envelope is built 50,000 times a second under load: allocated
+// afresh, envelopes were two fifths of the bytes the server process
+// allocated (BenchmarkWS/sustained), and the garbage collector's cycles are
+// when stream latency peaks. A frame a stream never gets to (it was cut off
+// or ended) is left to the collector.
 type frame struct {
 	seq  int64
 	data []byte
 	typ  string
+	refs atomic.Int32 // streams yet to release a pooled frame; 0 for the others
+	buf  []byte       // a pooled frame's storage, kept when data is nil
 }
 
-// encodeFrame applies the filter to ev and encodes its envelope.
+// framePool holds the hub's spare frames, with their envelope buffers.
+var framePool sync.Pool
+
+// maxPooledEnvelope is the largest envelope buffer kept for reuse: a rare
+// big one (a long tool result) is left to the collector rather than held.
+const maxPooledEnvelope = 16 << 10
+
+// encodeFrame applies the filter to ev and encodes its envelope in a new frame.
 func encodeFrame(wf *workflow.Workflow, ev *baton.Event) *frame {
 	f := &frame{seq: ev.Sequence, typ: ev.Type}
+	if b, ok := appendEnvelope(nil, wf, ev); ok {
+		f.data = b
+	}
+	return f
+}
+
+// pooledFrame is encodeFrame with a frame, and its buffer, from framePool.
+// The caller sets refs to the number of streams it queues the frame to, or
+// calls recycle.
+func pooledFrame(wf *workflow.Workflow, ev *baton.Event) *frame {
+	f, _ := framePool.Get().(*frame)
+	if f == nil {
+		f = new(frame)
+	}
+	f.seq, f.typ = ev.Sequence, ev.Type
+	b, ok := appendEnvelope(f.buf[:0], wf, ev)
+	f.buf, f.data = b, nil
+	if ok {
+		f.data = b
+	}
+	return f
+}
+
+// release is called once by each stream a pooled frame was queued to, when
+// it is done with it; the last one recycles it. It does nothing to other
+// frames (their refs go negative).
+func (f *frame) release() {
+	if f.refs.Add(-1) == 0 {
+		f.recycle()
+	}
+}
+
+// recycle puts a frame nobody holds back in framePool.
+func (f *frame) recycle() {
+	if cap(f.buf) > maxPooledEnvelope {
+		f.buf = nil
+	}
+	f.data, f.typ = nil, ""
+	framePool.Put(f)
+}
+
+// appendEnvelope applies the filter to ev and appends its envelope to dst
+// (growing it, if need be, to the envelope's size at once); false when the
+// filter hides it.
+func appendEnvelope(dst []byte, wf *workflow.Workflow, ev *baton.Event) ([]byte, bool) {
 	if !baton.IsChatType(ev.Type) && !baton.IsStreamType(ev.Type) {
-		return f
+		return dst, false
 	}
 	var v eventView
 	stream := baton.IsStreamType(ev.Type)
@@ -85,26 +159,28 @@ func encodeFrame(wf *workflow.Workflow, ev *baton.Event) *frame {
 		// metadata (llm.StreamEvent), so the payload is not parsed.
 		v.Agent = ev.Metadata.TriggerAgentName
 	} else {
-		_ = json.Unmarshal(ev.Payload, &v) // a payload of another shape has no agent
+		v = viewOf(ev.Payload)
 	}
 	if !visible(wf, ev, &v) {
-		return f
+		return dst, false
 	}
 	payload := bytes.TrimSpace(ev.Payload)
 	if ev.Type == baton.TypeChatContextUpdated {
 		payload = withoutReserved(payload)
 	}
-	var b bytes.Buffer
-	b.Grow(len(payload) + 160)
-	b.WriteString(`{"type":`)
-	b.WriteString(strconv.Quote(ev.Type)) // event types are plain ASCII (baton.ValidateType)
-	b.WriteString(`,"data":`)
+	b := dst
+	if need := len(b) + len(payload) + len(ev.Type) + len(ev.ChatID()) + envelopeOverhead; cap(b) < need {
+		b = append(make([]byte, 0, need), b...) // one allocation of the right size
+	}
+	b = append(b, `{"type":`...)
+	b = appendJSONString(b, ev.Type)
+	b = append(b, `,"data":`...)
 	if len(payload) < 2 || payload[0] != '{' {
-		b.WriteByte('{')
+		b = append(b, '{')
 	} else {
-		b.Write(payload[:len(payload)-1])
+		b = append(b, payload[:len(payload)-1]...)
 		if len(bytes.TrimSpace(payload[1:len(payload)-1])) > 0 {
-			b.WriteByte(',')
+			b = append(b, ',')
 		}
 	}
 	if baton.IsChatType(ev.Type) {
@@ -116,29 +192,51 @@ func encodeFrame(wf *workflow.Workflow, ev *baton.Event) *frame {
 		if wf != nil {
 			a = wf.Agent(agent)
 		}
-		b.WriteString(`"is_visual":`)
-		b.WriteString(strconv.FormatBool(wf != nil && wf.IsVisual(agent)))
-		b.WriteString(`,"is_structured_capable":`)
-		b.WriteString(strconv.FormatBool(a != nil && a.IsStructuredCapable()))
-		b.WriteString(`,"is_tool_agent":`)
-		b.WriteString(strconv.FormatBool(a != nil && a.IsToolAgent()))
-		b.WriteString(`,"sequence":`)
-		b.WriteString(strconv.FormatInt(ev.Sequence, 10))
+		b = append(b, `"is_visual":`...)
+		b = strconv.AppendBool(b, wf != nil && wf.IsVisual(agent))
+		b = append(b, `,"is_structured_capable":`...)
+		b = strconv.AppendBool(b, a != nil && a.IsStructuredCapable())
+		b = append(b, `,"is_tool_agent":`...)
+		b = strconv.AppendBool(b, a != nil && a.IsToolAgent())
+		b = append(b, `,"sequence":`...)
+		b = strconv.AppendInt(b, ev.Sequence, 10)
 	} else {
-		b.WriteString(`"chat_id":`)
-		b.WriteString(strconv.Quote(ev.ChatID()))
+		b = append(b, `"chat_id":`...)
+		b = appendJSONString(b, ev.ChatID())
 	}
-	b.WriteString(`},"timestamp":"`)
-	b.WriteString(time.UnixMilli(ev.Timestamp).UTC().Format("2006-01-02T15:04:05.000Z07:00"))
-	b.WriteString(`"}`)
+	b = append(b, `},"timestamp":"`...)
+	b = time.UnixMilli(ev.Timestamp).UTC().AppendFormat(b, timestampLayout)
+	b = append(b, `"}`...)
 	// A payload that is not a JSON object is never sent half-formed. Stream
 	// payloads are built by llm.StreamEvent and always are objects.
-	if !stream && !json.Valid(b.Bytes()) {
-		return f
+	if !stream && !json.Valid(b[len(dst):]) {
+		return dst, false
 	}
-	f.data = b.Bytes()
-	return f
+	return b, true
 }
+
+// appendJSONString appends s as a JSON string. Event types and chat ids are
+// plain ASCII (baton.ValidateType, the stores' ids), which is copied as it
+// is; anything else goes through encoding/json's escaping.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+// envelopeOverhead is what appendEnvelope adds to a payload, its type and its
+// chat id (plain ASCII): the fixed keys, three booleans, a sequence and a
+// timestamp.
+const envelopeOverhead = len(`{"type":"","data":{,"is_visual":false,"is_structured_capable":false,"is_tool_agent":false,"sequence":-9223372036854775808},"timestamp":"+275760-09-13T00:00:00.000Z"}`) + 8
+
+// timestampLayout is the envelope's timestamp: RFC 3339 in UTC, milliseconds.
+const timestampLayout = "2006-01-02T15:04:05.000Z07:00"
 
 // withoutReserved removes context variables whose names start with "__"
 // (the sealed __secrets and any other runtime-reserved variable) from a

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/llm"
 	"github.com/batonhq/baton/workflow"
 )
 
@@ -104,5 +105,49 @@ func TestEnvelopeFilter(t *testing.T) {
 		if f := encodeFrame(gen, &ev); f.data != nil && !json.Valid(f.data) {
 			t.Errorf("payload %q: invalid envelope %s", bad, f.data)
 		}
+	}
+}
+
+// TestAppendJSONString: the envelope's type and chat id are JSON strings
+// whatever they hold.
+func TestAppendJSONString(t *testing.T) {
+	for _, s := range []string{"", "chat.text", "0193c2a1-7f3e-7b4a-9c1d-2e8f5a6b7c8d", `a"b\c`, "tab\there", "\x00\x1f\x7f", "<script>&", "héllo ✓", "\xff\xfe"} {
+		want, _ := json.Marshal(s)
+		if got := appendJSONString([]byte("x"), s); string(got) != "x"+string(want) {
+			t.Errorf("%q: got %s, want x%s", s, got, want)
+		}
+	}
+}
+
+// BenchmarkEncodeFrame is the hub's cost per event before fan-out: a
+// stream delta (the bulk of the traffic) and a recorded agent text.
+func BenchmarkEncodeFrame(b *testing.B) {
+	wfs, err := workflow.LoadAll(os.DirFS(benchDir))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var wf *workflow.Workflow
+	for _, w := range wfs {
+		if w.Name == "benchpaced" {
+			wf = w
+		}
+	}
+	meta := baton.Metadata{TriggerSessionID: "0193c2a1-7f3e-7b4a-9c1d-2e8f5a6b7c8d", TriggerAgentName: "Talker"}
+	delta, _ := llm.StreamEvent(meta.TriggerSessionID, "Talker", "msg_0193c2a17f3e7b4a", baton.Delta{Kind: baton.DeltaText, Text: " word42"})
+	delta.Metadata = meta
+	text := baton.NewEvent(baton.TypeChatText, meta, json.RawMessage(`{"kind":"text","agent":"Talker","content":"`+strings.Repeat("word ", 70)+`","index":2}`))
+	text.Sequence = 72
+	for _, bc := range []struct {
+		name string
+		ev   baton.Event
+	}{{"delta", delta}, {"text", text}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if f := encodeFrame(wf, &bc.ev); f.data == nil {
+					b.Fatal("hidden")
+				}
+			}
+		})
 	}
 }

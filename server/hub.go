@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -32,6 +33,11 @@ type hub struct {
 	log      *slog.Logger
 	buffer   int // the hub's bus subscription buffer
 	queueLen int // each subscriber's queue
+	// watch, if set, is told when this instance starts following a chat
+	// (its first subscriber) and returns what to call when it stops (its
+	// last leaves): with several instances, the NATS bridge then receives
+	// only the chats followed here (Config.Watch).
+	watch func(chatID string) (release func())
 
 	mu    sync.Mutex
 	chats map[string]*hubChat
@@ -41,8 +47,18 @@ type hub struct {
 }
 
 type hubChat struct {
-	wf   *workflow.Workflow
-	subs map[*subscriber]struct{}
+	wf      *workflow.Workflow
+	subs    []*subscriber // one or a few: a slice ranges faster than a map
+	release func()        // from watch; nil without one
+	ready   chan struct{} // closed once the first stream's watch is in place; nil after, or without a watch
+}
+
+// forget ends following c; h.mu is held.
+func (c *hubChat) forget() {
+	if c.release != nil {
+		c.release()
+		c.release = nil
+	}
 }
 
 // subscriber is one stream (a WebSocket or an SSE response) of one chat.
@@ -71,13 +87,13 @@ var hubPatterns = []string{"chat.*", "stream.*", baton.TypeSessionDeleted}
 // subscriber. A dropped hub subscription is replaced at once, and every
 // subscriber is told to reconnect, since some events never reached it.
 func (h *hub) run(ctx context.Context, ready chan<- error) {
-	defer close(h.done)
+	defer h.stop()
 	sub, err := h.bus.Subscribe(hubPatterns, bus.Buffer(h.buffer))
 	ready <- err
 	if err != nil {
 		return
 	}
-	defer func() { sub.Close(); h.kickAll(kickShutdown) }()
+	defer func() { sub.Close() }()
 	for {
 		select {
 		case <-ctx.Done():
@@ -114,47 +130,84 @@ func (h *hub) dispatch(ev *baton.Event) {
 		h.kickChat(chatID, kickDeleted)
 		return
 	}
-	f := encodeFrame(wf, ev) // outside the lock: the only costly step
+	f := pooledFrame(wf, ev) // outside the lock: the only costly step
 	if f.data == nil && f.seq == 0 {
-		return // a hidden stream event: nothing to tell
+		f.recycle() // a hidden stream event: nothing to tell
+		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	c = h.chats[chatID]
-	if c == nil {
+	if c == nil || len(c.subs) == 0 {
+		f.recycle()
 		return
 	}
-	for s := range c.subs {
+	// Every stream releases the frame once it is done with it, which may
+	// be as soon as it is queued; one cut off here never will, so it is
+	// released for it.
+	f.refs.Store(int32(len(c.subs)))
+	kept := c.subs[:0]
+	for _, s := range c.subs {
 		select {
 		case s.q <- f:
-			h.delivered.Add(1)
+			kept = append(kept, s)
 		default:
-			delete(c.subs, s)
 			s.kick(kickSlow)
+			f.release()
 		}
 	}
+	clear(c.subs[len(kept):])
+	c.subs = kept
+	h.delivered.Add(int64(len(kept)))
 	if len(c.subs) == 0 {
+		c.forget()
 		delete(h.chats, chatID)
 	}
 }
 
 // subscribe adds a subscriber to chatID. Events published from now on are
-// queued to it; the caller replays earlier ones from the store.
+// queued to it; the caller replays earlier ones from the store. With a
+// watch, it returns only once this instance receives the chat from other
+// instances — for a chat's first stream, after the watch; for a stream
+// that arrives meanwhile, after the first stream's watch — so that nothing
+// falls between the replay and the first live event.
 func (h *hub) subscribe(chatID string, wf *workflow.Workflow) (*subscriber, error) {
 	s := &subscriber{chatID: chatID, q: make(chan *frame, h.queueLen), kicked: make(chan struct{})}
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	select {
 	case <-h.done:
+		h.mu.Unlock()
 		return nil, baton.Errorf(baton.EUNAVAILABLE, "server is shutting down")
 	default:
 	}
 	c := h.chats[chatID]
-	if c == nil {
-		c = &hubChat{wf: wf, subs: map[*subscriber]struct{}{}}
+	first := c == nil
+	if first {
+		c = &hubChat{wf: wf}
+		if h.watch != nil {
+			c.ready = make(chan struct{})
+		}
 		h.chats[chatID] = c
 	}
-	c.subs[s] = struct{}{}
+	c.subs = append(c.subs, s)
+	ready := c.ready
+	h.mu.Unlock()
+	switch {
+	case first && ready != nil:
+		// Watch may wait for NATS: not under the hub's lock.
+		release := h.watch(chatID)
+		h.mu.Lock()
+		if h.chats[chatID] == c {
+			c.release = release
+		} else {
+			release() // its subscribers left meanwhile
+		}
+		c.ready = nil
+		h.mu.Unlock()
+		close(ready)
+	case ready != nil:
+		<-ready // the first stream's watch is in place
+	}
 	return s, nil
 }
 
@@ -163,8 +216,11 @@ func (h *hub) unsubscribe(s *subscriber) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if c := h.chats[s.chatID]; c != nil {
-		delete(c.subs, s)
+		if i := slices.Index(c.subs, s); i >= 0 {
+			c.subs = slices.Delete(c.subs, i, i+1)
+		}
 		if len(c.subs) == 0 {
+			c.forget()
 			delete(h.chats, s.chatID)
 		}
 	}
@@ -174,10 +230,26 @@ func (h *hub) kickChat(chatID string, reason int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if c := h.chats[chatID]; c != nil {
-		for s := range c.subs {
+		for _, s := range c.subs {
 			s.kick(reason)
 		}
+		c.forget()
 		delete(h.chats, chatID)
+	}
+}
+
+// stop ends every subscriber with kickShutdown and refuses new ones: a
+// stream learns of the server's shutdown from its kicked channel alone.
+func (h *hub) stop() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	close(h.done) // under mu: no subscribe slips in between the kicks and this
+	for id, c := range h.chats {
+		for _, s := range c.subs {
+			s.kick(kickShutdown)
+		}
+		c.forget()
+		delete(h.chats, id)
 	}
 }
 
@@ -185,9 +257,10 @@ func (h *hub) kickAll(reason int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for id, c := range h.chats {
-		for s := range c.subs {
+		for _, s := range c.subs {
 			s.kick(reason)
 		}
+		c.forget()
 		delete(h.chats, id)
 	}
 }

@@ -82,6 +82,12 @@ type Config struct {
 	// Metrics serves /metrics and /metrics/perf/* and counts WebSocket
 	// streams; nil answers those routes with 503.
 	Metrics *metrics.Collector
+	// Watch, if set, is called when this server's streams start following
+	// a chat (its first stream here) and returns what to call when they
+	// stop (its last stream ends), before the stream replays from the
+	// store: with several instances, natsbridge.Bridge.Watch, so that an
+	// instance receives only the chats its clients follow.
+	Watch func(chatID string) (release func())
 }
 
 // Server serves the API. Create it with New and stop it with Close.
@@ -136,6 +142,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, log: cfg.Logger, limiter: newLimiter(cfg.RateLimit, cfg.RateBurst)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.hub = newHub(cfg.Bus, cfg.Logger, cfg.HubBuffer, cfg.QueueLen)
+	s.hub.watch = cfg.Watch
 	ready := make(chan error, 1)
 	s.wg.Go(func() { s.hub.run(s.ctx, ready) })
 	if err := <-ready; err != nil {

@@ -184,6 +184,14 @@ type replyData struct {
 	Message string `json:"message,omitempty"`
 }
 
+// wsControl is what the reader hands the writer, in the order the client
+// sent it: a reply to send, or a resume to replay from.
+type wsControl struct {
+	reply  wsReply
+	resume bool
+	last   int64 // with resume: the client's last sequence
+}
+
 // serveWS runs one authenticated WebSocket: a reader goroutine takes client
 // messages; this goroutine owns every write.
 func (s *Server) serveWS(ctx context.Context, cancel context.CancelFunc, conn *websocket.Conn, p principal, chat baton.Chat, last int64) {
@@ -200,25 +208,27 @@ func (s *Server) serveWS(ctx context.Context, cancel context.CancelFunc, conn *w
 		defer m.WSConnected(-1)
 	}
 
-	replies := make(chan wsReply, 8)
-	resumes := make(chan int64, 1)
+	ctl := make(chan wsControl, 8)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
-	wg.Go(func() { s.readWS(ctx, cancel, conn, p, chat.ID, replies, resumes) })
+	wg.Go(func() { s.readWS(ctx, cancel, conn, p, chat.ID, ctl) })
 
-	// Writes share one deadline per burst (a timer per message would cost
-	// more than the message); a client that stops reading fails the write
-	// within WriteTimeout, or is cut off by the hub when its queue fills.
-	wctx := ctx
+	// A client that stops reading is cut off by the hub when its queue
+	// fills, or fails the write within WriteTimeout: one timer per
+	// connection, armed around each burst of writes, closes it. The writes
+	// get a context that never ends, so coder/websocket arms nothing per
+	// write: a context with a deadline per burst, and the context.AfterFunc
+	// the library registers for each write with a cancellable context, cost
+	// more than the envelope. (A write still blocked when the reader ends is
+	// bounded by the same timer.)
+	wctx := context.WithoutCancel(ctx)
 	send := func(f *frame) error { return conn.Write(wctx, websocket.MessageText, f.data) }
-	burst := func(f func() error) error {
-		var wcancel context.CancelFunc
-		wctx, wcancel = context.WithTimeout(ctx, s.cfg.WriteTimeout)
-		defer wcancel()
-		return f()
-	}
-	if err := burst(func() error { return cur.replay(ctx, send) }); err != nil {
+	stalled := time.AfterFunc(s.cfg.WriteTimeout, func() { conn.CloseNow() }) // armed for the replay
+	defer stalled.Stop()
+	err = cur.replay(ctx, send)
+	stalled.Stop()
+	if err != nil {
 		s.closeWS(conn, err)
 		return
 	}
@@ -226,29 +236,29 @@ func (s *Server) serveWS(ctx context.Context, cancel context.CancelFunc, conn *w
 		var err error
 		select {
 		case f := <-sub.q:
-			err = burst(func() error {
-				if err := cur.live(ctx, f, send); err != nil {
-					return err
-				}
-				for range cap(sub.q) { // what else is queued, without waiting
-					select {
-					case f := <-sub.q:
-						if err := cur.live(ctx, f, send); err != nil {
-							return err
-						}
-					default:
-						return nil
-					}
-				}
-				return nil
-			})
-		case rep := <-replies:
-			b, _ := json.Marshal(rep)
-			err = burst(func() error { return send(&frame{data: b}) })
-		case n := <-resumes:
-			cur.last = n
-			err = burst(func() error { return cur.replay(ctx, send) })
+			stalled.Reset(s.cfg.WriteTimeout)
+			err = cur.live(ctx, f, send)
+			f.release()
+			// What else is queued, without waiting; at most a queueful
+			// under one deadline.
+			for n := 1; err == nil && n < cap(sub.q) && len(sub.q) > 0; n++ {
+				f = <-sub.q
+				err = cur.live(ctx, f, send)
+				f.release()
+			}
+			stalled.Stop()
+		case c := <-ctl:
+			stalled.Reset(s.cfg.WriteTimeout)
+			if c.resume {
+				cur.last = c.last
+				err = cur.replay(ctx, send)
+			} else {
+				b, _ := json.Marshal(c.reply)
+				err = send(&frame{data: b})
+			}
+			stalled.Stop()
 		case <-sub.kicked:
+			// The hub kicks every stream when the server shuts down.
 			switch sub.reason.Load() {
 			case kickSlow, kickResync:
 				if m := s.cfg.Metrics; m != nil && sub.reason.Load() == kickSlow {
@@ -260,9 +270,6 @@ func (s *Server) serveWS(ctx context.Context, cancel context.CancelFunc, conn *w
 			default:
 				conn.Close(websocket.StatusServiceRestart, "server shutting down: reconnect and replay")
 			}
-			return
-		case <-s.ctx.Done():
-			conn.Close(websocket.StatusServiceRestart, "server shutting down: reconnect and replay")
 			return
 		case <-ctx.Done():
 			return
@@ -290,11 +297,11 @@ func (s *Server) closeWS(conn *websocket.Conn, err error) {
 // readWS reads client messages until the connection or ctx ends. Bad
 // messages get an error reply naming the field; the connection and the
 // chat go on.
-func (s *Server) readWS(ctx context.Context, cancel context.CancelFunc, conn *websocket.Conn, p principal, chatID string, replies chan<- wsReply, resumes chan<- int64) {
+func (s *Server) readWS(ctx context.Context, cancel context.CancelFunc, conn *websocket.Conn, p principal, chatID string, ctl chan<- wsControl) {
 	defer cancel()
 	reply := func(r wsReply) bool {
 		select {
-		case replies <- r:
+		case ctl <- wsControl{reply: r}:
 			return true
 		case <-ctx.Done():
 			return false
@@ -316,7 +323,7 @@ func (s *Server) readWS(ctx context.Context, cancel context.CancelFunc, conn *we
 			err = baton.Errorf(codeRateLimited, "rate limit exceeded: slow down")
 		}
 		if err == nil {
-			err = s.wsMessage(ctx, p, chatID, m, resumes)
+			err = s.wsMessage(ctx, p, chatID, m, ctl)
 		}
 		r := wsReply{Type: "ack", Data: replyData{For: m.Type, ID: m.ID}}
 		if err != nil {
@@ -336,7 +343,7 @@ func (s *Server) readWS(ctx context.Context, cancel context.CancelFunc, conn *we
 }
 
 // wsMessage acts on one valid client message.
-func (s *Server) wsMessage(ctx context.Context, p principal, chatID string, m clientMessage, resumes chan<- int64) error {
+func (s *Server) wsMessage(ctx context.Context, p principal, chatID string, m clientMessage, ctl chan<- wsControl) error {
 	if m.ChatID != "" && m.ChatID != chatID {
 		return baton.Errorf(baton.EINVALID, "chat_id: %q is not this connection's chat", truncate(m.ChatID, baton.MaxEventIDLen))
 	}
@@ -354,7 +361,7 @@ func (s *Server) wsMessage(ctx context.Context, p principal, chatID string, m cl
 			return err
 		}
 		select {
-		case resumes <- *m.LastSequence:
+		case ctl <- wsControl{resume: true, last: *m.LastSequence}:
 			return nil
 		case <-ctx.Done():
 			return ctx.Err()
@@ -449,6 +456,7 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 		select {
 		case f := <-sub.q:
 			err = cur.live(ctx, f, send)
+			f.release()
 		case <-tick.C:
 			err = write([]byte(": heartbeat\n\n"))
 		case <-sub.kicked:

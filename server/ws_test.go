@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/engine"
+	"github.com/batonhq/baton/llm"
 	"github.com/coder/websocket"
 )
 
@@ -355,6 +357,43 @@ func TestWS_SlowClientCutOff(t *testing.T) {
 			t.Fatalf("replay: sequence %d after %d", v.seq(), last)
 		}
 		last = v.seq()
+	}
+}
+
+// TestWS_StalledClientTimesOut: a client that stops reading while its queue
+// still has room (the hub would not cut it off for a long while) is closed
+// once a write has waited WriteTimeout for the network, and the writes of
+// the run go on.
+func TestWS_StalledClientTimesOut(t *testing.T) {
+	e := newEnv(t, withWorkflows(benchDir), withConfig(func(c *Config) {
+		c.QueueLen = 1 << 12
+		c.WriteTimeout = 100 * time.Millisecond
+	}))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	chat, err := e.store.CreateChat(ctx, scopeAda, baton.Chat{Workflow: "bench", Status: baton.ChatRunning})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stalled := e.dial(ctx, t, chat.ID, 0, e.keys[scopeAda])
+	defer stalled.CloseNow()
+	waitStreams(t, e, 1)
+	// 32 MiB of deltas, more than loopback's socket buffers hold, far fewer
+	// than the queue's 4,096 frames.
+	delta := strings.Repeat("x", 64<<10)
+	for i := range 512 {
+		ev, _ := llm.StreamEvent(chat.ID, "Talker", "m1", baton.Delta{Kind: baton.DeltaText, Text: delta})
+		ev.Metadata.TriggerAgentName = "Talker"
+		if err := e.bus.Broadcast(ev); err != nil {
+			t.Fatalf("delta %d: %v", i, err)
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for e.srv.Streams() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the stalled stream is still open")
+		}
+		time.Sleep(time.Millisecond) // polling with a deadline
 	}
 }
 
