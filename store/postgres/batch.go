@@ -93,7 +93,7 @@ const mergedSQL = `WITH r AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) AS r(chat_id, app, user_id, n)
 ), c AS (
 	UPDATE chats SET last_sequence = chats.last_sequence + r.n, updated_at = $5
-	FROM r WHERE chats.id = r.chat_id AND chats.app = r.app AND chats.user_id = r.user_id AND NOT chats.deleted
+	FROM r WHERE chats.id = r.chat_id AND (chats.app, chats.user_id) IS NOT DISTINCT FROM (r.app, r.user_id) AND NOT chats.deleted
 	RETURNING chats.id, chats.last_sequence - r.n AS base
 )
 INSERT INTO events (chat_id, sequence, id, type, ts, agent_id, agent_name, env_name, source, extra, payload)

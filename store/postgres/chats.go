@@ -89,7 +89,7 @@ func (s *Store) GetChat(ctx context.Context, scope baton.Scope, id string) (bato
 	if err := s.check(); err != nil {
 		return baton.Chat{}, err
 	}
-	c, err := scanChat(s.pool.QueryRow(ctx, `SELECT `+chatCols+` FROM chats WHERE id = $1 AND app = $2 AND user_id = $3 AND NOT deleted`,
+	c, err := scanChat(s.pool.QueryRow(ctx, `SELECT `+chatCols+` FROM chats WHERE id = $1 AND (app, user_id) IS NOT DISTINCT FROM ($2, $3) AND NOT deleted`,
 		id, scope.App, scope.User))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return baton.Chat{}, notFound(id)
@@ -161,7 +161,7 @@ func (s *Store) DeleteChat(ctx context.Context, scope baton.Scope, id string) er
 	if err := s.check(); err != nil {
 		return err
 	}
-	tag, err := s.pool.Exec(ctx, `UPDATE chats SET deleted = true, updated_at = $4 WHERE id = $1 AND app = $2 AND user_id = $3 AND NOT deleted`,
+	tag, err := s.pool.Exec(ctx, `UPDATE chats SET deleted = true, updated_at = $4 WHERE id = $1 AND (app, user_id) IS NOT DISTINCT FROM ($2, $3) AND NOT deleted`,
 		id, scope.App, scope.User, time.Now())
 	if err != nil {
 		return s.dbErr("delete chat", err)
@@ -183,7 +183,7 @@ func (s *Store) UpdateChat(ctx context.Context, scope baton.Scope, id string, u 
 // lockChat locks the chat row for the transaction, checking the scope.
 func lockChat(ctx context.Context, tx pgx.Tx, scope baton.Scope, id string) error {
 	var one int
-	err := tx.QueryRow(ctx, `SELECT 1 FROM chats WHERE id = $1 AND app = $2 AND user_id = $3 AND NOT deleted FOR UPDATE`,
+	err := tx.QueryRow(ctx, `SELECT 1 FROM chats WHERE id = $1 AND (app, user_id) IS NOT DISTINCT FROM ($2, $3) AND NOT deleted FOR UPDATE`,
 		id, scope.App, scope.User).Scan(&one)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return notFound(id)

@@ -18,7 +18,7 @@ const appendSQL = `WITH c AS (
 	UPDATE chats SET last_sequence = last_sequence + $4, updated_at = $5,
 		status = COALESCE($6, status), turn_agent = COALESCE($7, turn_agent),
 		context = CASE WHEN $8::jsonb IS NULL THEN context ELSE (context || $8::jsonb) - $9::text[] END
-	WHERE id = $1 AND app = $2 AND user_id = $3 AND NOT deleted
+	WHERE id = $1 AND (app, user_id) IS NOT DISTINCT FROM ($2, $3) AND NOT deleted
 	RETURNING last_sequence - $4 AS base
 )
 INSERT INTO events (chat_id, sequence, id, type, ts, agent_id, agent_name, env_name, source, extra, payload)
@@ -185,7 +185,7 @@ func (s *Store) Events(ctx context.Context, scope baton.Scope, chatID string, af
 	}
 	rows, err := s.pool.Query(ctx, `SELECT e.sequence, e.id, e.type, e.ts, e.agent_id, e.agent_name, e.env_name, e.source, e.extra, e.payload
 		FROM chats c JOIN events e ON e.chat_id = c.id
-		WHERE c.id = $1 AND c.app = $2 AND c.user_id = $3 AND NOT c.deleted AND e.sequence > $4
+		WHERE c.id = $1 AND (c.app, c.user_id) IS NOT DISTINCT FROM ($2, $3) AND NOT c.deleted AND e.sequence > $4
 		ORDER BY e.sequence LIMIT $5`, chatID, scope.App, scope.User, after, lim)
 	if err != nil {
 		return nil, s.dbErr("events", err)

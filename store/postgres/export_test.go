@@ -1,0 +1,8 @@
+package postgres
+
+// The append statements, for the plan test.
+const (
+	MergedSQL = mergedSQL
+	AppendSQL = appendSQL
+	InScope   = inScope
+)
