@@ -43,7 +43,7 @@ func BenchmarkAppend4(b *testing.B) {
 // synchronous=FULL: the latency below saturation. 25,000 events/s is half the
 // target capacity.
 func BenchmarkAppendPaced(b *testing.B) {
-	for _, rate := range []float64{10_000, 25_000} {
+	for _, rate := range []float64{10_000, 25_000, 50_000} {
 		b.Run(fmt.Sprintf("chats=1000/rate=%.0f", rate), func(b *testing.B) {
 			s := openTemp(b)
 			storetest.BenchAppendPaced(b, s, 1000, rate)
