@@ -64,11 +64,26 @@ func (e *Engine) AgentRule(name string, types []string, priority int, prompt, sy
 		func(p, s string) bus.EventAgent { return &eventAgent{e: e, prompt: p, system: s, coalesce: coalesce} })}
 }
 
-// Handle records the event in its chat and runs the chat's agent.
+// Handle records the event in its chat and runs the chat's agent. Like the
+// engine's inputs (handleLeased), a handling that lost the chat's lease
+// midway is done again under a new one.
 func (a *eventAgent) Handle(ctx context.Context, ev baton.Event) error {
 	e := a.e
 	e.active.Add(1) // from the first line, so that Active never misses a handler
 	defer e.active.Add(-1)
+	for attempt := 0; ; attempt++ {
+		err := a.handle(ctx, ev)
+		if err == nil || e.instance == "" || ctx.Err() != nil || attempt == maxLeaseRetries || !lostLease(err) {
+			return err
+		}
+		e.leaseLosses.Add(1)
+		e.log.Warn("event-handler agent: the run lost the chat's lease; handling the event again under a new one",
+			"chat_id", ev.ChatID(), "event_id", ev.ID, "event_type", ev.Type, "attempt", attempt+1, "err", err)
+	}
+}
+
+func (a *eventAgent) handle(ctx context.Context, ev baton.Event) error {
+	e := a.e
 	chatID := ev.ChatID()
 	if chatID == "" {
 		e.log.Warn("event-handler agent: no trigger_session_id in event metadata", "event_id", ev.ID, "event_type", ev.Type)
@@ -99,6 +114,21 @@ func (a *eventAgent) Handle(ctx context.Context, ev baton.Event) error {
 			e.cache.put(r.st)
 		}
 	}()
+	if r.st.inputs[ev.ID] {
+		// Recorded before: the event is delivered again (its first
+		// handling failed after recording it, or its instance died) or
+		// was published twice. It is observed once; a wake it recorded
+		// that did not finish goes on from the state, like any
+		// interrupted run.
+		e.log.Info("event-handler agent: event already recorded; not observed again", "event_id", ev.ID, "event_type", ev.Type, "chat_id", chatID)
+		if r.st.chat.Status != baton.ChatRunning {
+			clean = true
+			return nil
+		}
+		err = r.drive(ctx)
+		clean = err == nil
+		return err
+	}
 	events := r.observedEvents(ev)
 	var u *baton.ChatUpdate
 	wake := r.eventWake(a.prompt, a.system)

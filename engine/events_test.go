@@ -209,6 +209,39 @@ func TestEventAgent_HandleInsertsToSession(t *testing.T) {
 	}
 }
 
+// TestEventAgent_DeliveredAgainObservedOnce: an environment event delivered
+// again past the bus's idempotency window — as JetStream redelivers an
+// input whose handling failed after it was recorded, or whose instance
+// died — is observed once, and its agent does not run a second time.
+func TestEventAgent_DeliveredAgainObservedOnce(t *testing.T) {
+	eh := newEnvHarness(t)
+	id := eh.pausedChat(t)
+	ev := eh.publish(t, "file.changed", id, `{}`)
+	eh.waitStatus(id, baton.ChatWaitingInput)
+	eh.settle(t)
+	before, err := eh.eng.Inspect(context.Background(), testScope, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eh.mu.Lock()
+	calls := len(eh.requests)
+	eh.mu.Unlock()
+	if err := eh.bus.PublishAgain(context.Background(), ev); err != nil {
+		t.Fatal(err)
+	}
+	eh.settle(t)
+	after, err := eh.eng.Inspect(context.Background(), testScope, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eh.mu.Lock()
+	defer eh.mu.Unlock()
+	if after.Chat.LastSequence != before.Chat.LastSequence || len(eh.requests) != calls {
+		t.Fatalf("the event delivered again was recorded again (sequence %d → %d) or woke the agent again (%d → %d model calls)",
+			before.Chat.LastSequence, after.Chat.LastSequence, calls, len(eh.requests))
+	}
+}
+
 func TestEventAgent_HandleCallsHandleQuery(t *testing.T) {
 	eh := newEnvHarness(t)
 	id := eh.pausedChat(t)

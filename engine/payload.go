@@ -259,6 +259,8 @@ func decodeText(data []byte, p *textPayload, n names) {
 			return jsonBool(v, &p.Feedback)
 		case "input_id":
 			return jsonString(v, &p.InputID)
+		case "event_id":
+			return jsonString(v, &p.EventID)
 		}
 		return otherKey(k)
 	})

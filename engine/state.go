@@ -43,7 +43,7 @@ type state struct {
 
 	names names // interned agent and tool names, for the fold
 
-	inputs     map[string]bool // ids of the recent inputs recorded (user_query, ui.tool.response)
+	inputs     map[string]bool // ids of the recent inputs recorded (user_query, ui.tool.response, environment events)
 	inputOrder []string        // their order, to forget the oldest
 }
 
@@ -188,6 +188,7 @@ func (st *state) apply(ev *baton.Event) {
 		st.turnAgent = p.Agent
 		st.selected = ""
 		st.rememberInput(p.InputID)
+		st.rememberInput(p.EventID) // an environment event's "Observed event" message
 		switch {
 		case p.Agent == workflow.UserAgent || p.Agent == systemAgent:
 			st.messages = append(st.messages, baton.Message{Role: baton.RoleUser, Name: p.Agent, Content: p.Content})
