@@ -46,6 +46,7 @@ type harness struct {
 	tasks    map[string]engine.TaskFunc
 	instance string        // engine.Config.InstanceID
 	leaseTTL time.Duration // engine.Config.LeaseTTL
+	wrapSt   func(*sqlite.Store) engine.Store
 }
 
 type harnessOption func(*harness)
@@ -76,6 +77,12 @@ func withBudget(f engine.BudgetFunc) harnessOption { return func(h *harness) { h
 // several instances sharing the store.
 func withInstance(id string, ttl time.Duration) harnessOption {
 	return func(h *harness) { h.instance, h.leaseTTL = id, ttl }
+}
+
+// withStoreWrap gives the engine a wrapper of the store (to inject
+// failures); the harness still reads the store itself.
+func withStoreWrap(wrap func(*sqlite.Store) engine.Store) harnessOption {
+	return func(h *harness) { h.wrapSt = wrap }
 }
 
 // withDB reuses a database file (a restart).
@@ -112,8 +119,12 @@ func newHarness(t *testing.T, opts ...harnessOption) *harness {
 	if h.wrap != nil {
 		rec = h.wrap(rec)
 	}
+	var est engine.Store = st
+	if h.wrapSt != nil {
+		est = h.wrapSt(st)
+	}
 	eng, err := engine.New(engine.Config{
-		Store:        st,
+		Store:        est,
 		Recorder:     rec,
 		Bus:          h.bus,
 		Workflows:    wfs,

@@ -22,6 +22,7 @@ import (
 	"github.com/batonhq/baton/llm/scripted"
 	"github.com/batonhq/baton/recorder"
 	"github.com/batonhq/baton/store/postgres"
+	"github.com/batonhq/baton/store/sqlite"
 	"github.com/batonhq/baton/tool"
 	"github.com/batonhq/baton/workflow"
 )
@@ -323,5 +324,52 @@ func checkOwnedChats(t *testing.T, st baton.Store, chats int, effects string) {
 	}
 	if calls != 4*chats || len(lines) != calls {
 		t.Fatalf("%d tool calls recorded (want %d), %d effects in the file", calls, 4*chats, len(lines))
+	}
+}
+
+// flakyRenewals fails the first lease renewal as a store that briefly does
+// not answer would (a pool timeout, a network blip).
+type flakyRenewals struct {
+	*sqlite.Store
+	failed atomic.Int32
+}
+
+func (s *flakyRenewals) RenewLease(ctx context.Context, chatID, instanceID string, token int64, ttl time.Duration) (baton.Lease, error) {
+	if s.failed.Add(1) == 1 {
+		return baton.Lease{}, baton.Errorf(baton.EUNAVAILABLE, "renew lease: connection reset")
+	}
+	return s.Store.RenewLease(ctx, chatID, instanceID, token, ttl)
+}
+
+// TestInstances_TransientRenewalFailureKeepsTheRun: one failed renewal while
+// the lease still runs does not stop the run (it might be inside a tool
+// call); the next renewal keeps the lease, and no lease is counted lost.
+func TestInstances_TransientRenewalFailureKeepsTheRun(t *testing.T) {
+	const ttl = 300 * time.Millisecond // renewals every 100 ms
+	var flaky *flakyRenewals
+	h := newHarness(t, withWorkflows(loopDir), withTools(lookupTool), withInstance("A", ttl),
+		withStoreWrap(func(s *sqlite.Store) engine.Store { flaky = &flakyRenewals{Store: s}; return flaky }),
+		fake(func(req *baton.Request) ([]baton.Delta, error) {
+			time.Sleep(250 * time.Millisecond) // past the first renewal (fails) and the second (succeeds)
+			return reply("done"), nil
+		}))
+	id := start(t, h, "assistant")
+	first := h.waitStatus(id, baton.ChatWaitingInput)
+	if err := h.eng.Submit(context.Background(), testScope, id, "take your time", "api"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for c := first; c.LastSequence == first.LastSequence || c.Status != baton.ChatWaitingInput || !h.settled(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the answer was not recorded: %+v", c)
+		}
+		time.Sleep(5 * time.Millisecond) // polling the store with a deadline
+		c, _ = h.store.GetChat(context.Background(), testScope, id)
+	}
+	if flaky.failed.Load() < 2 {
+		t.Fatalf("%d renewals: the run was not long enough to test a failed one", flaky.failed.Load())
+	}
+	if n := h.eng.LeaseLosses(); n != 0 {
+		t.Fatalf("a transient renewal failure stopped the run: %d lease losses", n)
 	}
 }

@@ -73,15 +73,29 @@ func (e *Engine) acquire(ctx context.Context, chatID string) (*held, context.Con
 		defer close(h.done)
 		tick := time.NewTicker(e.leaseTTL / 3)
 		defer tick.Stop()
+		renewed := time.Now() // the lease runs until renewed+TTL
 		for {
 			select {
 			case <-runCtx.Done():
 				return
 			case <-tick.C:
-				if _, err := ls.RenewLease(runCtx, chatID, e.instance, h.token, e.leaseTTL); err != nil && runCtx.Err() == nil {
+				_, err := ls.RenewLease(runCtx, chatID, e.instance, h.token, e.leaseTTL)
+				switch {
+				case err == nil:
+					renewed = time.Now()
+				case runCtx.Err() != nil:
+					return
+				case errors.Is(err, baton.ErrConflict) || time.Since(renewed) >= e.leaseTTL:
+					// Taken over, or expired while the store did not answer:
+					// another instance may run the chat now.
 					e.log.Warn("engine: lost the chat's lease; stopping its run", "chat_id", chatID, "err", err)
 					lost(errLeaseLost)
 					return
+				default:
+					// A transient failure (a pool timeout, a network blip)
+					// while the lease still runs: try again at the next tick
+					// rather than stop a run that may be inside a tool call.
+					e.log.Warn("engine: could not renew the chat's lease; trying again", "chat_id", chatID, "err", err)
 				}
 			}
 		}
