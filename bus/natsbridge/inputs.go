@@ -96,8 +96,19 @@ type inputs struct {
 
 	mu      sync.Mutex
 	pending map[string][]jetstream.Msg // by event id: delivered, not yet handled
-	stats   InputStats
+	// failed holds the ids of inputs whose handling failed here and that
+	// were given back for a retry: their next delivery must be handled
+	// although the bus remembers the id. JetStream's delivery count cannot
+	// tell, as it starts again on a consumer made anew (after NATS removed
+	// an idle one) or on a drain. Bounded by maxFailed.
+	failed map[string]struct{}
+	stats  InputStats
 }
+
+// maxFailed bounds inputs.failed; past it the set starts over (an input
+// then delivered again is de-duplicated by its chat's state, which knows
+// the inputs it recorded, rather than by the bus).
+const maxFailed = 10_000
 
 // InputStats counts what input routing did.
 type InputStats struct {
@@ -122,7 +133,7 @@ func (br *Bridge) startInputs(ctx context.Context, cfg InputsConfig) error {
 		cfg.InactiveAfter = DefaultInactiveAfter
 	}
 	cfg.InactiveAfter = max(cfg.InactiveAfter, 3*time.Second)
-	in := &inputs{br: br, cfg: cfg, prefix: br.ns + ".inputs.", pending: map[string][]jetstream.Msg{}}
+	in := &inputs{br: br, cfg: cfg, prefix: br.ns + ".inputs.", pending: map[string][]jetstream.Msg{}, failed: map[string]struct{}{}}
 	// Pulls must come often enough that a live instance's consumer is
 	// never taken for idle; the client wants them at least a second long.
 	in.expiry = max(2*time.Second, min(30*time.Second, cfg.InactiveAfter/3))
@@ -299,9 +310,10 @@ func (in *inputs) deliver(drained bool) jetstream.MessageHandler {
 			return // being handled here: settled with the first
 		}
 		in.pending[ev.ID] = []jetstream.Msg{m}
+		_, retry := in.failed[ev.ID]
 		in.mu.Unlock()
 		accepted := true
-		if md, mdErr := m.Metadata(); mdErr == nil && md.NumDelivered > 1 {
+		if md, mdErr := m.Metadata(); retry || mdErr == nil && md.NumDelivered > 1 {
 			err = in.br.cfg.Bus.PublishAgain(in.ctx, ev)
 		} else {
 			accepted, err = in.br.cfg.Bus.PublishLocal(in.ctx, ev)
@@ -333,6 +345,16 @@ func (in *inputs) handled(ev baton.Event, err error) {
 	in.mu.Lock()
 	list := in.pending[ev.ID]
 	delete(in.pending, ev.ID)
+	if len(list) > 0 {
+		if err == nil {
+			delete(in.failed, ev.ID)
+		} else {
+			if len(in.failed) >= maxFailed {
+				clear(in.failed)
+			}
+			in.failed[ev.ID] = struct{}{}
+		}
+	}
 	in.mu.Unlock()
 	for _, m := range list {
 		if err == nil {

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
 	"github.com/batonhq/baton/bus/natsbridge"
@@ -271,5 +274,64 @@ func TestInputs_FailedHandlingIsDeliveredAgain(t *testing.T) {
 	}
 	if st := brB.InputStats(); st.Delivered != 2 {
 		t.Fatalf("B was delivered the input %d times, want 2 (the failure, then the retry)", st.Delivered)
+	}
+}
+
+// TestInputs_FailedInputHandledByAConsumerMadeAnew: an input whose handling
+// failed (given back for a retry) comes again through a consumer made anew
+// after NATS removed the old one — whose delivery count starts again at 1 —
+// and is handled, not acknowledged as a duplicate the bus remembers.
+func TestInputs_FailedInputHandledByAConsumerMadeAnew(t *testing.T) {
+	ns := runNATS(t, -1, t.TempDir())
+	b := bus.New(bus.WithLogger(quiet()))
+	defer b.Close(context.Background())
+	var calls atomic.Int32
+	failed := make(chan struct{})
+	if err := b.RegisterRule(bus.Rule{Name: "owner", Types: []string{"*"}, Handler: func(context.Context, baton.Event) error {
+		if calls.Add(1) == 1 {
+			defer close(failed)
+			return errors.New("the store is briefly unreachable")
+		}
+		return nil
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	br, err := natsbridge.Start(natsbridge.Config{URL: ns.ClientURL(), Bus: b, Instance: "B", Logger: quiet(), PerChat: true,
+		Inputs: &natsbridge.InputsConfig{Leases: ownerIs("B"), IsInput: engine.IsInput, InactiveAfter: 3 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer br.Close(context.Background())
+	if err := b.Publish(context.Background(), input("chat-1", baton.NewID(), "hello")); err != nil {
+		t.Fatal(err)
+	}
+	<-failed
+	// NATS removes B's consumer, as it does one it takes for idle (a
+	// partition, a lane blocked past the pull expiry); B makes it anew.
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := js.DeleteConsumer(context.Background(), natsbridge.InputStream(""), "inputs-B")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond) // the NAK may still be on its way
+	}
+	for deadline := time.Now().Add(15 * time.Second); calls.Load() < 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the failed input was handled %d times, want 2 (the failure, then the retry); stats %+v", calls.Load(), br.InputStats())
+		}
+		time.Sleep(10 * time.Millisecond) // polling with a deadline
 	}
 }
