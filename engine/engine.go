@@ -124,6 +124,13 @@ type Config struct {
 	// LeaseTTL is how long a chat's lease lasts without renewal (default
 	// DefaultLeaseTTL); a dead instance's chats move on after it.
 	LeaseTTL time.Duration
+	// StartGrace is how long a chat that was created but never started
+	// (nothing recorded yet: its run.start, which carries the person's
+	// first message, waits in the dead instance's input queue) is left to
+	// that input before another instance starts it without it (default
+	// DefaultStartGrace). Make it longer than the input router's
+	// drain delay (natsbridge: InactiveAfter plus AckWait).
+	StartGrace time.Duration
 	// TimeoutSweep is how often Run looks for expired UI tool requests
 	// (default DefaultTimeoutSweep).
 	TimeoutSweep time.Duration
@@ -163,6 +170,7 @@ type Engine struct {
 
 	instance    string
 	leaseTTL    time.Duration
+	startGrace  time.Duration
 	leases      leaseStore
 	takeovers   atomic.Int64
 	leaseLosses atomic.Int64
@@ -197,6 +205,7 @@ func New(cfg Config) (*Engine, error) {
 		showEvents: cfg.ShowEvents,
 		instance:   cfg.InstanceID,
 		leaseTTL:   cfg.LeaseTTL,
+		startGrace: cfg.StartGrace,
 		running:    map[string]bool{},
 		born:       time.Now(),
 		sweep:      cfg.TimeoutSweep,
@@ -216,6 +225,9 @@ func New(cfg Config) (*Engine, error) {
 		e.leases = ls
 		if e.leaseTTL <= 0 {
 			e.leaseTTL = DefaultLeaseTTL
+		}
+		if e.startGrace <= 0 {
+			e.startGrace = DefaultStartGrace
 		}
 	}
 	if e.sweep <= 0 {

@@ -28,6 +28,12 @@ import (
 // DefaultLeaseTTL is how long a lease lasts without renewal.
 const DefaultLeaseTTL = 15 * time.Second
 
+// DefaultStartGrace is how long a chat never started is left to its start
+// input before a takeover starts it without it: longer than natsbridge's
+// default drain delay (30 s for NATS to remove a dead instance's consumer,
+// then up to 30 s AckWait for what it had pulled).
+const DefaultStartGrace = 90 * time.Second
+
 // leaseStore is the part of the store leases need.
 type leaseStore interface {
 	baton.LeaseStore
@@ -141,6 +147,13 @@ func (e *Engine) sweepTakeovers(ctx context.Context) error {
 			// Not ours to run, running here now, or changed within a TTL: a
 			// chat just started, or just written by its owner, has a live
 			// process behind it; a dead owner's chat stops changing.
+			continue
+		}
+		if c.LastSequence == 0 && time.Since(c.CreatedAt) < e.startGrace {
+			// Created, never started: its run.start, with the person's
+			// first message, is still on its way (queued for a dead
+			// instance, drained by another after a while). A resume now
+			// would start the chat without that message.
 			continue
 		}
 		lease, err := e.leases.GetLease(ctx, c.ID)

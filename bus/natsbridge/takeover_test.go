@@ -1,0 +1,130 @@
+package natsbridge_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/bus"
+	"github.com/batonhq/baton/bus/natsbridge"
+	"github.com/batonhq/baton/engine"
+	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/llm/scripted"
+	"github.com/batonhq/baton/recorder"
+	"github.com/batonhq/baton/workflow"
+)
+
+// TestInstances_TakeoverWaitsForAQueuedStart: instance A created a chat and
+// died before handling its run.start, which carries the person's first
+// message and waits on A's input subject. B's takeover sweep must not
+// resume the chat (it would start without that message, and the run.start
+// drained later would find it started): B drains A's inputs once NATS
+// removes A's idle consumer, and the chat starts with the message.
+func TestInstances_TakeoverWaitsForAQueuedStart(t *testing.T) {
+	natsURL := testenv.NATSURL(t)
+	st := pgStores(t, 1)[0]
+	ctx := context.Background()
+	wfs, err := workflow.LoadAll(os.DirFS(echoDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nsName := namespace(t, natsURL)
+	b := bus.New(bus.WithLogger(quiet()))
+	eng, err := engine.New(engine.Config{
+		Store: st, Recorder: recorder.New(st, engine.ObserverPublisher{Bus: b}), Bus: b, Workflows: wfs, WorkflowRoot: echoDir,
+		Providers: func(wf *workflow.Workflow) (baton.Provider, error) {
+			return scripted.Load(wf.FS, path.Join(wf.Dir, "scripted.json"))
+		},
+		Logger: quiet(), InstanceID: "B", LeaseTTL: 300 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	br, err := natsbridge.Start(natsbridge.Config{URL: natsURL, Bus: b, Instance: "B", Logger: quiet(), Namespace: nsName, PerChat: true,
+		Inputs: &natsbridge.InputsConfig{Leases: st, IsInput: engine.IsInput, InactiveAfter: 2 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan struct{})
+	go func() { defer close(ran); _ = eng.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		<-ran
+		br.StopInputs()
+		_ = b.Close(context.Background())
+		_ = br.Close(context.Background())
+		_ = eng.Close()
+	})
+
+	// A was alive (its consumer exists), created the chat and routed its
+	// run.start to itself; then it died.
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(ctx, natsbridge.InputStream(nsName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "inputs-A", FilterSubject: nsName + ".inputs.A.>",
+		AckPolicy: jetstream.AckExplicitPolicy, InactiveThreshold: 2 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	chat, err := st.CreateChat(ctx, devScope, baton.Chat{ID: baton.NewID(), Workflow: "echo", Status: baton.ChatRunning, Context: json.RawMessage(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := engine.InputEvent(devScope, engine.TypeRunStart, chat.ID, json.RawMessage(`{"message":"hello"}`))
+	data, err := json.Marshal(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := nats.NewMsg(nsName + ".inputs.A." + chat.ID)
+	msg.Data = data
+	msg.Header.Set(jetstream.MsgIDHeader, start.ID)
+	if _, err := js.PublishMsg(ctx, msg); err != nil {
+		t.Fatal(err)
+	}
+
+	// The chat's lease expires after 300 ms, A's consumer after 2 s; B
+	// drains A's subject a little later.
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		evs, err := st.Events(ctx, devScope, chat.ID, 0, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var msgs []string
+		for _, e := range evs {
+			var p struct{ Agent, Content string }
+			if e.Type == baton.TypeChatText && json.Unmarshal(e.Payload, &p) == nil && p.Agent == workflow.UserAgent {
+				msgs = append(msgs, p.Content)
+			}
+		}
+		if len(msgs) > 0 {
+			if len(msgs) != 1 || msgs[0] != "hello" {
+				t.Fatalf("the person's messages: %q, want the first message once", msgs)
+			}
+			return
+		}
+		if len(evs) > 0 && eng.Takeovers() > 0 {
+			t.Fatalf("a takeover started the chat without its first message (%d events recorded)", len(evs))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the queued run.start was never handled; input stats %+v", br.InputStats())
+		}
+		time.Sleep(20 * time.Millisecond) // polling the store with a deadline
+	}
+}
