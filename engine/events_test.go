@@ -582,3 +582,55 @@ func TestTenThousandEventsAcrossHundredChats(t *testing.T) {
 		t.Fatalf("errors and panics were not exercised: %+v", s)
 	}
 }
+
+// toolResultLost fails, once, the append that records the result of a
+// start_background_task call: the run dies after the task was created and
+// before the call's result was recorded.
+type toolResultLost struct {
+	engine.Recorder
+	failed atomic.Bool
+}
+
+func (f *toolResultLost) Record(ctx context.Context, scope baton.Scope, chatID string, events []baton.Event, u *baton.ChatUpdate) ([]baton.Event, error) {
+	for _, ev := range events {
+		if ev.Type == baton.TypeChatToolResponse && strings.Contains(string(ev.Payload), `"tool_name":"start_background_task"`) && f.failed.CompareAndSwap(false, true) {
+			return nil, errors.New("injected: the run died here")
+		}
+	}
+	return f.Recorder.Record(ctx, scope, chatID, events, u)
+}
+
+// TestBackgroundTask_CallRunAgainStartsOneTask: a start_background_task call
+// run again after its run died between creating the task and recording
+// the call's result (a lost lease, a crash) finds its task: one task runs,
+// and one completion is reported.
+func TestBackgroundTask_CallRunAgainStartsOneTask(t *testing.T) {
+	lost := &toolResultLost{}
+	eh := newEnvHarness(t, withRecorder(func(r engine.Recorder) engine.Recorder { lost.Recorder = r; return lost }))
+	id := start(t, eh.harness, "assistant")
+	eh.waitStatus(id, baton.ChatWaitingInput)
+	if err := eh.eng.Submit(context.Background(), testScope, id, "make me a report", "ws"); err != nil {
+		t.Fatal(err)
+	}
+	eh.settle(t)
+	if !lost.failed.Load() {
+		t.Fatal("the failure was not injected")
+	}
+	if err := eh.eng.Resume(context.Background(), testScope, id); err != nil { // the run is resumed, as after a takeover
+		t.Fatal(err)
+	}
+	eh.waitStatus(id, baton.ChatWaitingInput)
+	ctx := context.Background()
+	var all []baton.Task
+	for _, s := range []baton.TaskStatus{baton.TaskQueued, baton.TaskRunning, baton.TaskCompleted, baton.TaskFailed} {
+		ts, err := eh.store.TasksByStatus(ctx, s, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, ts...)
+	}
+	if len(all) != 1 {
+		t.Fatalf("the call run twice started %d tasks, want 1: %+v", len(all), all)
+	}
+	close(eh.release)
+}

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/tool"
 	"github.com/batonhq/baton/workflow"
@@ -65,6 +67,21 @@ func (tr *taskRunner) stop() {
 // StartTask starts the named task for a chat and returns it, queued. name
 // is a function of Config.Tasks or a command tool of the chat's workflow.
 func (e *Engine) StartTask(ctx context.Context, scope baton.Scope, chatID, name string, input json.RawMessage) (baton.Task, error) {
+	return e.startTask(ctx, scope, chatID, name, input, "")
+}
+
+// taskIDFor is the id of the task a start_background_task call starts: the
+// same for every replay of the call (its effect key), so that a call run
+// again — its run lost the lease, or its instance died, after the task was
+// created but before the call's result was recorded — finds its task
+// instead of starting a second one.
+func taskIDFor(effectKey string) string {
+	return "task_" + uuid.NewSHA1(uuid.NameSpaceURL, []byte("baton:task:"+effectKey)).String()
+}
+
+// startTask is StartTask with a task id; an empty id is a fresh one. A task
+// with that id that exists already is returned as it is, not started again.
+func (e *Engine) startTask(ctx context.Context, scope baton.Scope, chatID, name string, input json.RawMessage, id string) (baton.Task, error) {
 	chat, err := e.store.GetChat(ctx, scope, chatID)
 	if err != nil {
 		return baton.Task{}, err
@@ -80,11 +97,19 @@ func (e *Engine) StartTask(ctx context.Context, scope baton.Scope, chatID, name 
 	if !ok {
 		return baton.Task{}, baton.Errorf(baton.EUNAVAILABLE, "background tasks: the store keeps no tasks")
 	}
-	task := baton.Task{ChatID: chatID, Kind: name, Status: baton.TaskQueued, Input: input}
+	task := baton.Task{ID: id, ChatID: chatID, Kind: name, Status: baton.TaskQueued, Input: input}
 	if e.instance != "" {
 		task.Owner, task.Expires = e.instance, time.Now().Add(e.leaseTTL)
 	}
 	t, err := tasks.CreateTask(ctx, scope, task)
+	if id != "" && errors.Is(err, baton.ErrConflict) {
+		// Started by an earlier run of the same call: it runs, or ran,
+		// where it was started (a dead owner's is reported failed).
+		if t, err := tasks.GetTask(ctx, scope, id); err == nil {
+			e.log.Info("task: already started by an earlier run of its call; not started again", "task_id", id, "chat_id", chatID)
+			return t, nil
+		}
+	}
 	if err != nil {
 		return baton.Task{}, fmt.Errorf("start task %s: %w", name, err)
 	}
@@ -250,7 +275,11 @@ func (e *Engine) startTaskTool() baton.Tool {
 	return tool.MustFunc(ToolStartBackgroundTask, "Start work that goes on after this turn; you will be told when it completes or fails.",
 		func(ctx context.Context, cc *baton.CallContext, in args) (map[string]string, error) {
 			input, _ := json.Marshal(in.Input) // a decoded object always marshals
-			t, err := e.StartTask(ctx, baton.Scope{App: cc.App, User: cc.User}, cc.ChatID, in.Task, input)
+			id := ""
+			if cc.EffectKey != "" {
+				id = taskIDFor(cc.EffectKey)
+			}
+			t, err := e.startTask(ctx, baton.Scope{App: cc.App, User: cc.User}, cc.ChatID, in.Task, input, id)
 			if err != nil {
 				return nil, err
 			}
