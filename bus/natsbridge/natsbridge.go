@@ -16,7 +16,12 @@
 // fills the gap from the store, and when the connection to NATS comes back
 // the bridge calls OnReconnect so that every stream replays from its last
 // sequence. Transient stream.* deltas lost in an outage are simply lost, as
-// on a dropped socket; the recorded text follows.
+// on a dropped socket; the recorded text follows. The same holds when the
+// bridge's own bus subscription falls behind (a burst larger than its
+// buffer while NATS is slow) and the bus drops it: the bridge subscribes
+// again and publishes on <namespace>.control.resync, and every other
+// instance's bridge then calls OnReconnect, since some of this instance's
+// events never reached NATS.
 //
 // With Config.Inputs, the bridge also routes inputs to the chat's owner
 // through a JetStream work queue (inputs.go). Without it, inputs are handled
@@ -84,9 +89,13 @@ type Bridge struct {
 	ns     string
 	nc     *nats.Conn
 	inputs *inputs // nil without Config.Inputs
-	local  *bus.Subscription
 	sub    *nats.Subscription
+	resync *nats.Subscription // other instances' resync requests
 	wg     sync.WaitGroup
+
+	localMu sync.Mutex
+	local   *bus.Subscription // this instance's events; replaced by forward when dropped
+	closing bool              // set by Close: forward subscribes no more
 
 	stopInputs sync.Once
 	stopOnce   sync.Once
@@ -151,7 +160,11 @@ func Start(cfg Config) (*Bridge, error) {
 		nc.Close()
 		return nil, fmt.Errorf("natsbridge: %w", err)
 	}
-	if br.local, err = cfg.Bus.Subscribe([]string{"chat.*", "stream.*"}, bus.Buffer(1<<16)); err != nil {
+	if br.resync, err = nc.Subscribe(br.ns+".control.resync", br.onResync); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("natsbridge: subscribe: %w", err)
+	}
+	if br.local, err = cfg.Bus.Subscribe(forwarded, bus.Buffer(forwardBuffer)); err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("natsbridge: %w", err)
 	}
@@ -170,10 +183,63 @@ func Start(cfg Config) (*Bridge, error) {
 	return br, nil
 }
 
-// forward publishes this instance's own events to NATS.
+// The events the bridge forwards, and how many may wait for NATS.
+var forwarded = []string{"chat.*", "stream.*"}
+
+const forwardBuffer = 1 << 16
+
+// forward publishes this instance's own events to NATS. When the bus drops
+// its subscription for falling behind, it subscribes again and asks the
+// other instances to resync: the events dropped meanwhile are in the store
+// (recorded ones) or gone (deltas), and remote streams replay.
 func (br *Bridge) forward() {
 	defer br.wg.Done()
-	for ev := range br.local.C() {
+	for {
+		br.localMu.Lock()
+		sub := br.local
+		br.localMu.Unlock()
+		br.forwardFrom(sub)
+		err := sub.Err()
+		if err == nil || errors.Is(err, baton.ErrClosed) {
+			return // closed: the bridge or the bus stops
+		}
+		br.log.Warn("natsbridge: fell behind; some events did not reach other instances, which replay from the store", "err", err)
+		br.localMu.Lock()
+		if br.closing {
+			br.localMu.Unlock()
+			return
+		}
+		next, serr := br.cfg.Bus.Subscribe(forwarded, bus.Buffer(forwardBuffer))
+		if serr != nil {
+			br.localMu.Unlock()
+			br.log.Warn("natsbridge: subscribe to the bus again", "err", serr)
+			return // the bus is closed
+		}
+		br.local = next
+		br.localMu.Unlock()
+		msg := &nats.Msg{Subject: br.ns + ".control.resync", Header: nats.Header{}}
+		msg.Header.Set(originHeader, br.cfg.Instance)
+		if err := br.nc.PublishMsg(msg); err != nil {
+			br.log.Warn("natsbridge: ask other instances to resync", "err", err)
+		}
+	}
+}
+
+// onResync handles another instance's resync request: its streams missed
+// events, so every stream here replays from its last sequence.
+func (br *Bridge) onResync(m *nats.Msg) {
+	if m.Header.Get(originHeader) == br.cfg.Instance {
+		return
+	}
+	br.log.Info("natsbridge: another instance fell behind; streams replay from the store", "from", m.Header.Get(originHeader))
+	if br.cfg.OnReconnect != nil {
+		br.cfg.OnReconnect()
+	}
+}
+
+// forwardFrom publishes the events of sub until it ends.
+func (br *Bridge) forwardFrom(sub *bus.Subscription) {
+	for ev := range sub.C() {
 		if _, remote := ev.Metadata.Extra[originKey]; remote {
 			continue // another instance's event, broadcast here by receive
 		}
@@ -193,9 +259,6 @@ func (br *Bridge) forward() {
 		br.mu.Lock()
 		br.sent++
 		br.mu.Unlock()
-	}
-	if err := br.local.Err(); err != nil && !errors.Is(err, baton.ErrClosed) {
-		br.log.Warn("natsbridge: local subscription ended", "err", err)
 	}
 }
 
@@ -340,7 +403,10 @@ func (br *Bridge) Close(ctx context.Context) error {
 		br.cfg.Bus.SetHandledHook(nil)
 		br.inputs.nakPending() // taken and not handled: delivered again at once
 	}
+	br.localMu.Lock()
+	br.closing = true
 	br.local.Close()
+	br.localMu.Unlock()
 	if br.stopped != nil {
 		br.stopOnce.Do(func() { close(br.stopped) })
 	}
@@ -354,6 +420,7 @@ func (br *Bridge) Close(ctx context.Context) error {
 	if br.sub != nil {
 		_ = br.sub.Unsubscribe()
 	}
+	_ = br.resync.Unsubscribe()
 	br.nc.Close()
 	return nil
 }

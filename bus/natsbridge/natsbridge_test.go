@@ -349,3 +349,58 @@ func TestBridge_ClientOnAnotherInstance(t *testing.T) {
 		t.Fatalf("client on B saw %d events, want the hello chat's 12", len(seqs))
 	}
 }
+
+// TestBridge_FallsBehindSubscribesAgainAndAsksForResync: a burst larger
+// than the bridge's buffer makes the bus drop its subscription. The bridge
+// subscribes again — later events still reach NATS — and asks the other
+// instances to resync, since some of its events never reached them.
+func TestBridge_FallsBehindSubscribesAgainAndAsksForResync(t *testing.T) {
+	ns := runNATS(t, -1, t.TempDir())
+	a := bus.New(bus.WithLogger(quiet()))
+	defer a.Close(context.Background())
+	b := bus.New(bus.WithLogger(quiet()))
+	defer b.Close(context.Background())
+	br := startBridge(t, ns.ClientURL(), "A", a, nil)
+	var resyncs atomic.Int32
+	startBridge(t, ns.ClientURL(), "B", b, func() { resyncs.Add(1) })
+	delta := json.RawMessage(`{"delta":"` + strings.Repeat("x", 2000) + `"}`)
+	for i := 0; i < 200_000; i++ {
+		_ = a.Broadcast(baton.NewEvent(baton.TypeStreamText, baton.Metadata{TriggerSessionID: "c1", Source: baton.SourceLLM}, delta))
+	}
+	if a.Stats().ObserverDrops == 0 {
+		t.Fatal("the burst did not make the bus drop the bridge's subscription: the test tests nothing")
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for resyncs.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the other instance was not asked to resync")
+		}
+		time.Sleep(10 * time.Millisecond) // polling with a deadline
+	}
+	// Let the backlog drain, then one more recorded event must go out.
+	var before int64
+	for {
+		sent, _ := br.Stats()
+		if sent == before && sent > 0 {
+			break
+		}
+		before = sent
+		if time.Now().After(deadline) {
+			t.Fatal("the bridge never settled")
+		}
+		time.Sleep(200 * time.Millisecond) // waiting for the backlog to drain
+	}
+	ev := baton.NewEvent(baton.TypeChatText, baton.Metadata{TriggerSessionID: "c2", Source: baton.SourceSystem}, json.RawMessage(`{"kind":"text","agent":"A1","content":"later"}`))
+	ev.Sequence = 1
+	_ = a.Broadcast(ev)
+	for {
+		sent, _ := br.Stats()
+		if sent == before+1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a recorded event after the bridge fell behind was not forwarded (sent %d, before %d)", sent, before)
+		}
+		time.Sleep(10 * time.Millisecond) // polling with a deadline
+	}
+}
