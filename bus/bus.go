@@ -8,9 +8,11 @@
 //     The highest-priority enabled matching rule handles an event; ties go to
 //     the rule registered first. An event no rule matches is logged as a
 //     warning and counted; Publish does not fail for it.
-//   - Idempotency: an event id already accepted within the idempotency window
-//     (bounded by count and by age, see [WithIdempotencyWindow]) is dropped
-//     and counted, not an error.
+//   - Idempotency: an event id already accepted for the same chat within the
+//     idempotency window (bounded by count and by age, see
+//     [WithIdempotencyWindow]) is dropped and counted, not an error. Ids are
+//     per chat, so a client-chosen id in one tenant's chat never drops
+//     another's event.
 //   - Ordering: events of one chat (metadata.trigger_session_id) are handled
 //     in the order they were accepted, one at a time, on the chat's lane.
 //     Different chats run in parallel, up to [WithConcurrency] lanes at once.
@@ -286,7 +288,7 @@ func (b *Bus) publishLocal(ctx context.Context, ev baton.Event, dedup bool) (acc
 			return false, baton.ErrClosed
 		}
 		now := int64(b.now().Sub(b.epoch))
-		if dedup && b.seen.contains(ev.ID, now) {
+		if dedup && b.seen.contains(key, ev.ID, now) {
 			b.mu.Unlock()
 			b.stats.duplicates.Add(1)
 			return false, nil
@@ -299,7 +301,7 @@ func (b *Bus) publishLocal(ctx context.Context, ev baton.Event, dedup bool) (acc
 			b.idleLanes--
 		}
 		if l.n < b.laneCapacity {
-			b.seen.add(ev.ID, now)
+			b.seen.add(key, ev.ID, now)
 			l.push(ev)
 			if !l.active {
 				b.activate(l)

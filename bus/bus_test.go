@@ -170,6 +170,26 @@ func TestPublish_Idempotency(t *testing.T) {
 	}
 }
 
+// TestPublish_IdempotencyIsPerChat: the same event id in two chats is two
+// events (ids may come from clients, and chats belong to different
+// tenants: one tenant's id must not drop another's event).
+func TestPublish_IdempotencyIsPerChat(t *testing.T) {
+	b, _ := newTestBus(t)
+	c := newCollector()
+	mustRegister(t, b, Rule{Types: []string{"*"}, Handler: c.handle})
+	one, other := event(baton.TypeUserQuery, "chat-1"), event(baton.TypeUserQuery, "chat-2")
+	other.ID = one.ID
+	for _, ev := range []baton.Event{one, other, one} {
+		if err := b.Publish(context.Background(), ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drain(t, b)
+	if got, s := len(c.types()), b.Stats(); got != 2 || s.Duplicates != 1 {
+		t.Fatalf("handled %d, %d duplicates; want each chat's event handled once and the repeat dropped", got, s.Duplicates)
+	}
+}
+
 func TestPublish_UnknownType(t *testing.T) {
 	b, logs := newTestBus(t)
 	c := newCollector()
@@ -642,14 +662,14 @@ func TestWindow_Bounds(t *testing.T) {
 	w := newWindow(100, int64(time.Hour))
 	for i := 0; i < 10_000; i++ {
 		id := fmt.Sprint(i)
-		if w.contains(id, 0) {
+		if w.contains("c", id, 0) {
 			t.Fatalf("fresh id %s reported as seen", id)
 		}
-		w.add(id, 0)
+		w.add("c", id, 0)
 		if w.len() > 200 {
 			t.Fatalf("window holds %d ids, bound is 2×count = 200", w.len())
 		}
-		if i >= 100 && !w.contains(fmt.Sprint(i-100), 0) {
+		if i >= 100 && !w.contains("c", fmt.Sprint(i-100), 0) {
 			t.Fatalf("id %d forgotten after only 100 further ids", i-100)
 		}
 	}

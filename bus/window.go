@@ -16,12 +16,17 @@ package bus
 // longer spans are the store's effect ledger's job, keyed by turn and tool
 // call, not the bus's.
 //
+// An id is remembered per chat: two chats' events with the same id are
+// different events. Event ids may come from clients (POST /api/events), and
+// chats belong to one tenant each, so one tenant's ids never drop
+// another's events.
+//
 // window is not safe for concurrent use; the bus guards it with its mutex.
 type window struct {
 	count    int
 	age      int64 // nanoseconds
-	cur      map[string]struct{}
-	prev     map[string]struct{}
+	cur      map[seenKey]struct{}
+	prev     map[seenKey]struct{}
 	curStart int64 // when cur became current
 	prevEnd  int64 // when prev stopped being current
 }
@@ -30,33 +35,38 @@ func newWindow(count int, age int64) *window {
 	return &window{
 		count: count,
 		age:   age,
-		cur:   make(map[string]struct{}, min(count, 1<<16)),
-		prev:  make(map[string]struct{}, min(count, 1<<16)),
+		cur:   make(map[seenKey]struct{}, min(count, 1<<16)),
+		prev:  make(map[seenKey]struct{}, min(count, 1<<16)),
 	}
 }
 
-// contains reports whether id was seen within the window as of now.
-func (w *window) contains(id string, now int64) bool {
+// seenKey is an event id within its chat ("" for chat-less events).
+type seenKey struct{ chat, id string }
+
+// contains reports whether chat's event id was seen within the window as of
+// now.
+func (w *window) contains(chat, id string, now int64) bool {
 	if w.count == 0 {
 		return false
 	}
 	w.rotate(now)
-	if _, ok := w.cur[id]; ok {
+	k := seenKey{chat, id}
+	if _, ok := w.cur[k]; ok {
 		return true
 	}
-	_, ok := w.prev[id]
+	_, ok := w.prev[k]
 	return ok
 }
 
-// add records id as seen at now.
-func (w *window) add(id string, now int64) {
+// add records chat's event id as seen at now.
+func (w *window) add(chat, id string, now int64) {
 	if w.count == 0 {
 		return
 	}
 	if len(w.cur) >= w.count {
 		w.shift(now)
 	}
-	w.cur[id] = struct{}{}
+	w.cur[seenKey{chat, id}] = struct{}{}
 }
 
 // rotate forgets generations that are too old.

@@ -249,7 +249,9 @@ func (in *inputs) Route(ctx context.Context, ev baton.Event) (bool, error) {
 	}
 	msg := nats.NewMsg(in.prefix + subjectToken(owner) + "." + subjectToken(chat))
 	msg.Data = data
-	msg.Header.Set(jetstream.MsgIDHeader, ev.ID)
+	// Per chat, as the bus de-duplicates: ids may come from clients, and
+	// one tenant's id must not make JetStream drop another's input.
+	msg.Header.Set(jetstream.MsgIDHeader, ev.ChatID()+"/"+ev.ID)
 	msg.Header.Set(originHeader, in.br.cfg.Instance)
 	pctx, cancel := context.WithTimeout(ctx, routeTimeout)
 	ack, err := in.js.PublishMsg(pctx, msg)
