@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -153,10 +154,113 @@ func (e *Event) Validate() error {
 			return err
 		}
 	}
-	if len(e.Payload) > 0 && !json.Valid(e.Payload) {
-		return Errorf(EINVALID, "payload: not valid JSON")
+	for _, f := range [...]struct{ name, v string }{
+		{"metadata.trigger_agent_id", e.Metadata.TriggerAgentID},
+		{"metadata.trigger_agent_name", e.Metadata.TriggerAgentName},
+		{"metadata.env_name", e.Metadata.EnvName},
+	} {
+		if err := ValidateText(f.name, f.v); err != nil {
+			return err
+		}
+	}
+	for k, v := range e.Metadata.Extra {
+		if err := ValidateText("metadata key "+strconv.Quote(k), k); err != nil {
+			return err
+		}
+		if len(v) > 0 && (!json.Valid(v) || !utf8.Valid(v)) {
+			return Errorf(EINVALID, "metadata.%s: not valid JSON in UTF-8", k)
+		}
+	}
+	if len(e.Payload) > 0 {
+		if !json.Valid(e.Payload) {
+			return Errorf(EINVALID, "payload: not valid JSON")
+		}
+		// encoding/json accepts invalid UTF-8 inside strings; PostgreSQL's
+		// text refuses it and SQLite would keep it, so refuse it here for both.
+		if !utf8.Valid(e.Payload) {
+			return Errorf(EINVALID, "payload: not valid UTF-8")
+		}
 	}
 	return nil
+}
+
+// ValidateText checks a free-text field that a store keeps as text: it must
+// be valid UTF-8 without a NUL character. PostgreSQL's text type refuses
+// both and SQLite keeps them, so the check makes the two stores accept and
+// refuse the same values. The error is EINVALID and names field.
+func ValidateText(field, s string) error {
+	if !utf8.ValidString(s) {
+		return Errorf(EINVALID, "%s: not valid UTF-8", field)
+	}
+	if strings.IndexByte(s, 0) >= 0 {
+		return Errorf(EINVALID, "%s: NUL character not allowed", field)
+	}
+	return nil
+}
+
+// ValidateJSONB checks raw JSON (already known to be valid JSON) for what
+// PostgreSQL's jsonb refuses although encoding/json accepts it: invalid
+// UTF-8, the escape \u0000 (jsonb cannot hold a NUL character) and a UTF-16
+// surrogate escape that is not half of a pair. Stores check the context
+// snapshot with it, so that both stores accept and refuse the same values.
+// The error is EINVALID and names field.
+func ValidateJSONB(field string, b []byte) error {
+	if !utf8.Valid(b) {
+		return Errorf(EINVALID, "%s: not valid UTF-8", field)
+	}
+	// In valid JSON a backslash appears only inside a string, where it
+	// starts an escape; most values have none.
+	for i := bytes.IndexByte(b, '\\'); i >= 0 && i+1 < len(b); {
+		if b[i+1] != 'u' {
+			i += 2 // a one-character escape, possibly \\ itself
+		} else {
+			r := hex4(b[i+2:])
+			switch {
+			case r == 0:
+				return Errorf(EINVALID, "%s: the escape \\u0000 is not allowed (a NUL character)", field)
+			case r >= 0xd800 && r < 0xdc00: // a high surrogate: a low one must follow
+				if i+7 < len(b) && b[i+6] == '\\' && b[i+7] == 'u' {
+					if lo := hex4(b[i+8:]); lo >= 0xdc00 && lo < 0xe000 {
+						i += 12
+						break
+					}
+				}
+				return Errorf(EINVALID, "%s: unpaired UTF-16 surrogate escape", field)
+			case r >= 0xdc00 && r < 0xe000:
+				return Errorf(EINVALID, "%s: unpaired UTF-16 surrogate escape", field)
+			default:
+				i += 6
+			}
+		}
+		j := bytes.IndexByte(b[min(i, len(b)):], '\\')
+		if j < 0 {
+			break
+		}
+		i += j
+	}
+	return nil
+}
+
+// hex4 returns the value of the four hex digits at the start of b, or -1.
+func hex4(b []byte) rune {
+	if len(b) < 4 {
+		return -1
+	}
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		case c >= 'A' && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return -1
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
 }
 
 // ValidateType checks an event type: 1 to MaxEventTypeLen characters of

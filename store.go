@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"strconv"
 	"time"
+	"unicode/utf8"
 )
 
 // ChatStatus is where a chat stands. A chat in a waiting status holds no
@@ -45,6 +47,11 @@ type Chat struct {
 	// LastSequence is the sequence of the chat's latest event; 0 for none.
 	LastSequence int64
 	// Context is the context_snapshot: a JSON object of the chat's variables.
+	// Compare its values, not its bytes: PostgreSQL keeps it as jsonb and
+	// returns it normalised (keys reordered, spaces added, numbers such as
+	// 1e2 as 100, escapes such as \u00e9 decoded), while SQLite returns each
+	// value's text as it was given, compacted by encoding/json (which also
+	// escapes <, > and &). Both refuse the same values (see ValidateJSONB).
 	Context json.RawMessage
 	// TurnAgent is the current speaker (spec/synthetic-events.md).
 	TurnAgent string
@@ -75,7 +82,8 @@ type ChatUpdate struct {
 	Status    *ChatStatus
 	TurnAgent *string
 	// Context patches top-level keys of the context snapshot; a JSON null
-	// value deletes the key.
+	// value deletes the key. A value must be JSON that PostgreSQL's jsonb
+	// can hold (ValidateJSONB): no \u0000 escape, no invalid UTF-8.
 	Context map[string]json.RawMessage
 	// AddPending adds requests the chat now waits for.
 	AddPending []PendingRequest
@@ -111,7 +119,8 @@ type ChatStore interface {
 	ListChats(ctx context.Context, scope Scope, opts ListOptions) ([]Chat, error)
 	// DeleteChat soft-deletes the chat; afterwards every method says ENOTFOUND.
 	DeleteChat(ctx context.Context, scope Scope, id string) error
-	// UpdateChat applies u without appending events.
+	// UpdateChat applies u without appending events and returns the chat
+	// as the update left it (read in the same transaction).
 	UpdateChat(ctx context.Context, scope Scope, id string, u ChatUpdate) (Chat, error)
 	// ChatsByStatus lists chats of every scope with the given status, oldest
 	// first, for recovery after a restart (e.g. resume the running ones). It
@@ -217,7 +226,8 @@ type TaskStore interface {
 	// outcome is recorded — and reported — once.
 	UpdateTask(ctx context.Context, scope Scope, id string, status TaskStatus, result json.RawMessage, errMsg string) (Task, error)
 	// TasksByStatus lists tasks of every scope with the given status, oldest
-	// first, so a restart can mark the running ones failed. Runtime use only.
+	// first, so a restart can mark the running ones failed. Tasks of a
+	// deleted chat are left out: no method may change them. Runtime use only.
 	TasksByStatus(ctx context.Context, status TaskStatus, limit int) ([]Task, error)
 	// TouchTasks sets Expires to now+ttl on every queued or running task of
 	// owner and returns how many it renewed. Runtime use only.
@@ -256,6 +266,11 @@ type LeaseStore interface {
 // ledger, usage, background tasks and run leases. Implementations live in
 // store/sqlite and store/postgres and pass store/storetest. Every method
 // that involves a chat enforces the scope in its query (invariant 8).
+//
+// A write method that returns an error wrote nothing. Its ctx may stop it
+// only before it starts (while it waits for a connection or its turn);
+// once started, it runs to its end, so that the end of ctx never turns a
+// committed write into an error.
 type Store interface {
 	ChatStore
 	EventStore
@@ -359,22 +374,28 @@ func (u *ChatUpdate) Validate() error {
 	if u.Status != nil && !u.Status.Valid() {
 		return Errorf(EINVALID, "status: %q is not a chat status", *u.Status)
 	}
+	if u.TurnAgent != nil {
+		if err := ValidateText("turn_agent", *u.TurnAgent); err != nil {
+			return err
+		}
+	}
 	for k, v := range u.Context {
 		if k == "" {
 			return Errorf(EINVALID, "context: empty key")
 		}
+		if err := ValidateText("context key "+strconv.Quote(k), k); err != nil {
+			return err
+		}
 		if len(v) > 0 && !json.Valid(v) {
 			return Errorf(EINVALID, "context.%s: not valid JSON", k)
 		}
-	}
-	for _, p := range u.AddPending {
-		if err := validateID("pending.ui_event_id", p.UIEventID); err != nil {
+		if err := ValidateJSONB("context."+k, v); err != nil {
 			return err
 		}
-		switch p.Kind {
-		case PendingUITool, PendingInput, PendingSecret:
-		default:
-			return Errorf(EINVALID, "pending.kind: %q is not ui_tool, input or secret", p.Kind)
+	}
+	for _, p := range u.AddPending {
+		if err := p.validate(); err != nil {
+			return err
 		}
 	}
 	for _, id := range u.ResolvePending {
@@ -384,6 +405,137 @@ func (u *ChatUpdate) Validate() error {
 	}
 	if u.Fence < 0 {
 		return Errorf(EINVALID, "fence: must not be negative")
+	}
+	return nil
+}
+
+// validate checks a request to add: an id, a known kind, and text fields
+// both stores can keep.
+func (p *PendingRequest) validate() error {
+	if err := validateID("pending.ui_event_id", p.UIEventID); err != nil {
+		return err
+	}
+	switch p.Kind {
+	case PendingUITool, PendingInput, PendingSecret:
+	default:
+		return Errorf(EINVALID, "pending.kind: %q is not ui_tool, input or secret", p.Kind)
+	}
+	for _, f := range [...]struct{ name, v string }{
+		{"pending.tool_call_id", p.ToolCallID}, {"pending.tool_name", p.ToolName}, {"pending.agent", p.Agent},
+	} {
+		if err := ValidateText(f.name, f.v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Validate checks a chat to create: an id (when set) like an event's, a
+// known status (when set), text fields both stores can keep, JSON context
+// that PostgreSQL's jsonb can hold (PatchContext checks that it is an
+// object), and complete pending requests. Stores call it in CreateChat.
+func (c *Chat) Validate() error {
+	if c.ID != "" {
+		if err := validateID("chat_id", c.ID); err != nil {
+			return err
+		}
+	}
+	if c.Status != "" && !c.Status.Valid() {
+		return Errorf(EINVALID, "status: %q is not a chat status", c.Status)
+	}
+	if err := ValidateText("workflow", c.Workflow); err != nil {
+		return err
+	}
+	if err := ValidateText("turn_agent", c.TurnAgent); err != nil {
+		return err
+	}
+	if len(c.Context) > 0 {
+		if !json.Valid(c.Context) {
+			return Errorf(EINVALID, "context: not valid JSON")
+		}
+		if err := ValidateJSONB("context", c.Context); err != nil {
+			return err
+		}
+	}
+	for i := range c.Pending {
+		if err := c.Pending[i].validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Validate checks a usage record's text fields, which both stores must be
+// able to keep (ValidateText).
+func (u *UsageRecord) Validate() error {
+	return validateTexts("usage.workflow", u.Workflow, "usage.agent", u.Agent, "usage.model", u.Model)
+}
+
+// Validate checks a task to create: a known status (when set), JSON input
+// and result, and text fields both stores can keep (ValidateText).
+func (t *Task) Validate() error {
+	if t.ID != "" {
+		if err := validateID("task id", t.ID); err != nil {
+			return err
+		}
+	}
+	if t.Status != "" && !t.Status.Valid() {
+		return Errorf(EINVALID, "task status: %q is not queued, running, completed or failed", t.Status)
+	}
+	if err := validateJSONText("task input", t.Input); err != nil {
+		return err
+	}
+	return ValidateTaskUpdate(t.Status, t.Result, t.Error, "task.kind", t.Kind, "task.owner", t.Owner)
+}
+
+// ValidateTaskUpdate checks UpdateTask's arguments: a known status (when
+// set), a JSON result, and text both stores can keep; more may name further
+// text fields to check, as name, value pairs.
+func ValidateTaskUpdate(status TaskStatus, result json.RawMessage, errMsg string, more ...string) error {
+	if status != "" && !status.Valid() {
+		return Errorf(EINVALID, "task status: %q is not queued, running, completed or failed", status)
+	}
+	if err := validateJSONText("task result", result); err != nil {
+		return err
+	}
+	return validateTexts(append([]string{"task error", errMsg}, more...)...)
+}
+
+// ValidateEffect checks ClaimEffect's and RecordEffect's arguments: a key
+// both stores can keep and a JSON result (nil for none).
+func ValidateEffect(key string, result json.RawMessage) error {
+	if key == "" {
+		return Errorf(EINVALID, "effect key: required")
+	}
+	if err := ValidateText("effect key", key); err != nil {
+		return err
+	}
+	return validateJSONText("effect result", result)
+}
+
+// validateJSONText checks that b, when not empty, is JSON in valid UTF-8
+// (a store keeps it as text).
+func validateJSONText(field string, b json.RawMessage) error {
+	if len(b) == 0 {
+		return nil
+	}
+	if !json.Valid(b) {
+		return Errorf(EINVALID, "%s: not valid JSON", field)
+	}
+	// Valid JSON holds no raw NUL byte, but encoding/json lets invalid
+	// UTF-8 through.
+	if !utf8.Valid(b) {
+		return Errorf(EINVALID, "%s: not valid UTF-8", field)
+	}
+	return nil
+}
+
+// validateTexts runs ValidateText on name, value pairs.
+func validateTexts(kv ...string) error {
+	for i := 0; i+1 < len(kv); i += 2 {
+		if err := ValidateText(kv[i], kv[i+1]); err != nil {
+			return err
+		}
 	}
 	return nil
 }

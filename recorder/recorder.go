@@ -32,17 +32,30 @@ func New(store baton.EventStore, pub Publisher) *Recorder {
 //
 // What is durable when Record returns nil: every event, with the sequence it
 // returns, and update (context snapshot, status, speaker, pending requests),
-// committed in one transaction that the store has made durable (SQLite:
-// fsynced WAL with synchronous=FULL; PostgreSQL: committed with
-// synchronous_commit=on). The events were handed to the publisher only
-// after that commit, so no subscriber can have seen an event the store does
-// not hold. If the process dies after the commit and before or during
-// Publish, the events are in the store and a reconnecting client receives
-// them by replay from its last sequence.
+// committed in one transaction. How durable is the store's setting:
+//
+//   - SQLite (store/sqlite): the WAL is fsynced at commit with
+//     synchronous=FULL, the default, so the commit survives a crash of the
+//     process or of the machine. A store opened with
+//     sqlite.WithSynchronous("NORMAL") survives a crash of the process, but
+//     the last commits may be lost when the machine loses power.
+//   - PostgreSQL (store/postgres): the commit is flushed to the server's WAL
+//     on disk, since the store sets synchronous_commit=on on its
+//     connections (unless the connection string sets it otherwise).
+//
+// The events were handed to the publisher only after that commit, so no
+// subscriber can have seen an event the store does not hold. If the process
+// dies after the commit and before or during Publish, the events are in the
+// store and a reconnecting client receives them by replay from its last
+// sequence.
 //
 // When Record returns an error, nothing was written and nothing was
-// published. Only chat.* events are accepted (EINVALID otherwise): stream.*
-// deltas are transient and go around the recorder, never into the store.
+// published: the stores let ctx end only the wait before a write starts, so
+// a ctx that ends during the commit does not turn a committed write into an
+// error. (A database that stops answering in the middle of a commit is the
+// one case whose outcome no client can know.) Only chat.* events are
+// accepted (EINVALID otherwise): stream.* deltas are transient and go
+// around the recorder, never into the store.
 func (r *Recorder) Record(ctx context.Context, scope baton.Scope, chatID string, events []baton.Event, update *baton.ChatUpdate) ([]baton.Event, error) {
 	for i, e := range events {
 		if !baton.IsChatType(e.Type) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 const defaultListLimit = 100
@@ -33,8 +34,8 @@ func (s *Store) CreateChat(ctx context.Context, scope baton.Scope, c baton.Chat)
 	if c.Status == "" {
 		c.Status = baton.ChatRunning
 	}
-	if !c.Status.Valid() {
-		return baton.Chat{}, baton.Errorf(baton.EINVALID, "status: %q is not a chat status", c.Status)
+	if err := c.Validate(); err != nil {
+		return baton.Chat{}, err
 	}
 	ctxJSON, err := baton.PatchContext(c.Context, nil)
 	if err != nil {
@@ -48,7 +49,7 @@ func (s *Store) CreateChat(ctx context.Context, scope baton.Scope, c baton.Chat)
 	c.CreatedAt, c.UpdatedAt = now, now
 	pending := c.Pending
 	c.Pending = nil
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = s.writeTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `INSERT INTO chats (id, app, user_id, workflow, status, context, turn_agent, cache_seed, created_at, updated_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9)`,
 			c.ID, c.App, c.User, c.Workflow, string(c.Status), []byte(c.Context), c.TurnAgent, c.CacheSeed, now)
@@ -84,35 +85,63 @@ func scanChat(row pgx.Row) (baton.Chat, error) {
 	return c, err
 }
 
+// getChatSQL reads a chat with its pending requests: one row per request,
+// or one row with NULL request columns when there is none. One statement
+// sees one snapshot, so the chat's columns and its requests are of the same
+// moment: two statements could straddle a commit and return, say, the
+// speaker before an append with the requests after it.
+const getChatSQL = `SELECT c.id, c.app, c.user_id, c.workflow, c.status, c.last_sequence, c.context, c.turn_agent, c.cache_seed, c.created_at, c.updated_at,
+		p.ui_event_id, p.kind, p.tool_call_id, p.tool_name, p.agent, p.created_at
+	FROM chats c LEFT JOIN pending p ON p.chat_id = c.id AND p.resolved_at IS NULL
+	WHERE c.id = $1 AND (c.app, c.user_id) IS NOT DISTINCT FROM ($2, $3) AND NOT c.deleted
+	ORDER BY p.created_at, p.ui_event_id`
+
 // GetChat returns the chat and its pending requests; see baton.ChatStore.
 func (s *Store) GetChat(ctx context.Context, scope baton.Scope, id string) (baton.Chat, error) {
 	if err := s.check(); err != nil {
 		return baton.Chat{}, err
 	}
-	c, err := scanChat(s.pool.QueryRow(ctx, `SELECT `+chatCols+` FROM chats WHERE id = $1 AND (app, user_id) IS NOT DISTINCT FROM ($2, $3) AND NOT deleted`,
-		id, scope.App, scope.User))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return baton.Chat{}, notFound(id)
-	}
+	c, err := getChat(ctx, s.pool, scope, id)
 	if err != nil {
 		return baton.Chat{}, s.dbErr("get chat", err)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT ui_event_id, kind, tool_call_id, tool_name, agent, created_at FROM pending
-		WHERE chat_id = $1 AND resolved_at IS NULL ORDER BY created_at, ui_event_id`, id)
+	return c, nil
+}
+
+// getChat runs getChatSQL on q (the pool, or a transaction that wants to
+// read its own writes).
+func getChat(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, scope baton.Scope, id string) (baton.Chat, error) {
+	rows, err := q.Query(ctx, getChatSQL, id, scope.App, scope.User)
 	if err != nil {
-		return baton.Chat{}, s.dbErr("get chat pending", err)
+		return baton.Chat{}, err
 	}
 	defer rows.Close()
+	var c baton.Chat
+	found := false
 	for rows.Next() {
-		var p baton.PendingRequest
-		if err := rows.Scan(&p.UIEventID, &p.Kind, &p.ToolCallID, &p.ToolName, &p.Agent, &p.CreatedAt); err != nil {
-			return baton.Chat{}, s.dbErr("get chat pending", err)
+		var status string
+		var ctxJSON []byte
+		var ui, kind, callID, tool, agent *string
+		var at *time.Time
+		if err := rows.Scan(&c.ID, &c.App, &c.User, &c.Workflow, &status, &c.LastSequence, &ctxJSON, &c.TurnAgent, &c.CacheSeed, &c.CreatedAt, &c.UpdatedAt,
+			&ui, &kind, &callID, &tool, &agent, &at); err != nil {
+			return baton.Chat{}, err
 		}
-		p.CreatedAt = p.CreatedAt.UTC()
-		c.Pending = append(c.Pending, p)
+		// Every row repeats the chat's columns, scanned again into c.
+		c.Status, c.Context = baton.ChatStatus(status), json.RawMessage(ctxJSON)
+		c.CreatedAt, c.UpdatedAt = c.CreatedAt.UTC(), c.UpdatedAt.UTC()
+		found = true
+		if ui != nil {
+			c.Pending = append(c.Pending, baton.PendingRequest{UIEventID: *ui, Kind: *kind, ToolCallID: *callID, ToolName: *tool, Agent: *agent, CreatedAt: at.UTC()})
+		}
 	}
 	if err := rows.Err(); err != nil {
-		return baton.Chat{}, s.dbErr("get chat pending", err)
+		return baton.Chat{}, err
+	}
+	if !found {
+		return baton.Chat{}, notFound(id)
 	}
 	return c, nil
 }
@@ -161,23 +190,64 @@ func (s *Store) DeleteChat(ctx context.Context, scope baton.Scope, id string) er
 	if err := s.check(); err != nil {
 		return err
 	}
-	tag, err := s.pool.Exec(ctx, `UPDATE chats SET deleted = true, updated_at = $4 WHERE id = $1 AND (app, user_id) IS NOT DISTINCT FROM ($2, $3) AND NOT deleted`,
-		id, scope.App, scope.User, time.Now())
-	if err != nil {
-		return s.dbErr("delete chat", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return notFound(id)
-	}
-	return nil
+	err := s.write(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+		tag, err := c.Exec(ctx, `UPDATE chats SET deleted = true, updated_at = $4 WHERE id = $1 AND (app, user_id) IS NOT DISTINCT FROM ($2, $3) AND NOT deleted`,
+			id, scope.App, scope.User, time.Now())
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return notFound(id)
+		}
+		return nil
+	})
+	return s.dbErr("delete chat", err)
 }
 
-// UpdateChat applies u; see baton.ChatStore.
+// UpdateChat applies u and returns the chat as the same transaction left
+// it; see baton.ChatStore. The chat is read inside the write: a read after
+// the commit could fail (the caller's context ending) for a write that was
+// made, or see a later writer's change.
 func (s *Store) UpdateChat(ctx context.Context, scope baton.Scope, id string, u baton.ChatUpdate) (baton.Chat, error) {
-	if _, err := s.Append(ctx, scope, id, nil, &u); err != nil {
+	if err := s.check(); err != nil {
 		return baton.Chat{}, err
 	}
-	return s.GetChat(ctx, scope, id)
+	if err := validateChatID(id); err != nil {
+		return baton.Chat{}, err
+	}
+	if err := u.Validate(); err != nil {
+		return baton.Chat{}, err
+	}
+	a, err := updateArgsOf(&u)
+	if err != nil {
+		return baton.Chat{}, err
+	}
+	now := time.Now()
+	var c baton.Chat
+	err = s.writeTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		if err := lockChat(ctx, tx, scope, id); err != nil {
+			return err
+		}
+		if err := checkUpdate(ctx, tx, id, &u, now); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, updateSQL, id, now, a.status, a.turn, a.set, a.del); err != nil {
+			return err
+		}
+		var err error
+		c, err = getChat(ctx, tx, scope, id)
+		return err
+	})
+	if err != nil {
+		return baton.Chat{}, s.dbErr("update chat", err)
+	}
+	return c, nil
+}
+
+// validateChatID checks id as PrepareEvents does for an append.
+func validateChatID(id string) error {
+	_, err := baton.PrepareEvents(id, nil)
+	return err
 }
 
 // lockChat locks the chat row for the transaction, checking the scope.

@@ -66,33 +66,14 @@ func (s *Store) Append(ctx context.Context, scope baton.Scope, chatID string, ev
 			payloads[i] = &p
 		}
 	}
-	var status, turn *string
-	var set []byte
-	del := []string{}
-	slow := n == 0
-	if u != nil {
-		if u.Status != nil {
-			st := string(*u.Status)
-			status = &st
-		}
-		turn = u.TurnAgent
-		if len(u.Context) > 0 {
-			m := map[string]json.RawMessage{}
-			for k, v := range u.Context {
-				if t := bytes.TrimSpace(v); len(t) == 0 || bytes.Equal(t, []byte("null")) {
-					del = append(del, k)
-				} else {
-					m[k] = v
-				}
-			}
-			if set, err = json.Marshal(m); err != nil {
-				return nil, baton.Errorf(baton.EINVALID, "context: %w", err)
-			}
-		}
-		slow = slow || u.Fence > 0 || len(u.AddPending) > 0 || len(u.ResolvePending) > 0
+	ua, err := updateArgsOf(u)
+	if err != nil {
+		return nil, err
 	}
+	status, turn, set, del := ua.status, ua.turn, ua.set, ua.del
+	slow := n == 0 || u != nil && (u.Fence > 0 || len(u.AddPending) > 0 || len(u.ResolvePending) > 0)
 	now := time.Now()
-	insert := func(q interface {
+	insert := func(ctx context.Context, q interface {
 		Query(context.Context, string, ...any) (pgx.Rows, error)
 	}) error {
 		rows, err := q.Query(ctx, appendSQL, chatID, scope.App, scope.User, int64(n), now, status, turn, set, del, ids, types, ts, agentIDs, agentNames, envs, sources, extras, payloads)
@@ -152,7 +133,10 @@ func (s *Store) Append(ctx context.Context, scope baton.Scope, chatID string, ev
 		}
 		return evs, nil
 	}
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	// The slow path: a transaction that locks the chat row first. It runs
+	// on a context the caller cannot cancel once it has begun (writeTx), so
+	// that an error means it was not committed.
+	err = s.writeTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		if err := lockChat(ctx, tx, scope, chatID); err != nil {
 			return err
 		}
@@ -162,7 +146,7 @@ func (s *Store) Append(ctx context.Context, scope baton.Scope, chatID string, ev
 			}
 		}
 		if n > 0 {
-			return insert(tx)
+			return insert(ctx, tx)
 		}
 		_, err := tx.Exec(ctx, updateSQL, chatID, now, status, turn, set, del)
 		return err
@@ -171,6 +155,41 @@ func (s *Store) Append(ctx context.Context, scope baton.Scope, chatID string, ev
 		return nil, s.dbErr("append", err)
 	}
 	return evs, nil
+}
+
+// updateArgs are a ChatUpdate's parameters of appendSQL and updateSQL.
+type updateArgs struct {
+	status, turn *string
+	set          []byte   // the context keys to set, a JSON object; nil for none
+	del          []string // the context keys to delete
+}
+
+// updateArgsOf returns u's parameters; a nil u changes nothing.
+func updateArgsOf(u *baton.ChatUpdate) (updateArgs, error) {
+	a := updateArgs{del: []string{}}
+	if u == nil {
+		return a, nil
+	}
+	if u.Status != nil {
+		st := string(*u.Status)
+		a.status = &st
+	}
+	a.turn = u.TurnAgent
+	if len(u.Context) > 0 {
+		m := map[string]json.RawMessage{}
+		for k, v := range u.Context {
+			if t := bytes.TrimSpace(v); len(t) == 0 || bytes.Equal(t, []byte("null")) {
+				a.del = append(a.del, k)
+			} else {
+				m[k] = v
+			}
+		}
+		var err error
+		if a.set, err = json.Marshal(m); err != nil {
+			return updateArgs{}, baton.Errorf(baton.EINVALID, "context: %w", err)
+		}
+	}
+	return a, nil
 }
 
 // Events returns the chat's events after the given sequence; see

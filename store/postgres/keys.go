@@ -7,6 +7,7 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 var _ baton.KeyStore = (*Store)(nil)
@@ -21,11 +22,14 @@ func (s *Store) CreateKey(ctx context.Context, k baton.APIKey) (baton.APIKey, er
 	}
 	k.CreatedAt = time.Now().UTC().Truncate(time.Microsecond)
 	k.Revoked = false
-	_, err := s.pool.Exec(ctx, `INSERT INTO api_keys (hash, app, user_id, name, created_at) VALUES ($1, $2, $3, $4, $5)`,
-		k.Hash, k.App, k.User, k.Name, k.CreatedAt)
-	if _, ok := isUnique(err); ok {
-		return baton.APIKey{}, baton.Errorf(baton.ECONFLICT, "api key: hash already in use")
-	}
+	err := s.write(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+		_, err := c.Exec(ctx, `INSERT INTO api_keys (hash, app, user_id, name, created_at) VALUES ($1, $2, $3, $4, $5)`,
+			k.Hash, k.App, k.User, k.Name, k.CreatedAt)
+		if _, ok := isUnique(err); ok {
+			return baton.Errorf(baton.ECONFLICT, "api key: hash already in use")
+		}
+		return err
+	})
 	if err != nil {
 		return baton.APIKey{}, s.dbErr("create key", err)
 	}
@@ -55,11 +59,16 @@ func (s *Store) RevokeKey(ctx context.Context, hash string) error {
 	if err := s.check(); err != nil {
 		return err
 	}
-	tag, err := s.pool.Exec(ctx, `UPDATE api_keys SET revoked = TRUE WHERE hash = $1`, hash)
+	var n int64
+	err := s.write(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+		tag, err := c.Exec(ctx, `UPDATE api_keys SET revoked = TRUE WHERE hash = $1`, hash)
+		n = tag.RowsAffected()
+		return err
+	})
 	if err != nil {
 		return s.dbErr("revoke key", err)
 	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		return baton.Errorf(baton.ENOTFOUND, "api key not found")
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // inScope is the condition, on $1 = chat id, $2 = app, $3 = user, that every
@@ -31,35 +32,43 @@ func (s *Store) ClaimEffect(ctx context.Context, scope baton.Scope, chatID, key 
 	if err := s.check(); err != nil {
 		return baton.Effect{}, err
 	}
-	if key == "" {
-		return baton.Effect{}, baton.Errorf(baton.EINVALID, "effect key: required")
+	if err := baton.ValidateEffect(key, nil); err != nil {
+		return baton.Effect{}, err
 	}
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	tag, err := s.pool.Exec(ctx, `INSERT INTO effects (chat_id, key, claimed_at) SELECT $1, $4, $5 WHERE `+inScope+` ON CONFLICT DO NOTHING`,
-		chatID, scope.App, scope.User, key, now)
-	if err != nil {
-		return baton.Effect{}, s.dbErr("claim effect", err)
-	}
-	if tag.RowsAffected() == 1 {
-		return baton.Effect{Key: key, State: baton.EffectNew, ClaimedAt: now}, nil
-	}
-	var done bool
-	var result *string
-	var at time.Time
-	err = s.pool.QueryRow(ctx, `SELECT done, result, claimed_at FROM effects WHERE chat_id = $1 AND key = $4 AND `+inScope,
-		chatID, scope.App, scope.User, key).Scan(&done, &result, &at)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return baton.Effect{}, notFound(chatID)
-	}
-	if err != nil {
-		return baton.Effect{}, s.dbErr("claim effect", err)
-	}
-	e := baton.Effect{Key: key, State: baton.EffectPending, ClaimedAt: at.UTC()}
-	if done {
-		e.State = baton.EffectDone
-		if result != nil {
-			e.Result = json.RawMessage(*result)
+	var e baton.Effect
+	err := s.write(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+		tag, err := c.Exec(ctx, `INSERT INTO effects (chat_id, key, claimed_at) SELECT $1, $4, $5 WHERE `+inScope+` ON CONFLICT DO NOTHING`,
+			chatID, scope.App, scope.User, key, now)
+		if err != nil {
+			return err
 		}
+		if tag.RowsAffected() == 1 {
+			e = baton.Effect{Key: key, State: baton.EffectNew, ClaimedAt: now}
+			return nil
+		}
+		var done bool
+		var result *string
+		var at time.Time
+		err = c.QueryRow(ctx, `SELECT done, result, claimed_at FROM effects WHERE chat_id = $1 AND key = $4 AND `+inScope,
+			chatID, scope.App, scope.User, key).Scan(&done, &result, &at)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return notFound(chatID)
+		}
+		if err != nil {
+			return err
+		}
+		e = baton.Effect{Key: key, State: baton.EffectPending, ClaimedAt: at.UTC()}
+		if done {
+			e.State = baton.EffectDone
+			if result != nil {
+				e.Result = json.RawMessage(*result)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return baton.Effect{}, s.dbErr("claim effect", err)
 	}
 	return e, nil
 }
@@ -71,34 +80,37 @@ func (s *Store) RecordEffect(ctx context.Context, scope baton.Scope, chatID, key
 	if err := s.check(); err != nil {
 		return err
 	}
-	if len(result) > 0 && !json.Valid(result) {
-		return baton.Errorf(baton.EINVALID, "effect result: not valid JSON")
+	if err := baton.ValidateEffect(key, result); err != nil {
+		return err
 	}
 	var res *string
 	if len(result) > 0 {
 		r := string(result)
 		res = &r
 	}
-	tag, err := s.pool.Exec(ctx, `UPDATE effects SET done = true, result = $5 WHERE chat_id = $1 AND key = $4 AND NOT done AND `+inScope,
-		chatID, scope.App, scope.User, key, res)
-	if err != nil {
-		return s.dbErr("record effect", err)
-	}
-	if tag.RowsAffected() == 1 {
-		return nil
-	}
-	var done bool
-	err = s.pool.QueryRow(ctx, `SELECT done FROM effects WHERE chat_id = $1 AND key = $4 AND `+inScope, chatID, scope.App, scope.User, key).Scan(&done)
-	if errors.Is(err, pgx.ErrNoRows) {
-		if _, gerr := s.GetChat(ctx, scope, chatID); gerr != nil {
-			return gerr
+	err := s.write(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+		tag, err := c.Exec(ctx, `UPDATE effects SET done = true, result = $5 WHERE chat_id = $1 AND key = $4 AND NOT done AND `+inScope,
+			chatID, scope.App, scope.User, key, res)
+		if err != nil {
+			return err
 		}
-		return baton.Errorf(baton.ENOTFOUND, "effect %q: not claimed", key)
-	}
-	if err != nil {
-		return s.dbErr("record effect", err)
-	}
-	return baton.Errorf(baton.ECONFLICT, "effect %q: result already recorded", key)
+		if tag.RowsAffected() == 1 {
+			return nil
+		}
+		var done bool
+		err = c.QueryRow(ctx, `SELECT done FROM effects WHERE chat_id = $1 AND key = $4 AND `+inScope, chatID, scope.App, scope.User, key).Scan(&done)
+		if errors.Is(err, pgx.ErrNoRows) {
+			if _, gerr := getChat(ctx, c, scope, chatID); gerr != nil {
+				return gerr
+			}
+			return baton.Errorf(baton.ENOTFOUND, "effect %q: not claimed", key)
+		}
+		if err != nil {
+			return err
+		}
+		return baton.Errorf(baton.ECONFLICT, "effect %q: result already recorded", key)
+	})
+	return s.dbErr("record effect", err)
 }
 
 // RecordUsage stores one model call's usage; see baton.UsageStore.
@@ -106,19 +118,25 @@ func (s *Store) RecordUsage(ctx context.Context, scope baton.Scope, u baton.Usag
 	if err := s.check(); err != nil {
 		return err
 	}
+	if err := u.Validate(); err != nil {
+		return err
+	}
 	if u.At.IsZero() {
 		u.At = time.Now()
 	}
-	tag, err := s.pool.Exec(ctx, `INSERT INTO usage (chat_id, app, workflow, agent, model, prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, cost, at)
-		SELECT $1, $2, $4, $5, $6, $7, $8, $9, $10, $11, $12 WHERE `+inScope,
-		u.ChatID, scope.App, scope.User, u.Workflow, u.Agent, u.Model, u.PromptTokens, u.CompletionTokens, u.CachedTokens, u.ReasoningTokens, u.Cost, u.At)
-	if err != nil {
-		return s.dbErr("record usage", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return notFound(u.ChatID)
-	}
-	return nil
+	err := s.write(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+		tag, err := c.Exec(ctx, `INSERT INTO usage (chat_id, app, workflow, agent, model, prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, cost, at)
+			SELECT $1, $2, $4, $5, $6, $7, $8, $9, $10, $11, $12 WHERE `+inScope,
+			u.ChatID, scope.App, scope.User, u.Workflow, u.Agent, u.Model, u.PromptTokens, u.CompletionTokens, u.CachedTokens, u.ReasoningTokens, u.Cost, u.At)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return notFound(u.ChatID)
+		}
+		return nil
+	})
+	return s.dbErr("record usage", err)
 }
 
 // ChatUsage sums the chat's usage in total and per agent; see baton.UsageStore.
@@ -167,11 +185,8 @@ func (s *Store) CreateTask(ctx context.Context, scope baton.Scope, t baton.Task)
 	if t.Status == "" {
 		t.Status = baton.TaskQueued
 	}
-	if !t.Status.Valid() {
-		return baton.Task{}, baton.Errorf(baton.EINVALID, "task status: %q is not queued, running, completed or failed", t.Status)
-	}
-	if (len(t.Input) > 0 && !json.Valid(t.Input)) || (len(t.Result) > 0 && !json.Valid(t.Result)) {
-		return baton.Task{}, baton.Errorf(baton.EINVALID, "task input/result: not valid JSON")
+	if err := t.Validate(); err != nil {
+		return baton.Task{}, err
 	}
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	t.App, t.User, t.CreatedAt, t.UpdatedAt = scope.App, scope.User, now, now
@@ -179,22 +194,32 @@ func (s *Store) CreateTask(ctx context.Context, scope baton.Scope, t baton.Task)
 	if !t.Expires.IsZero() {
 		expires = t.Expires
 	}
-	tag, err := s.pool.Exec(ctx, `INSERT INTO tasks (id, chat_id, kind, status, input, result, error, created_at, updated_at, owner, expires)
-		SELECT $4, $1, $5, $6, $7, $8, $9, $10, $10, $11, $12 WHERE `+inScope,
-		t.ChatID, scope.App, scope.User, t.ID, t.Kind, string(t.Status), nullJSON(t.Input), nullJSON(t.Result), t.Error, now, t.Owner, expires)
-	if _, ok := isUnique(err); ok {
-		return baton.Task{}, baton.Errorf(baton.ECONFLICT, "task %q already exists", t.ID)
-	}
+	err := s.write(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+		tag, err := c.Exec(ctx, `INSERT INTO tasks (id, chat_id, kind, status, input, result, error, created_at, updated_at, owner, expires)
+			SELECT $4, $1, $5, $6, $7, $8, $9, $10, $10, $11, $12 WHERE `+inScope,
+			t.ChatID, scope.App, scope.User, t.ID, t.Kind, string(t.Status), nullJSON(t.Input), nullJSON(t.Result), t.Error, now, t.Owner, expires)
+		if _, ok := isUnique(err); ok {
+			return baton.Errorf(baton.ECONFLICT, "task %q already exists", t.ID)
+		}
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return notFound(t.ChatID)
+		}
+		return nil
+	})
 	if err != nil {
 		return baton.Task{}, s.dbErr("create task", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return baton.Task{}, notFound(t.ChatID)
 	}
 	return t, nil
 }
 
 const taskCols = `t.id, t.chat_id, c.app, c.user_id, t.kind, t.status, t.input, t.result, t.error, t.owner, t.expires, t.created_at, t.updated_at`
+
+// getTaskSQL reads a task of a chat in scope ($2, $3) that is not deleted.
+const getTaskSQL = `SELECT ` + taskCols + ` FROM tasks t JOIN chats c ON c.id = t.chat_id
+	WHERE t.id = $1 AND c.app = $2 AND c.user_id = $3 AND NOT c.deleted`
 
 func scanTask(row pgx.Row) (baton.Task, error) {
 	var t baton.Task
@@ -221,8 +246,7 @@ func (s *Store) GetTask(ctx context.Context, scope baton.Scope, id string) (bato
 	if err := s.check(); err != nil {
 		return baton.Task{}, err
 	}
-	t, err := scanTask(s.pool.QueryRow(ctx, `SELECT `+taskCols+` FROM tasks t JOIN chats c ON c.id = t.chat_id
-		WHERE t.id = $1 AND c.app = $2 AND c.user_id = $3 AND NOT c.deleted`, id, scope.App, scope.User))
+	t, err := scanTask(s.pool.QueryRow(ctx, getTaskSQL, id, scope.App, scope.User))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return baton.Task{}, baton.Errorf(baton.ENOTFOUND, "task %q not found", id)
 	}
@@ -240,23 +264,34 @@ func (s *Store) UpdateTask(ctx context.Context, scope baton.Scope, id string, st
 	if !status.Valid() {
 		return baton.Task{}, baton.Errorf(baton.EINVALID, "task status: %q is not queued, running, completed or failed", status)
 	}
-	if len(result) > 0 && !json.Valid(result) {
-		return baton.Task{}, baton.Errorf(baton.EINVALID, "task result: not valid JSON")
+	if err := baton.ValidateTaskUpdate(status, result, errMsg); err != nil {
+		return baton.Task{}, err
 	}
-	tag, err := s.pool.Exec(ctx, `UPDATE tasks t SET status = $4, result = $5, error = $6, updated_at = $7
-		FROM chats c WHERE t.id = $1 AND t.status IN ('queued', 'running') AND c.id = t.chat_id AND c.app = $2 AND c.user_id = $3 AND NOT c.deleted`,
-		id, scope.App, scope.User, string(status), nullJSON(result), errMsg, time.Now())
+	// RETURNING gives the task as this write left it: a read after the
+	// commit could fail (the caller's context ending) for a write that was
+	// made, or see a later change.
+	var t baton.Task
+	err := s.write(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+		var err error
+		t, err = scanTask(c.QueryRow(ctx, `UPDATE tasks t SET status = $4, result = $5, error = $6, updated_at = $7
+			FROM chats c WHERE t.id = $1 AND t.status IN ('queued', 'running') AND c.id = t.chat_id AND c.app = $2 AND c.user_id = $3 AND NOT c.deleted
+			RETURNING `+taskCols, id, scope.App, scope.User, string(status), nullJSON(result), errMsg, time.Now()))
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		ended, err := scanTask(c.QueryRow(ctx, getTaskSQL, id, scope.App, scope.User))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return baton.Errorf(baton.ENOTFOUND, "task %q not found", id)
+		}
+		if err != nil {
+			return err
+		}
+		return baton.Errorf(baton.ECONFLICT, "task %q has ended (%s)", id, ended.Status)
+	})
 	if err != nil {
 		return baton.Task{}, s.dbErr("update task", err)
 	}
-	if tag.RowsAffected() == 0 {
-		t, err := s.GetTask(ctx, scope, id)
-		if err != nil {
-			return baton.Task{}, err
-		}
-		return baton.Task{}, baton.Errorf(baton.ECONFLICT, "task %q has ended (%s)", id, t.Status)
-	}
-	return s.GetTask(ctx, scope, id)
+	return t, nil
 }
 
 // TasksByStatus lists tasks of every scope with status, oldest first; see
@@ -268,8 +303,11 @@ func (s *Store) TasksByStatus(ctx context.Context, status baton.TaskStatus, limi
 	if limit <= 0 {
 		limit = defaultListLimit
 	}
+	// A deleted chat's tasks are left out: nothing may act on them (every
+	// scoped method says ENOTFOUND), so recovery would find them again and
+	// again and fail to report them each time.
 	rows, err := s.pool.Query(ctx, `SELECT `+taskCols+` FROM tasks t JOIN chats c ON c.id = t.chat_id
-		WHERE t.status = $1 ORDER BY t.created_at, t.id LIMIT $2`, string(status), limit)
+		WHERE t.status = $1 AND NOT c.deleted ORDER BY t.created_at, t.id LIMIT $2`, string(status), limit)
 	if err != nil {
 		return nil, s.dbErr("tasks by status", err)
 	}
@@ -293,12 +331,17 @@ func (s *Store) TouchTasks(ctx context.Context, owner string, ttl time.Duration)
 	if owner == "" || ttl <= 0 {
 		return 0, baton.Errorf(baton.EINVALID, "touch tasks: owner and a positive ttl are required")
 	}
-	tag, err := s.pool.Exec(ctx, `UPDATE tasks SET expires = $2 WHERE owner = $1 AND status IN ('queued', 'running')`,
-		owner, time.Now().UTC().Truncate(time.Microsecond).Add(ttl))
+	var n int64
+	err := s.write(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+		tag, err := c.Exec(ctx, `UPDATE tasks SET expires = $2 WHERE owner = $1 AND status IN ('queued', 'running')`,
+			owner, time.Now().UTC().Truncate(time.Microsecond).Add(ttl))
+		n = tag.RowsAffected()
+		return err
+	})
 	if err != nil {
 		return 0, s.dbErr("touch tasks", err)
 	}
-	return int(tag.RowsAffected()), nil
+	return int(n), nil
 }
 
 // GetLease returns the chat's lease as stored; see baton.LeaseStore.
@@ -333,12 +376,14 @@ func (s *Store) AcquireLease(ctx context.Context, chatID, instanceID string, ttl
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	exp := now.Add(ttl)
 	var token int64
-	err := s.pool.QueryRow(ctx, `INSERT INTO leases AS l (chat_id, owner, token, expires) VALUES ($1, $2, 1, $3)
+	err := s.write(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+		return c.QueryRow(ctx, `INSERT INTO leases AS l (chat_id, owner, token, expires) VALUES ($1, $2, 1, $3)
 		ON CONFLICT (chat_id) DO UPDATE SET
 			token = CASE WHEN l.owner = $2 AND l.expires > $4 THEN l.token ELSE l.token + 1 END,
 			owner = $2, expires = $3
 		WHERE l.owner = $2 OR l.owner = '' OR l.expires <= $4
 		RETURNING token`, chatID, instanceID, exp, now).Scan(&token)
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return baton.Lease{}, baton.Errorf(baton.ECONFLICT, "chat %q: run lease held by another instance", chatID)
 	}
@@ -357,11 +402,16 @@ func (s *Store) RenewLease(ctx context.Context, chatID, instanceID string, token
 		return baton.Lease{}, baton.Errorf(baton.EINVALID, "lease: ttl must be positive")
 	}
 	exp := time.Now().UTC().Truncate(time.Microsecond).Add(ttl)
-	tag, err := s.pool.Exec(ctx, `UPDATE leases SET expires = $4 WHERE chat_id = $1 AND owner = $2 AND token = $3`, chatID, instanceID, token, exp)
+	var n int64
+	err := s.write(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+		tag, err := c.Exec(ctx, `UPDATE leases SET expires = $4 WHERE chat_id = $1 AND owner = $2 AND token = $3`, chatID, instanceID, token, exp)
+		n = tag.RowsAffected()
+		return err
+	})
 	if err != nil {
 		return baton.Lease{}, s.dbErr("renew lease", err)
 	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		return baton.Lease{}, baton.Errorf(baton.ECONFLICT, "chat %q: lease %d is no longer held by %q", chatID, token, instanceID)
 	}
 	return baton.Lease{Token: token, Owner: instanceID, Expires: exp}, nil
@@ -372,11 +422,16 @@ func (s *Store) ReleaseLease(ctx context.Context, chatID, instanceID string, tok
 	if err := s.check(); err != nil {
 		return err
 	}
-	tag, err := s.pool.Exec(ctx, `UPDATE leases SET owner = '', expires = 'epoch' WHERE chat_id = $1 AND owner = $2 AND token = $3`, chatID, instanceID, token)
+	var n int64
+	err := s.write(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+		tag, err := c.Exec(ctx, `UPDATE leases SET owner = '', expires = 'epoch' WHERE chat_id = $1 AND owner = $2 AND token = $3`, chatID, instanceID, token)
+		n = tag.RowsAffected()
+		return err
+	})
 	if err != nil {
 		return s.dbErr("release lease", err)
 	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		return baton.Errorf(baton.ECONFLICT, "chat %q: lease %d is no longer held by %q", chatID, token, instanceID)
 	}
 	return nil

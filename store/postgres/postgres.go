@@ -9,12 +9,18 @@
 // (chat_id, sequence) would refuse one anyway), and a gap is impossible
 // because the counter moves only when the events are inserted with it.
 //
-// Durability: when a write returns nil its transaction is committed, which
-// with PostgreSQL's default synchronous_commit=on means flushed to the WAL
-// on disk. A write that returns an error was not written.
+// Durability: when a write returns nil its transaction is committed, and
+// flushed to the WAL on disk: Open sets synchronous_commit=on on every
+// connection, whatever the server's or role's default (a DSN that sets
+// synchronous_commit itself is obeyed). A write that returns an error was not
+// written: the caller's context may end only the wait for a connection (and
+// for the batcher); once a write is sent it runs to its end on a context the
+// caller cannot cancel (see write), because pgx reports a cancelled context
+// as an error even when the server goes on to commit.
 //
 // Schema: versioned migrations embedded in the binary are applied on Open
-// under an advisory lock, so several processes may open one database at once.
+// under an advisory lock, which is also held while the schema is created, so
+// several processes may open one database (and one new schema) at once.
 package postgres
 
 import (
@@ -29,6 +35,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/batonhq/baton"
 	"github.com/jackc/pgx/v5"
@@ -109,18 +116,18 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 		}
 		cfg.ConnConfig.RuntimeParams["search_path"] = c.schema
 	}
+	// A commit is durable only with synchronous_commit on (or stronger),
+	// which a server or role may have turned off; the recorder's promise
+	// (recorder.Record) rests on it.
+	if _, set := cfg.ConnConfig.RuntimeParams["synchronous_commit"]; !set {
+		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: connect: %w", err)
 	}
 	s := &Store{pool: pool, log: c.log, schema: c.schema, maxBatch: c.maxBatch,
 		reqs: make(chan *appendReq), closing: make(chan struct{}), batcherDone: make(chan struct{})}
-	if c.schema != "" {
-		if _, err := pool.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS "`+c.schema+`"`); err != nil {
-			pool.Close()
-			return nil, fmt.Errorf("postgres: create schema %s: %w", c.schema, err)
-		}
-	}
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -138,6 +145,14 @@ func (s *Store) migrate(ctx context.Context) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLock); err != nil {
 			return fmt.Errorf("postgres: migration lock: %w", err)
+		}
+		// Under the lock: two processes creating one new schema at once
+		// would otherwise race on pg_namespace's unique index, IF NOT
+		// EXISTS notwithstanding, and one would fail.
+		if s.schema != "" {
+			if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS "`+s.schema+`"`); err != nil {
+				return fmt.Errorf("postgres: create schema %s: %w", s.schema, err)
+			}
 		}
 		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version int PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
 			return fmt.Errorf("postgres: migrate: %w", err)
@@ -167,6 +182,39 @@ func (s *Store) migrate(ctx context.Context) error {
 			}
 		}
 		return nil
+	})
+}
+
+// writeTimeout bounds a write once it has been sent, in place of the
+// caller's context (see write): long enough for any write to wait out a
+// chat row's lock and a busy server, short enough that a write to a server
+// that stopped answering does not hang for ever.
+const writeTimeout = 30 * time.Second
+
+// write runs fn, one write (a statement or a transaction), on a connection
+// of the pool. ctx ends only the wait for the connection, before anything is
+// sent; fn runs on a context the caller cannot cancel, bounded by
+// writeTimeout. pgx answers a context that ends while a statement or COMMIT
+// is in flight with an error although the server may commit it, and an
+// error from a store must mean that nothing was written.
+func (s *Store) write(ctx context.Context, fn func(ctx context.Context, c *pgxpool.Conn) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Release()
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	defer cancel()
+	return fn(wctx, c)
+}
+
+// writeTx runs fn in a transaction, as write runs a statement.
+func (s *Store) writeTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	return s.write(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+		return pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error { return fn(ctx, tx) })
 	})
 }
 
@@ -211,6 +259,13 @@ func (s *Store) dbErr(what string, err error) error {
 	}
 	if strings.Contains(err.Error(), "closed pool") {
 		return &baton.Error{Code: baton.EUNAVAILABLE, Message: "store closed", Err: err}
+	}
+	// Text PostgreSQL cannot hold (invalid UTF-8, a NUL character) is bad
+	// input, not a fault of the store. The shared validation refuses it
+	// before it gets here; this catches a field it does not cover.
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (pe.Code == "22021" || pe.Code == "22P05") {
+		return &baton.Error{Code: baton.EINVALID, Message: what + ": text PostgreSQL cannot store (invalid UTF-8 or a NUL character)", Err: err}
 	}
 	return fmt.Errorf("postgres: %s: %w", what, err)
 }

@@ -3,6 +3,9 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"net/url"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/batonhq/baton"
@@ -62,4 +65,52 @@ func TestConformance(t *testing.T) {
 func TestTwoPoolsOneChat(t *testing.T) {
 	dsn, schema := freshSchema(t)
 	storetest.RunTwoWriters(t, open(t, dsn, schema), open(t, dsn, schema))
+}
+
+// TestConcurrentOpenNewSchema opens one new schema from several pools at
+// once, as processes starting together do: every Open must succeed (CREATE
+// SCHEMA IF NOT EXISTS outside the migration lock raced on pg_namespace).
+func TestConcurrentOpenNewSchema(t *testing.T) {
+	for range 5 {
+		dsn, schema := freshSchema(t)
+		errs := make(chan error, 4)
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				s, err := postgres.Open(context.Background(), dsn, postgres.WithSchema(schema))
+				if err == nil {
+					s.Close()
+				}
+				errs <- err
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatalf("concurrent Open of new schema %s: %v", schema, err)
+			}
+		}
+	}
+}
+
+// TestSynchronousCommit: the store's connections commit with
+// synchronous_commit=on even where the server or the role turned it off
+// (here, the connection's startup options), since recorder.Record promises
+// a flushed WAL.
+func TestSynchronousCommit(t *testing.T) {
+	dsn, schema := freshSchema(t)
+	sep := "&"
+	if !strings.Contains(dsn, "?") {
+		sep = "?"
+	}
+	off := dsn + sep + "options=" + strings.ReplaceAll(url.QueryEscape("-c synchronous_commit=off"), "+", "%20")
+	s := open(t, off, schema)
+	var got string
+	if err := s.Pool().QueryRow(context.Background(), "SHOW synchronous_commit").Scan(&got); err != nil {
+		t.Fatal(err)
+	}
+	if got != "on" {
+		t.Fatalf("synchronous_commit = %s, want on", got)
+	}
 }

@@ -37,7 +37,7 @@ func (s *Store) AddChatStats(ctx context.Context, d baton.ChatStats) error {
 		b.Queue(addStatsSQL, d.App, d.Workflow, d.ChatID, a.Agent, a.Turns, a.ToolCalls, a.Calls,
 			a.PromptTokens, a.CompletionTokens, a.CachedTokens, a.ReasoningTokens, a.Cost, now)
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := s.writeTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		return tx.SendBatch(ctx, b).Close()
 	})
 	return s.dbErr("add chat stats", err)

@@ -48,8 +48,8 @@ func (s *Store) CreateChat(ctx context.Context, scope baton.Scope, c baton.Chat)
 	if c.Status == "" {
 		c.Status = baton.ChatRunning
 	}
-	if !c.Status.Valid() {
-		return baton.Chat{}, baton.Errorf(baton.EINVALID, "status: %q is not a chat status", c.Status)
+	if err := c.Validate(); err != nil {
+		return baton.Chat{}, err
 	}
 	if len(c.Context) == 0 {
 		c.Context = json.RawMessage(`{}`)
@@ -114,6 +114,15 @@ func (s *Store) GetChat(ctx context.Context, scope baton.Scope, id string) (bato
 	if err != nil {
 		return baton.Chat{}, s.readErr("get chat", err)
 	}
+	c, err := scanChatRows(rows, id)
+	if err != nil {
+		return baton.Chat{}, s.readErr("get chat", err)
+	}
+	return c, nil
+}
+
+// scanChatRows reads getChatSQL's rows, closing them.
+func scanChatRows(rows *sql.Rows, id string) (baton.Chat, error) {
 	defer rows.Close()
 	var c baton.Chat
 	var chat string // the driver's copy of the row, which the chat keeps
@@ -121,24 +130,24 @@ func (s *Store) GetChat(ctx context.Context, scope baton.Scope, id string) (bato
 	found := false
 	for rows.Next() {
 		if err := rows.Scan(&chat, &pending); err != nil {
-			return baton.Chat{}, s.readErr("get chat", err)
+			return baton.Chat{}, err
 		}
 		if !found {
 			if err := unpackChat(chat, &c); err != nil {
-				return baton.Chat{}, storeErr("get chat", err)
+				return baton.Chat{}, err
 			}
 			found = true
 		}
 		if pending.Valid {
 			p, err := unpackPending(pending.String)
 			if err != nil {
-				return baton.Chat{}, storeErr("get chat", err)
+				return baton.Chat{}, err
 			}
 			c.Pending = append(c.Pending, p)
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return baton.Chat{}, s.readErr("get chat", err)
+		return baton.Chat{}, err
 	}
 	if !found {
 		return baton.Chat{}, notFound(id)
@@ -219,22 +228,40 @@ func (s *Store) DeleteChat(ctx context.Context, scope baton.Scope, id string) er
 	})
 }
 
-// UpdateChat applies u; see baton.ChatStore.
+// UpdateChat applies u and returns the chat as the same transaction left
+// it; see baton.ChatStore. The chat is read inside the write: a read after
+// the commit could fail (the caller's context ending) for a write that was
+// made, or see a later writer's change.
 func (s *Store) UpdateChat(ctx context.Context, scope baton.Scope, id string, u baton.ChatUpdate) (baton.Chat, error) {
 	if err := u.Validate(); err != nil {
 		return baton.Chat{}, err
 	}
 	now := time.Now()
+	var c baton.Chat
 	err := s.write(ctx, func(ctx context.Context, w *wconn) error {
 		if _, err := chatSeq(ctx, w, scope, id); err != nil {
 			return err
 		}
-		return applyUpdate(ctx, w, id, &u, now, true)
+		if err := applyUpdate(ctx, w, id, &u, now, true); err != nil {
+			return err
+		}
+		st, err := w.stmt(ctx, getChatSQL)
+		if err != nil {
+			return storeErr("update chat", err)
+		}
+		rows, err := st.QueryContext(ctx, id, scope.App, scope.User)
+		if err != nil {
+			return storeErr("update chat", err)
+		}
+		if c, err = scanChatRows(rows, id); err != nil {
+			return storeErr("update chat", err)
+		}
+		return nil
 	})
 	if err != nil {
 		return baton.Chat{}, err
 	}
-	return s.GetChat(ctx, scope, id)
+	return c, nil
 }
 
 // bumpSeq moves the chat's counter by n and its updated time to now, and

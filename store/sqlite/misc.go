@@ -14,8 +14,8 @@ import (
 // serialised by the writer, so exactly one of concurrent claims inserts the
 // row and gets EffectNew.
 func (s *Store) ClaimEffect(ctx context.Context, scope baton.Scope, chatID, key string) (baton.Effect, error) {
-	if key == "" {
-		return baton.Effect{}, baton.Errorf(baton.EINVALID, "effect key: required")
+	if err := baton.ValidateEffect(key, nil); err != nil {
+		return baton.Effect{}, err
 	}
 	var eff baton.Effect
 	now := time.Now()
@@ -53,8 +53,8 @@ func (s *Store) ClaimEffect(ctx context.Context, scope baton.Scope, chatID, key 
 // An unclaimed key is ENOTFOUND and a key whose result is already recorded
 // is ECONFLICT.
 func (s *Store) RecordEffect(ctx context.Context, scope baton.Scope, chatID, key string, result json.RawMessage) error {
-	if len(result) > 0 && !json.Valid(result) {
-		return baton.Errorf(baton.EINVALID, "effect result: not valid JSON")
+	if err := baton.ValidateEffect(key, result); err != nil {
+		return err
 	}
 	var res any
 	if len(result) > 0 {
@@ -84,6 +84,9 @@ func (s *Store) RecordEffect(ctx context.Context, scope baton.Scope, chatID, key
 
 // RecordUsage stores one model call's usage; see baton.UsageStore.
 func (s *Store) RecordUsage(ctx context.Context, scope baton.Scope, u baton.UsageRecord) error {
+	if err := u.Validate(); err != nil {
+		return err
+	}
 	if u.At.IsZero() {
 		u.At = time.Now()
 	}
@@ -156,11 +159,8 @@ func (s *Store) CreateTask(ctx context.Context, scope baton.Scope, t baton.Task)
 	if t.Status == "" {
 		t.Status = baton.TaskQueued
 	}
-	if !t.Status.Valid() {
-		return baton.Task{}, baton.Errorf(baton.EINVALID, "task status: %q is not queued, running, completed or failed", t.Status)
-	}
-	if (len(t.Input) > 0 && !json.Valid(t.Input)) || (len(t.Result) > 0 && !json.Valid(t.Result)) {
-		return baton.Task{}, baton.Errorf(baton.EINVALID, "task input/result: not valid JSON")
+	if err := t.Validate(); err != nil {
+		return baton.Task{}, err
 	}
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	t.App, t.User, t.CreatedAt, t.UpdatedAt = scope.App, scope.User, now, now
@@ -231,10 +231,14 @@ func (s *Store) UpdateTask(ctx context.Context, scope baton.Scope, id string, st
 	if !status.Valid() {
 		return baton.Task{}, baton.Errorf(baton.EINVALID, "task status: %q is not queued, running, completed or failed", status)
 	}
-	if len(result) > 0 && !json.Valid(result) {
-		return baton.Task{}, baton.Errorf(baton.EINVALID, "task result: not valid JSON")
+	if err := baton.ValidateTaskUpdate(status, result, errMsg); err != nil {
+		return baton.Task{}, err
 	}
 	now := time.Now()
+	// The task is read inside the write: a read after the commit could
+	// fail (the caller's context ending) for a write that was made, or see
+	// a later change.
+	var t baton.Task
 	err := s.write(ctx, func(ctx context.Context, w *wconn) error {
 		res, err := w.exec(ctx, `UPDATE tasks SET status = ?, result = ?, error = ?, updated_at = ?
 			WHERE id = ? AND status IN ('queued', 'running') AND chat_id IN (SELECT id FROM chats WHERE app = ? AND user_id = ? AND deleted = 0)`,
@@ -243,6 +247,9 @@ func (s *Store) UpdateTask(ctx context.Context, scope baton.Scope, id string, st
 			return storeErr("update task", err)
 		}
 		if n, _ := res.RowsAffected(); n > 0 {
+			if t, err = scanTask(w.queryRow(ctx, getTaskSQL, id, scope.App, scope.User)); err != nil {
+				return storeErr("update task", err)
+			}
 			return nil
 		}
 		var ended string
@@ -256,7 +263,7 @@ func (s *Store) UpdateTask(ctx context.Context, scope baton.Scope, id string, st
 	if err != nil {
 		return baton.Task{}, err
 	}
-	return s.GetTask(ctx, scope, id)
+	return t, nil
 }
 
 // TasksByStatus lists tasks of every scope with status, oldest first; see
@@ -268,8 +275,11 @@ func (s *Store) TasksByStatus(ctx context.Context, status baton.TaskStatus, limi
 	if limit <= 0 {
 		limit = defaultListLimit
 	}
+	// A deleted chat's tasks are left out: nothing may act on them (every
+	// scoped method says ENOTFOUND), so recovery would find them again and
+	// again and fail to report them each time.
 	rows, err := s.rdb.QueryContext(ctx, `SELECT `+taskCols+` FROM tasks t JOIN chats c ON c.id = t.chat_id
-		WHERE t.status = ? ORDER BY t.created_at, t.id LIMIT ?`, string(status), limit)
+		WHERE t.status = ? AND c.deleted = 0 ORDER BY t.created_at, t.id LIMIT ?`, string(status), limit)
 	if err != nil {
 		return nil, s.readErr("tasks by status", err)
 	}

@@ -12,10 +12,12 @@
 // commit waits for a checkpoint (checkpoint.go). The schema is created and
 // upgraded on Open by versioned migrations embedded in the binary.
 //
-// Durability: the database runs with synchronous=FULL, so when a write
-// method returns nil its transaction is in the WAL on disk and survives a
-// crash of the process or of the machine. A write that returns an error was
-// not written at all.
+// Durability: the database runs with synchronous=FULL unless Open is given
+// WithSynchronous("NORMAL"), so when a write method returns nil its
+// transaction is in the WAL on disk and survives a crash of the process or
+// of the machine (with NORMAL: of the process only). A write that returns an
+// error was not written at all: a caller's context ends only the wait for
+// the writer, never a write the writer has taken (see write).
 package sqlite
 
 import (

@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,8 +32,11 @@ func IsCrashChild() bool { return os.Getenv(envCrashChild) != "" }
 // CrashChildMain is the child of RunCrash: it opens the store and appends to
 // the chat in a loop until it is killed. Each append carries 1 to 3 events
 // whose payload "n" is the sequence they must get, and sets the context key
-// "last" to the last of them; "ready" is printed after the first commit. It
-// never returns normally.
+// "last" to the last of them. After each append returns it prints
+// "acked N", N the last sequence it got, straight to its standard output
+// (os.Stdout is not buffered), so the parent knows every append that was
+// acknowledged before the kill; "ready" follows the first. It never returns
+// normally.
 func CrashChildMain(open func(ctx context.Context) (baton.Store, error)) {
 	ctx := context.Background()
 	fail := func(err error) {
@@ -65,6 +70,9 @@ func CrashChildMain(open func(ctx context.Context) (baton.Store, error)) {
 		if got[k-1].Sequence != last {
 			fail(fmt.Errorf("append got sequence %d, want %d", got[k-1].Sequence, last))
 		}
+		if _, err := fmt.Fprintf(os.Stdout, "%s%d\n", ackedPrefix, last); err != nil {
+			fail(err)
+		}
 		if i == 0 {
 			fmt.Println("ready")
 		}
@@ -72,11 +80,17 @@ func CrashChildMain(open func(ctx context.Context) (baton.Store, error)) {
 	}
 }
 
+// ackedPrefix starts the line the crash child prints for each acknowledged
+// append.
+const ackedPrefix = "acked "
+
 // RunCrash is the crash test: a child process (this test binary, whose
 // TestMain calls CrashChildMain) appends to one chat in a loop; it is killed
 // with SIGKILL at a random moment, 20 times; after each kill the store is
 // reopened with open and must hold events 1..N with no gap, no repeat and no
-// half-written event, and a snapshot that equals what the last event says.
+// half-written event, a snapshot that equals what the last event says, and
+// every append the child was told had succeeded (N at least the last
+// sequence it acknowledged).
 // env is added to the child's environment (for example the database's
 // address).
 func RunCrash(t *testing.T, open func(t *testing.T) baton.Store, env []string) {
@@ -102,11 +116,23 @@ func RunCrash(t *testing.T, open func(t *testing.T) baton.Store, env []string) {
 			t.Fatal(err)
 		}
 		ready := make(chan bool, 1)
+		var acked atomic.Int64 // the last sequence the child acknowledged
+		readerDone := make(chan struct{})
 		go func() {
+			defer close(readerDone)
 			sc := bufio.NewScanner(out)
 			ok := false
 			for sc.Scan() {
-				if sc.Text() == "ready" && !ok {
+				line := sc.Text()
+				if n, found := strings.CutPrefix(line, ackedPrefix); found {
+					v, err := strconv.ParseInt(n, 10, 64)
+					if err != nil {
+						t.Errorf("round %d: child printed %q", round, line)
+						continue
+					}
+					acked.Store(v)
+				}
+				if line == "ready" && !ok {
 					ok = true
 					ready <- true
 				}
@@ -118,11 +144,13 @@ func RunCrash(t *testing.T, open func(t *testing.T) baton.Store, env []string) {
 		select {
 		case ok := <-ready:
 			if !ok {
+				<-readerDone
 				cmd.Wait()
 				t.Fatalf("round %d: child exited before its first append", round)
 			}
 		case <-time.After(30 * time.Second):
 			cmd.Process.Kill()
+			<-readerDone
 			cmd.Wait()
 			t.Fatalf("round %d: child not ready after 30s", round)
 		}
@@ -131,9 +159,12 @@ func RunCrash(t *testing.T, open func(t *testing.T) baton.Store, env []string) {
 		if err := cmd.Process.Kill(); err != nil {
 			t.Fatal(err)
 		}
+		// Every line the child wrote before it died is read before Wait,
+		// which closes the pipe.
+		<-readerDone
 		cmd.Wait()
 		s := open(t)
-		n := VerifyAfterCrash(t, s, scope, c.ID)
+		n := VerifyAfterCrash(t, s, scope, c.ID, acked.Load())
 		s.Close()
 		if n <= last {
 			t.Fatalf("round %d: %d events after the kill, %d before: the child made no progress", round, n, last)
@@ -144,8 +175,10 @@ func RunCrash(t *testing.T, open func(t *testing.T) baton.Store, env []string) {
 }
 
 // VerifyAfterCrash checks the chat the crash child wrote and returns its
-// number of events.
-func VerifyAfterCrash(t *testing.T, s baton.Store, scope baton.Scope, chatID string) int64 {
+// number of events. acked is the last sequence the child acknowledged
+// before it was killed: the store must hold at least that many events, or
+// it lost a write it had reported durable.
+func VerifyAfterCrash(t *testing.T, s baton.Store, scope baton.Scope, chatID string, acked int64) int64 {
 	t.Helper()
 	ctx := ctxT(t)
 	// A database server may still commit the killed child's last statement
@@ -167,6 +200,9 @@ func VerifyAfterCrash(t *testing.T, s baton.Store, scope baton.Scope, chatID str
 		if before.LastSequence == c.LastSequence && int64(len(evs)) == c.LastSequence || time.Now().After(deadline) {
 			break
 		}
+	}
+	if c.LastSequence < acked {
+		t.Fatalf("the store holds %d events, but the child was told event %d was written: an acknowledged append was lost", c.LastSequence, acked)
 	}
 	checkSequences(t, evs, int(c.LastSequence))
 	ids := map[string]bool{}

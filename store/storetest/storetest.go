@@ -46,6 +46,10 @@ func Run(t *testing.T, newStore func(t *testing.T) baton.Store) {
 		{"Tasks", testTasks},
 		{"Leases", testLeases},
 		{"Validation", testValidation},
+		{"Content", testContent},
+		{"DeletedChat", testDeletedChat},
+		{"CancelledWrites", testCancelledWrites},
+		{"GetChatNotTorn", testGetChatNotTorn},
 		{"Keys", func(t *testing.T, s baton.Store) { RunKeys(t, s) }},
 		{"Closed", testClosed},
 	}
@@ -550,6 +554,10 @@ func testTenantIsolation(t *testing.T, s baton.Store) {
 	if err != nil || eff.State != baton.EffectPending {
 		t.Fatalf("owner's effect after strangers: %+v, %v", eff, err)
 	}
+	// A stranger's claim of k2 wrote no row: the owner's is the first.
+	if eff, err := s.ClaimEffect(ctx, owner, c.ID, "k2"); err != nil || eff.State != baton.EffectNew {
+		t.Fatalf("owner's claim of a key only strangers tried: %+v, %v; want new", eff, err)
+	}
 	tk, err := s.GetTask(ctx, owner, task.ID)
 	if err != nil || tk.Status != baton.TaskQueued {
 		t.Fatalf("owner's task after strangers: %+v, %v", tk, err)
@@ -855,6 +863,14 @@ func testClosed(t *testing.T, s baton.Store) {
 	ctx := ctxT(t)
 	scope := NewScope()
 	c := mustChat(t, s, scope, "hello")
+	task, err := s.CreateTask(ctx, scope, baton.Task{ChatID: c.ID, Kind: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := s.AcquireLease(ctx, c.ID, "i", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := s.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
@@ -878,6 +894,24 @@ func testClosed(t *testing.T, s baton.Store) {
 		"AcquireLease": func() error { _, err := s.AcquireLease(ctx, c.ID, "i", time.Second); return err },
 		"GetLease":     func() error { _, err := s.GetLease(ctx, c.ID); return err },
 		"TouchTasks":   func() error { _, err := s.TouchTasks(ctx, "i", time.Second); return err },
+		"GetTask":      func() error { _, err := s.GetTask(ctx, scope, task.ID); return err },
+		"UpdateTask": func() error {
+			_, err := s.UpdateTask(ctx, scope, task.ID, baton.TaskRunning, nil, "")
+			return err
+		},
+		"TasksByStatus": func() error { _, err := s.TasksByStatus(ctx, baton.TaskQueued, 10); return err },
+		"ChatsByStatus": func() error { _, err := s.ChatsByStatus(ctx, baton.ChatRunning, 10); return err },
+		"RenewLease": func() error {
+			_, err := s.RenewLease(ctx, c.ID, "i", lease.Token, time.Second)
+			return err
+		},
+		"ReleaseLease": func() error { return s.ReleaseLease(ctx, c.ID, "i", lease.Token) },
+		"CreateKey": func() error {
+			_, err := s.CreateKey(ctx, baton.APIKey{Hash: strings.Repeat("ab", 32), App: scope.App, User: scope.User})
+			return err
+		},
+		"LookupKey": func() error { _, err := s.LookupKey(ctx, strings.Repeat("ab", 32)); return err },
+		"RevokeKey": func() error { return s.RevokeKey(ctx, strings.Repeat("ab", 32)) },
 	}
 	for name, call := range calls {
 		err := call()
