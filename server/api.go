@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -11,7 +13,9 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/bus"
 	"github.com/batonhq/baton/engine"
+	"github.com/google/uuid"
 )
 
 func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
@@ -36,7 +40,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 // needEngine is the error of endpoints that run chats when the server has no engine.
 func (s *Server) needEngine() error {
 	if s.cfg.Engine == nil {
-		return baton.Errorf(baton.EUNAVAILABLE, "session support not available: this server does not run chats")
+		return unavailable("session support not available: this server does not run chats", nil)
 	}
 	return nil
 }
@@ -331,6 +335,9 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		default:
 			return baton.Errorf(baton.EINVALID, "content: required (or ui_event_id and data for a UI tool response)")
 		}
+		if in.ID, err = idempotencyKey(r); err != nil {
+			return err
+		}
 		if err := s.input(r.Context(), p.scope, req.ChatID, in, "http"); err != nil {
 			return err
 		}
@@ -345,8 +352,22 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 // input checks a person's message or UI tool response against the chat's
 // state and publishes it. The engine ignores input that does not fit the
 // chat, so everything it would ignore is refused here, with a 4xx that
-// names the field: the chat stays as it was.
+// names the field: the chat stays as it was. m.ID, when set, is the
+// message's idempotency key (inputEventID). A publish the bus could not
+// take is EUNAVAILABLE with a message that asks for a retry and never
+// quotes the cause (NATS's error text goes to the log).
 func (s *Server) input(ctx context.Context, scope baton.Scope, chatID string, m clientMessage, source string) error {
+	err := s.publishInput(ctx, scope, chatID, m, source)
+	if baton.ErrorCode(err) == baton.EUNAVAILABLE {
+		var own *unavailableError
+		if !errors.As(err, &own) {
+			return unavailable(msgInputUnroutable, err)
+		}
+	}
+	return err
+}
+
+func (s *Server) publishInput(ctx context.Context, scope baton.Scope, chatID string, m clientMessage, source string) error {
 	chat, err := s.chatIn(ctx, scope, chatID)
 	if err != nil {
 		return err
@@ -363,7 +384,24 @@ func (s *Server) input(ctx context.Context, scope baton.Scope, chatID string, m 
 		if err := acceptsMessage(chat); err != nil {
 			return err
 		}
-		return s.cfg.Engine.Submit(ctx, scope, chat.ID, content, source)
+		if m.ID == "" {
+			return s.cfg.Engine.Submit(ctx, scope, chat.ID, content, source)
+		}
+		// Engine.Submit picks a fresh event id; with an idempotency key the
+		// event is built here, as the engine would (its user_query input:
+		// content and source), with an id derived from the key, so that a
+		// retry is dropped by the bus (and JetStream) within their windows
+		// and by the engine's record of the chat's recent inputs after.
+		payload, err := json.Marshal(map[string]string{"content": content, "source": source})
+		if err != nil {
+			return fmt.Errorf("encode user_query: %w", err)
+		}
+		ev := engine.InputEvent(scope, baton.TypeUserQuery, chat.ID, payload)
+		ev.ID = inputEventID(scope, chat.ID, m.ID)
+		if err := s.cfg.Bus.Publish(ctx, ev); err != nil {
+			return fmt.Errorf("publish user_query %s: %w", ev.ID, err)
+		}
+		return nil
 	case msgUIResponse:
 		var pending *baton.PendingRequest
 		for i := range chat.Pending {
@@ -441,9 +479,20 @@ func (s *Server) handlePrompt(w http.ResponseWriter, r *http.Request) {
 		if err := acceptsMessage(chat); err != nil {
 			return err
 		}
-		payload, _ := json.Marshal(map[string]string{"sessionId": id, "content": content, "source": "api"})
-		if err := s.cfg.Bus.Publish(r.Context(), engine.InputEvent(p.scope, baton.TypeUserQuery, id, payload)); err != nil {
+		key, err := idempotencyKey(r)
+		if err != nil {
 			return err
+		}
+		payload, _ := json.Marshal(map[string]string{"sessionId": id, "content": content, "source": "api"})
+		ev := engine.InputEvent(p.scope, baton.TypeUserQuery, id, payload)
+		if key != "" {
+			ev.ID = inputEventID(p.scope, id, key)
+		}
+		if err := s.cfg.Bus.Publish(r.Context(), ev); err != nil {
+			if baton.ErrorCode(err) == baton.EUNAVAILABLE {
+				return unavailable(msgInputUnroutable, err)
+			}
+			return fmt.Errorf("publish user_query %s: %w", ev.ID, err)
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"success": true, "sessionId": id, "message": "Processing started"})
 		return nil
@@ -505,6 +554,13 @@ func (s *Server) handleExternalEvent(w http.ResponseWriter, r *http.Request) {
 		if ev.Timestamp == 0 {
 			ev.Timestamp = time.Now().UnixMilli()
 		}
+		// metadata.origin names the instance a NATS bridge received an event
+		// from (bus.Remote): one that carries it is skipped by this
+		// instance's metrics and rollups, and is taken for another
+		// instance's record.
+		if _, ok := ev.Metadata.Extra[bus.OriginKey]; ok {
+			return baton.Errorf(baton.EINVALID, "metadata.%s: reserved to the runtime", bus.OriginKey)
+		}
 		// The scope comes from the key, never from the client's metadata.
 		scoped := engine.InputEvent(p.scope, ev.Type, ev.ChatID(), nil)
 		if ev.Metadata.Extra == nil {
@@ -513,14 +569,20 @@ func (s *Server) handleExternalEvent(w http.ResponseWriter, r *http.Request) {
 		for k, v := range scoped.Metadata.Extra {
 			ev.Metadata.Extra[k] = v
 		}
-		if ev.Metadata.Source == "" {
+		switch ev.Metadata.Source {
+		case "":
 			ev.Metadata.Source = baton.SourceEnv
+		case baton.SourceEnv, baton.SourceTool:
+		default:
+			// user, llm and system events are the runtime's own: a client
+			// claiming them could pass for the person, a model or baton.
+			return baton.Errorf(baton.EINVALID, "metadata.source: %q is reserved to the runtime (use env or tool)", ev.Metadata.Source)
 		}
 		if err := ev.Validate(); err != nil {
 			return err
 		}
 		if err := s.cfg.Bus.Publish(r.Context(), ev); err != nil {
-			return err
+			return fmt.Errorf("publish %s %s: %w", ev.Type, ev.ID, err)
 		}
 		writeJSON(w, http.StatusAccepted, map[string]any{"id": ev.ID, "type": ev.Type, "chat_id": ev.ChatID(), "accepted": true})
 		return nil
@@ -570,4 +632,55 @@ func intParam(v, name string, def, lo, hi int) (int, error) {
 		return 0, baton.Errorf(baton.EINVALID, "%s: must be an integer from %d to %d", name, lo, hi)
 	}
 	return n, nil
+}
+
+// maxIdempotencyKey bounds an idempotency key (an HTTP Idempotency-Key or a
+// WebSocket message's id).
+const maxIdempotencyKey = 128
+
+// checkIdempotencyKey checks an idempotency key: 1–128 characters of
+// A–Z, a–z, 0–9, '_', '.', ':' and '-'. field names it in the error.
+func checkIdempotencyKey(field, key string) error {
+	ok := key != "" && len(key) <= maxIdempotencyKey
+	for i := 0; ok && i < len(key); i++ {
+		c := key[i]
+		ok = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == ':' || c == '-'
+	}
+	if !ok {
+		return baton.Errorf(baton.EINVALID, "%s: must be 1 to %d characters of A-Z, a-z, 0-9, '_', '.', ':' and '-'", field, maxIdempotencyKey)
+	}
+	return nil
+}
+
+// idempotencyKey returns the request's Idempotency-Key header ("" without one).
+func idempotencyKey(r *http.Request) (string, error) {
+	vs := r.Header.Values("Idempotency-Key")
+	switch {
+	case len(vs) == 0:
+		return "", nil
+	case len(vs) > 1:
+		return "", baton.Errorf(baton.EINVALID, "Idempotency-Key: give it once")
+	}
+	if err := checkIdempotencyKey("Idempotency-Key", vs[0]); err != nil {
+		return "", err
+	}
+	return vs[0], nil
+}
+
+// inputNamespace is the UUID namespace of the input event ids derived from
+// idempotency keys.
+var inputNamespace = uuid.MustParse("5f0c3a52-8a4e-4f3e-9d7b-3c1e0b6a9d21")
+
+// inputEventID is the event id of a person's input sent with an idempotency
+// key: the same for the same key in the same chat of the same scope, and
+// unrelated otherwise. Clients choose keys, so a key is never used as the
+// id itself: two tenants' "m-1" must not collide in the bus's window.
+func inputEventID(scope baton.Scope, chatID, key string) string {
+	var name []byte
+	for _, part := range []string{scope.App, scope.User, chatID, key} {
+		name = strconv.AppendInt(name, int64(len(part)), 10) // length-prefixed: the join is unambiguous
+		name = append(name, ':')
+		name = append(name, part...)
+	}
+	return uuid.NewSHA1(inputNamespace, name).String()
 }

@@ -414,6 +414,36 @@ func TestRateLimit(t *testing.T) {
 	}
 }
 
+// TestRateLimit_Metrics: Prometheus scrapes take rate tokens like every
+// other request, with a key and in dev mode without one.
+func TestRateLimit_Metrics(t *testing.T) {
+	limited := func(c *Config) { c.RateLimit, c.RateBurst = 0.001, 2 }
+	e := newEnv(t, withMetrics(), withConfig(limited))
+	dev := newEnv(t, withMetrics(), withConfig(limited), withConfig(func(c *Config) { c.Dev = true }))
+	for _, p := range []string{"/metrics", "/metrics/prometheus"} {
+		for _, tc := range []struct {
+			e   *env
+			key string
+		}{{e, e.keys[scopeAda]}, {dev, ""}} {
+			tc.e.limiterReset()
+			codes := []int{}
+			for range 3 {
+				codes = append(codes, tc.e.do(t, "GET", p, tc.key, nil).status)
+			}
+			if !slices.Equal(codes, []int{200, 200, 429}) {
+				t.Errorf("%s (dev %v): statuses %v, want 200 200 429", p, tc.e.cfg.Dev, codes)
+			}
+		}
+	}
+}
+
+// limiterReset refills every rate bucket.
+func (e *env) limiterReset() {
+	e.srv.limiter.mu.Lock()
+	clear(e.srv.limiter.buckets)
+	e.srv.limiter.mu.Unlock()
+}
+
 // TestDevMode: without a key, dev mode acts as user "dev" of the URL's app.
 func TestDevMode(t *testing.T) {
 	e := newEnv(t, withWorkflows(benchDir), withConfig(func(c *Config) { c.Dev = true }))

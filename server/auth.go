@@ -1,16 +1,19 @@
 package server
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"fmt"
 	"net"
 	"net/http"
 	"net/url"
 	"path"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/batonhq/baton"
 	"golang.org/x/time/rate"
@@ -56,14 +59,19 @@ func bearer(r *http.Request) string {
 // principal is who a request acts as.
 type principal struct {
 	scope baton.Scope
-	limit string // the rate-limit bucket: the key's hash, or the client address in dev mode
+	limit string // the rate-limit (and stream-count) bucket: the key's hash, or the client address in dev mode
+	// keyHash is the hash of the key the principal was authenticated with;
+	// "" in dev mode without a key. Open streams re-check it (keyLive), so
+	// that revoking a key ends its streams too.
+	keyHash string
 }
 
 // authenticate resolves a token (or, in dev mode, none) to a principal.
 // app is the app the request names ("" when it names none). A key of
 // another app is ENOTFOUND: the request names something the caller may not
-// know exists (invariant 8).
-func (s *Server) authenticate(r *http.Request, token, app string) (principal, error) {
+// know exists (invariant 8). ctx bounds the key lookup: a WebSocket's auth
+// message comes after its request is hijacked.
+func (s *Server) authenticate(ctx context.Context, r *http.Request, token, app string) (principal, error) {
 	if token == "" {
 		if !s.cfg.Dev {
 			return principal{}, errUnauthorized
@@ -71,14 +79,13 @@ func (s *Server) authenticate(r *http.Request, token, app string) (principal, er
 		if app == "" {
 			return principal{}, baton.Errorf(baton.EINVALID, "app: required in dev mode without a key")
 		}
-		host, _, _ := net.SplitHostPort(r.RemoteAddr)
-		return principal{scope: baton.Scope{App: app, User: DevUser}, limit: "dev:" + host}, nil
+		return principal{scope: baton.Scope{App: app, User: DevUser}, limit: devLimitKey(r)}, nil
 	}
 	if len(token) > 256 {
 		return principal{}, errUnauthorized
 	}
 	hash := HashKey(token)
-	k, err := s.cfg.Keys.LookupKey(r.Context(), hash)
+	k, err := s.cfg.Keys.LookupKey(ctx, hash)
 	if err != nil {
 		if baton.ErrorCode(err) == baton.ENOTFOUND {
 			return principal{}, errUnauthorized
@@ -88,7 +95,118 @@ func (s *Server) authenticate(r *http.Request, token, app string) (principal, er
 	if app != "" && app != k.App {
 		return principal{}, baton.Errorf(baton.ENOTFOUND, "not found")
 	}
-	return principal{scope: k.Scope(), limit: hash}, nil
+	return principal{scope: k.Scope(), limit: hash, keyHash: hash}, nil
+}
+
+// errRevoked ends a stream whose key was revoked after it opened.
+var errRevoked = baton.Errorf(baton.EUNAUTHORIZED, "API key revoked")
+
+// keyLive re-checks, for a stream that is already open, that p's key is
+// still live: a key is checked once at the handshake, and a stream can last
+// for days. Dev-mode principals without a key have nothing to re-check. A
+// key found live is remembered for Config.KeyCacheTTL, so that a burst of
+// messages costs one store read; a revoked key is never cached. It returns
+// errRevoked for a revoked (or deleted) key, and the store's error when the
+// store cannot tell: the caller keeps the stream then, as it was authorized
+// and the store may be back in a moment.
+func (s *Server) keyLive(ctx context.Context, p principal) error {
+	if p.keyHash == "" {
+		return nil
+	}
+	now := time.Now()
+	s.keysMu.Lock()
+	at, ok := s.liveKeys[p.keyHash]
+	s.keysMu.Unlock()
+	if ok && now.Sub(at) < s.cfg.KeyCacheTTL {
+		return nil
+	}
+	if _, err := s.cfg.Keys.LookupKey(ctx, p.keyHash); err != nil {
+		if baton.ErrorCode(err) == baton.ENOTFOUND {
+			s.keysMu.Lock()
+			delete(s.liveKeys, p.keyHash)
+			s.keysMu.Unlock()
+			return errRevoked
+		}
+		return fmt.Errorf("re-check API key: %w", err)
+	}
+	s.keysMu.Lock()
+	if len(s.liveKeys) >= 10000 {
+		clear(s.liveKeys) // bound the memory; a forgotten key is looked up again
+	}
+	s.liveKeys[p.keyHash] = now
+	s.keysMu.Unlock()
+	return nil
+}
+
+// streamSlot is one open stream counted against its principal's bucket
+// (Config.MaxStreamsPerKey): a key that opens streams without end would
+// otherwise hold a goroutine pair, a queue and a hub entry each.
+type streamSlot struct {
+	s   *Server
+	key string // the bucket counted; "" once released
+}
+
+// acquireStream counts a new stream of p, or refuses it with ERATELIMITED
+// when p's bucket holds Config.MaxStreamsPerKey streams already. Dev mode
+// without a key has no cap: it serves one developer on loopback, whose
+// tools and load tests (baton bench, BenchmarkWS) open many streams.
+func (s *Server) acquireStream(p principal) (*streamSlot, error) {
+	if p.keyHash == "" {
+		return &streamSlot{s: s}, nil // counted nowhere; release is a no-op
+	}
+	if err := s.countStream(p.limit); err != nil {
+		return nil, err
+	}
+	return &streamSlot{s: s, key: p.limit}, nil
+}
+
+func (s *Server) countStream(key string) error {
+	s.streamsMu.Lock()
+	defer s.streamsMu.Unlock()
+	if s.cfg.MaxStreamsPerKey > 0 && s.openStreams[key] >= s.cfg.MaxStreamsPerKey {
+		return baton.Errorf(codeRateLimited, "too many open streams for this key (at most %d): close some first", s.cfg.MaxStreamsPerKey)
+	}
+	s.openStreams[key]++
+	return nil
+}
+
+func (s *Server) uncountStream(key string) {
+	s.streamsMu.Lock()
+	defer s.streamsMu.Unlock()
+	if s.openStreams[key]--; s.openStreams[key] <= 0 {
+		delete(s.openStreams, key)
+	}
+}
+
+// move counts the stream against p's bucket instead (a dev-mode stream
+// that authenticated with a key); the old count is kept if p's is full.
+func (sl *streamSlot) move(p principal) error {
+	if p.limit == sl.key {
+		return nil
+	}
+	if err := sl.s.countStream(p.limit); err != nil {
+		return err
+	}
+	if sl.key != "" {
+		sl.s.uncountStream(sl.key)
+	}
+	sl.key = p.limit
+	return nil
+}
+
+// release uncounts the stream; it is idempotent.
+func (sl *streamSlot) release() {
+	if sl != nil && sl.key != "" {
+		sl.s.uncountStream(sl.key)
+		sl.key = ""
+	}
+}
+
+// devLimitKey is the rate bucket of a dev-mode request without a key: its
+// client address.
+func devLimitKey(r *http.Request) string {
+	host, _, _ := net.SplitHostPort(r.RemoteAddr)
+	return "dev:" + host
 }
 
 // limiter is a token bucket per key.
@@ -151,6 +269,41 @@ func originAllowed(r *http.Request, allowed []string) bool {
 		}
 	}
 	return false
+}
+
+// devHostAllowed reports whether a --dev request may be served: its Host,
+// and its Origin when it has one, must name this machine. The dev server
+// needs no key, so without this a page on attacker.example whose DNS name
+// is rebound to 127.0.0.1 would drive it from the person's browser: the
+// browser sends Host and Origin "attacker.example", which the Origin check
+// alone takes for the server's own host.
+func devHostAllowed(r *http.Request) bool {
+	if !loopbackHost(r.Host) {
+		return false
+	}
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return true
+	}
+	u, err := url.Parse(origin)
+	return err == nil && loopbackHost(u.Host)
+}
+
+// loopbackHost reports whether a Host (or an origin's host), with or
+// without a port, is localhost, 127.0.0.0/8 or [::1].
+func loopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	} else if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+		host = host[1 : len(host)-1] // an IPv6 literal without a port
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // IsLoopback reports whether a listen address only accepts connections from

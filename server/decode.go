@@ -111,7 +111,10 @@ func jsonKind(k string) string {
 //	{"type": "ping"}
 //	{"type": "auth", "token": "bk_…"}   (the first message, for browsers)
 //
-// Any message may carry an "id" that the server's ack or error echoes.
+// Any message may carry an "id" (1–128 characters of A–Z, a–z, 0–9, '_',
+// '.', ':', '-') that the server's ack or error echoes; a user.input.submit's
+// id is also its idempotency key: sent again with the same id, the message is
+// recorded once.
 type clientMessage struct {
 	Type         string          `json:"type"`
 	ID           string          `json:"id,omitempty"`
@@ -140,8 +143,11 @@ func decodeClientMessage(data []byte) (clientMessage, error) {
 	if err := decodeStrict("message", data, &m); err != nil {
 		return clientMessage{}, err
 	}
-	if len(m.ID) > baton.MaxEventIDLen {
-		return clientMessage{}, baton.Errorf(baton.EINVALID, "id: longer than %d characters", baton.MaxEventIDLen)
+	if m.ID != "" {
+		// The id of a user.input.submit is its idempotency key.
+		if err := checkIdempotencyKey("id", m.ID); err != nil {
+			return clientMessage{}, err
+		}
 	}
 	allowed := map[string]bool{"type": true, "id": true}
 	switch m.Type {

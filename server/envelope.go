@@ -48,14 +48,18 @@ func viewOf(payload []byte) eventView {
 }
 
 // visible reports whether a client of a chat of wf may see ev, and the agent
-// the event is about.
+// the event is about. A nil wf (the server does not know the chat's
+// workflow: it runs no engine, or the workflow was removed) fails closed:
+// the person's, the system's and agent-less events, and the types the UI
+// needs whoever the agent, are shown; no agent's text, tool calls or
+// context updates are, since any agent might be internal.
 func visible(wf *workflow.Workflow, ev *baton.Event, v *eventView) bool {
 	isVisual := func(agent string) bool {
 		switch agent {
 		case "", agentUser, agentSystem:
 			return true
 		}
-		return wf == nil || len(wf.Config.VisualAgents) == 0 || wf.IsVisual(agent)
+		return wf != nil && (len(wf.Config.VisualAgents) == 0 || wf.IsVisual(agent))
 	}
 	switch ev.Type {
 	case baton.TypeChatInputRequest, baton.TypeChatRunComplete, baton.TypeChatError, baton.TypeChatWorkflowResumed:

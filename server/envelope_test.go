@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"strings"
@@ -149,5 +150,65 @@ func BenchmarkEncodeFrame(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestEnvelopeFilter_UnknownWorkflowFailsClosed: without the chat's
+// workflow (no engine, or the workflow was removed) the filter cannot tell
+// visual agents from internal ones, so it shows no agent's text, tool calls,
+// usage or context — only the person's, the system's and agent-less events,
+// and the types the UI needs whoever the agent.
+func TestEnvelopeFilter_UnknownWorkflowFailsClosed(t *testing.T) {
+	const agent = "ContextVariablesAgent"
+	for _, tc := range []struct {
+		name, typ, agent, payload string
+		shown                     bool
+	}{
+		{"agent text", baton.TypeChatText, agent, `{"kind":"text","agent":"ContextVariablesAgent","content":"INTERNAL"}`, false},
+		{"agent tool call", baton.TypeChatToolCall, agent, `{"kind":"tool_call","agent":"ContextVariablesAgent","tool_name":"t"}`, false},
+		{"agent context update", baton.TypeChatContextUpdated, agent, `{"kind":"context_updated","agent":"ContextVariablesAgent","variables":{"a":1}}`, false},
+		{"agent usage", baton.TypeChatUsageSummary, agent, `{"kind":"usage_summary","agent":"ContextVariablesAgent"}`, false},
+		{"agent stream", baton.TypeStreamText, agent, `{"message_id":"m","agent":"ContextVariablesAgent","delta":"x"}`, false},
+		{"handoff agent to the person", baton.TypeChatHandoff, agent, `{"kind":"handoff","from":"ContextVariablesAgent","to":""}`, false},
+		{"user text", baton.TypeChatText, "user", `{"kind":"text","agent":"user","content":"hello"}`, true},
+		{"system text", baton.TypeChatText, "system", `{"kind":"text","agent":"system","content":"resume"}`, true},
+		{"agent-less event", baton.TypeChatContextUpdated, "", `{"kind":"context_updated","variables":{"a":1}}`, true},
+		{"input request", baton.TypeChatInputRequest, agent, `{"kind":"input_request","agent":"ContextVariablesAgent"}`, true},
+		{"UI tool call awaiting the person", baton.TypeChatToolCall, agent, `{"kind":"tool_call","agent":"ContextVariablesAgent","ui_event_id":"u1","awaiting_response":true}`, true},
+		{"run complete", baton.TypeChatRunComplete, "", `{"kind":"run_complete","status":"success"}`, true},
+		{"error", baton.TypeChatError, agent, `{"kind":"error","agent":"ContextVariablesAgent","message":"m"}`, true},
+	} {
+		ev := baton.NewEvent(tc.typ, baton.Metadata{TriggerSessionID: "c1", TriggerAgentName: tc.agent}, json.RawMessage(tc.payload))
+		if baton.IsChatType(tc.typ) {
+			ev.Sequence = 3
+		}
+		if f := encodeFrame(nil, &ev); (f.data != nil) != tc.shown {
+			t.Errorf("%s: shown = %v, want %v", tc.name, f.data != nil, tc.shown)
+		}
+	}
+}
+
+// TestEngineless_HistoryHidesAgents: a server that runs no engine (so
+// knows no workflow) serves a chat's history without its agents' text.
+func TestEngineless_HistoryHidesAgents(t *testing.T) {
+	e := newEnv(t, withoutEngine())
+	ctx := context.Background()
+	chat, err := e.store.CreateChat(ctx, scopeAda, baton.Chat{Workflow: "generator", Status: baton.ChatRunning})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []baton.Event
+	for _, p := range []string{
+		`{"kind":"text","agent":"user","content":"PERSON"}`,
+		`{"kind":"text","agent":"ContextVariablesAgent","content":"INTERNAL"}`,
+	} {
+		evs = append(evs, baton.NewEvent(baton.TypeChatText, baton.Metadata{Source: baton.SourceLLM}, json.RawMessage(p)))
+	}
+	if _, err := e.store.Append(ctx, scopeAda, chat.ID, evs, nil); err != nil {
+		t.Fatal(err)
+	}
+	r := e.do(t, "GET", "/api/chats/acme/"+chat.ID+"/events", e.keys[scopeAda], nil)
+	if r.status != 200 || strings.Contains(string(r.body), "INTERNAL") || !strings.Contains(string(r.body), "PERSON") {
+		t.Fatalf("history without the workflow: %d %s", r.status, r.body)
 	}
 }

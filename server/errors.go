@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -16,35 +17,116 @@ const (
 	codeTooLarge    = baton.ETOOLARGE    // 413: the request body is over the limit
 )
 
-// errStatus maps an error to its HTTP status through baton.HTTPStatus, the
-// one place where codes meet statuses.
-func errStatus(err error) int { return baton.HTTPStatus(baton.ErrorCode(err)) }
+// errRateLimited answers a request or message whose bucket is empty.
+var errRateLimited = baton.Errorf(codeRateLimited, "rate limit exceeded: slow down")
+
+// Messages of unavailable errors whose cause a client must not see.
+const (
+	// msgUnavailable is what a client learns of a dependency that is down
+	// (the store, the bus, NATS): the cause names hosts, timeouts and
+	// internals, and goes to the log only.
+	msgUnavailable = "service temporarily unavailable: retry later"
+	// msgInputUnroutable is the answer to an input the bus could not take.
+	// JetStream may have stored it anyway, so the client is told to send
+	// it again with the same id, which is de-duplicated.
+	msgInputUnroutable = "the input could not be routed: retry with the same id (or Idempotency-Key)"
+)
+
+// unavailableError is an EUNAVAILABLE error whose message the server wrote
+// for clients; its cause is logged, never shown. Any other EUNAVAILABLE
+// error reaching a client is shown as msgUnavailable, because its message
+// may quote a dependency's error text (natsbridge's "route input …: nats:
+// timeout").
+type unavailableError struct {
+	public *baton.Error // EUNAVAILABLE with the client's message, no cause
+	cause  error
+}
+
+// unavailable returns an EUNAVAILABLE error that shows msg to clients and
+// keeps cause (which may be nil) for the log.
+func unavailable(msg string, cause error) error {
+	return &unavailableError{public: &baton.Error{Code: baton.EUNAVAILABLE, Message: msg}, cause: cause}
+}
+
+func (e *unavailableError) Error() string {
+	if e.cause != nil {
+		return e.public.Message + ": " + e.cause.Error()
+	}
+	return e.public.Message
+}
+
+// Unwrap gives baton.ErrorCode and baton.ErrorMessage the public error
+// (it comes first, so it is the first *baton.Error they find: a handler
+// outside this package, like the metrics ones, shows its message too) and
+// errors.Is/As the cause.
+func (e *unavailableError) Unwrap() []error {
+	if e.cause == nil {
+		return []error{e.public}
+	}
+	return []error{e.public, e.cause}
+}
+
+// publicError is the one place where the server turns an error into what a
+// client sees: the code, and a message that never carries a cause from
+// below the engine. Internal errors say "internal error"; unavailable ones
+// say what the server wrote for them (unavailableError) or msgUnavailable.
+// Every other code's message is written for clients (it names the field or
+// the state at fault) and is shown as it is.
+func publicError(err error) (code, message string) {
+	code = baton.ErrorCode(err)
+	switch code {
+	case baton.EINTERNAL:
+		return code, "internal error"
+	case baton.EUNAVAILABLE:
+		var u *unavailableError
+		if errors.As(err, &u) {
+			return code, u.public.Message
+		}
+		return code, msgUnavailable
+	}
+	return code, baton.ErrorMessage(err)
+}
+
+// clientGone reports whether err is only the end of the client's request:
+// it disconnected, and its context was cancelled under a store or bus call.
+// That is no failure of the server's, and is not logged as one.
+func clientGone(r *http.Request, err error) bool {
+	return errors.Is(err, context.Canceled) && r.Context().Err() != nil
+}
 
 // errorBody is the JSON of every error response: {"error": {"code", "message"}}.
 type errorBody struct {
 	Error errorDetail `json:"error"`
 }
 
+// errorDetail is the code and the client-safe message of an error.
 type errorDetail struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 }
 
-// writeError answers with err's status and its client-safe code and
-// message. An internal error is logged with its cause and shown as
-// "internal error", never with details.
+// writeError answers with err's status and its client-safe code and message
+// (publicError). An internal or unavailable error is logged with its cause;
+// a request whose client went away is logged at debug level and answered
+// 503 (nobody reads it), never counted as a 500.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	status := errStatus(err)
-	code := baton.ErrorCode(err)
-	if status >= 500 && code == baton.EINTERNAL {
+	if clientGone(r, err) {
+		s.log.Debug("server: client went away", "method", r.Method, "path", r.URL.Path, "err", err)
+		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: errorDetail{Code: baton.EUNAVAILABLE, Message: "request cancelled"}})
+		return
+	}
+	code, msg := publicError(err)
+	status := baton.HTTPStatus(code)
+	switch code {
+	case baton.EINTERNAL:
 		s.log.Error("server: internal error", "method", r.Method, "path", r.URL.Path, "err", err)
-	} else if status >= 500 {
+	case baton.EUNAVAILABLE:
 		s.log.Warn("server: unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
 	if errors.Is(err, errUnauthorized) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="baton"`)
 	}
-	writeJSON(w, status, errorBody{Error: errorDetail{Code: code, Message: baton.ErrorMessage(err)}})
+	writeJSON(w, status, errorBody{Error: errorDetail{Code: code, Message: msg}})
 }
 
 // writeJSON writes v as the JSON response body with status.

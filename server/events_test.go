@@ -3,10 +3,13 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/bus"
 	"github.com/batonhq/baton/engine"
 )
 
@@ -62,5 +65,64 @@ func TestBackgroundTask_WebSocketSeesTheWokenAgent(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("the event is not in the chat's history")
+	}
+}
+
+// TestExternalEvent_ReservedMetadata: POST /api/events refuses what only the
+// runtime may claim — metadata.origin (the NATS bridge's mark of another
+// instance's event) and the user, llm and system sources — and publishes
+// the rest with source env unless it says tool.
+func TestExternalEvent_ReservedMetadata(t *testing.T) {
+	e := newEnv(t, withWorkflows(benchDir))
+	ctx := context.Background()
+	chat, err := e.store.CreateChat(ctx, scopeAda, baton.Chat{Workflow: "bench", Status: baton.ChatWaitingInput})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := e.bus.Subscribe([]string{"webhook.*"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	post := func(meta map[string]any) response {
+		t.Helper()
+		return e.do(t, "POST", "/api/events", e.keys[scopeAda], map[string]any{
+			"type": "webhook.received", "chat_id": chat.ID, "metadata": meta, "payload": map[string]any{"n": 1},
+		})
+	}
+	for _, tc := range []struct {
+		meta  map[string]any
+		field string
+	}{
+		{map[string]any{bus.OriginKey: "instance-b"}, "metadata.origin"},
+		{map[string]any{"source": "system"}, "metadata.source"},
+		{map[string]any{"source": "llm"}, "metadata.source"},
+		{map[string]any{"source": "user"}, "metadata.source"},
+	} {
+		if r := post(tc.meta); r.status != http.StatusBadRequest || !strings.HasPrefix(r.errorMessage(), tc.field) {
+			t.Errorf("metadata %v: %d %s, want 400 naming %s", tc.meta, r.status, r.body, tc.field)
+		}
+	}
+	for meta, want := range map[string]string{"": baton.SourceEnv, baton.SourceEnv: baton.SourceEnv, baton.SourceTool: baton.SourceTool} {
+		m := map[string]any{}
+		if meta != "" {
+			m["source"] = meta
+		}
+		if r := post(m); r.status != http.StatusAccepted {
+			t.Fatalf("source %q: %d %s", meta, r.status, r.body)
+		}
+		select {
+		case ev := <-sub.C():
+			if ev.Metadata.Source != want || bus.Remote(ev) {
+				t.Errorf("source %q: published with source %q, remote %v", meta, ev.Metadata.Source, bus.Remote(ev))
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("source %q: nothing published", meta)
+		}
+	}
+	select {
+	case ev := <-sub.C():
+		t.Fatalf("a refused event was published: %+v", ev)
+	default:
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/batonhq/baton/bus"
 	"github.com/batonhq/baton/engine"
 	"github.com/batonhq/baton/llm/scripted"
+	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/recorder"
 	"github.com/batonhq/baton/store/sqlite"
 	"github.com/batonhq/baton/workflow"
@@ -58,6 +59,11 @@ type env struct {
 	stamp  *stampPublisher
 	// readTimeout is the http.Server's ReadTimeout (0: none).
 	readTimeout time.Duration
+	// wrapStore, if set, wraps the store the server reads (not the
+	// engine's, nor the key store).
+	wrapStore func(baton.Store) baton.Store
+	// metrics gives the server a metrics collector (not started).
+	metrics bool
 }
 
 type envOption func(*env)
@@ -69,6 +75,15 @@ func withoutEngine() envOption { return func(e *env) { e.noEng = true } }
 
 // withPublisher puts p between the recorder and the bus.
 func withPublisher(p *stampPublisher) envOption { return func(e *env) { e.stamp = p } }
+
+// withServerStore makes the server read the store through wrap.
+func withServerStore(wrap func(baton.Store) baton.Store) envOption {
+	return func(e *env) { e.wrapStore = wrap }
+}
+
+// withMetrics gives the server a metrics collector, so that /metrics and
+// /metrics/perf/* answer.
+func withMetrics() envOption { return func(e *env) { e.metrics = true } }
 
 // withWorkflows loads the workflows from dir instead of the examples.
 func withWorkflows(dir string) envOption { return func(e *env) { e.wfRoot = dir } }
@@ -120,6 +135,14 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	}
 	cfg := e.cfg
 	cfg.Store, cfg.Keys, cfg.Bus, cfg.Engine, cfg.Logger = st, st, e.bus, e.eng, log
+	if e.wrapStore != nil {
+		cfg.Store = e.wrapStore(st)
+	}
+	if e.metrics {
+		if cfg.Metrics, err = metrics.New(metrics.Options{Bus: e.bus, Chats: st.GetChat, Usage: st, Logger: log}); err != nil {
+			t.Fatalf("metrics: %v", err)
+		}
+	}
 	e.srv, err = New(cfg)
 	if err != nil {
 		t.Fatalf("server: %v", err)

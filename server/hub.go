@@ -177,7 +177,7 @@ func (h *hub) subscribe(chatID string, wf *workflow.Workflow) (*subscriber, erro
 	select {
 	case <-h.done:
 		h.mu.Unlock()
-		return nil, baton.Errorf(baton.EUNAVAILABLE, "server is shutting down")
+		return nil, unavailable("server is shutting down: reconnect later", nil)
 	default:
 	}
 	c := h.chats[chatID]

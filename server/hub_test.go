@@ -64,8 +64,9 @@ func TestHubFrameReuse(t *testing.T) {
 		quit.Store(true)
 	})
 	for i := int64(1); i <= n; i++ {
-		payload := fmt.Sprintf(`{"kind":"text","agent":"a","content":"%d"}`, i)
-		ev := baton.NewEvent(baton.TypeChatText, baton.Metadata{TriggerSessionID: chatID, TriggerAgentName: "a"}, json.RawMessage(payload))
+		// The person's text: shown even without the chat's workflow (nil).
+		payload := fmt.Sprintf(`{"kind":"text","agent":"user","content":"%d"}`, i)
+		ev := baton.NewEvent(baton.TypeChatText, baton.Metadata{TriggerSessionID: chatID, TriggerAgentName: "user"}, json.RawMessage(payload))
 		ev.Sequence = i
 		// Wait for room in the reading streams' queues (the hub never
 		// waits): only the stuck stream is to be cut off.

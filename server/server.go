@@ -25,6 +25,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/batonhq/baton"
@@ -72,6 +73,26 @@ type Config struct {
 	// AuthTimeout is how long a WebSocket without an Authorization header
 	// has to send its auth message (default 10s).
 	AuthTimeout time.Duration
+	// MaxPendingAuth bounds the WebSockets that wait, all at once, for
+	// their first-message auth (default 1024): each holds a connection and
+	// a goroutine for up to AuthTimeout before anyone is known. Beyond it a
+	// handshake is answered 429.
+	MaxPendingAuth int
+	// MaxStreamsPerKey bounds the open WebSocket and SSE streams of one key
+	// (of one client address in dev mode without a key); default 64,
+	// negative for no bound. Beyond it a stream is refused with 429.
+	MaxStreamsPerKey int
+	// KeyRecheck is how often an open stream re-checks that its key is
+	// still live (default 30s); a revoked key's stream is closed (WebSocket
+	// 1008, SSE ends). Inputs over a WebSocket re-check it each time.
+	KeyRecheck time.Duration
+	// KeyCacheTTL is how long a key found live by a re-check is not looked
+	// up again (default 5s).
+	KeyCacheTTL time.Duration
+	// PingInterval is how often a WebSocket is pinged (default 30s); a peer
+	// that does not answer within WriteTimeout is disconnected, so dead
+	// connections behind proxies and NATs do not linger.
+	PingInterval time.Duration
 	// UI, when set, serves the browser UI: every GET or HEAD of a path
 	// outside /api/, /ws/ and /sessions/ that is not a route (the page at
 	// "/" and its assets). It needs no key; the page asks for one.
@@ -102,6 +123,14 @@ type Server struct {
 	ctx    context.Context // done when Close is called: streams end
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	keysMu   sync.Mutex
+	liveKeys map[string]time.Time // key hash → when a re-check last found it live (keyLive)
+
+	streamsMu   sync.Mutex
+	openStreams map[string]int // principal bucket → open streams (acquireStream)
+
+	pendingAuth atomic.Int64 // WebSockets waiting for their auth message
 }
 
 // route is one endpoint of the API.
@@ -139,7 +168,25 @@ func New(cfg Config) (*Server, error) {
 	if cfg.AuthTimeout <= 0 {
 		cfg.AuthTimeout = 10 * time.Second
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, limiter: newLimiter(cfg.RateLimit, cfg.RateBurst)}
+	if cfg.MaxPendingAuth <= 0 {
+		cfg.MaxPendingAuth = 1024
+	}
+	if cfg.MaxStreamsPerKey == 0 {
+		cfg.MaxStreamsPerKey = 64
+	}
+	if cfg.KeyRecheck <= 0 {
+		cfg.KeyRecheck = 30 * time.Second
+	}
+	if cfg.KeyCacheTTL <= 0 {
+		cfg.KeyCacheTTL = 5 * time.Second
+	}
+	if cfg.PingInterval <= 0 {
+		cfg.PingInterval = 30 * time.Second
+	}
+	s := &Server{
+		cfg: cfg, log: cfg.Logger, limiter: newLimiter(cfg.RateLimit, cfg.RateBurst),
+		liveKeys: map[string]time.Time{}, openStreams: map[string]int{},
+	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.hub = newHub(cfg.Bus, cfg.Logger, cfg.HubBuffer, cfg.QueueLen)
 	s.hub.watch = cfg.Watch
@@ -197,9 +244,14 @@ func apiPath(path string) bool {
 }
 
 // Handler returns the server's http.Handler: the routes, behind the Origin
-// check and CORS.
+// check and CORS, and in dev mode behind the loopback Host check.
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.Dev && !devHostAllowed(r) {
+			s.writeError(w, r, baton.Errorf(codeForbidden, "dev mode serves only localhost: Host %q and Origin %q must be localhost, 127.0.0.0/8 or [::1]",
+				truncate(r.Host, 200), truncate(r.Header.Get("Origin"), 200)))
+			return
+		}
 		if !originAllowed(r, s.cfg.AllowedOrigins) {
 			s.writeError(w, r, baton.Errorf(codeForbidden, "origin %q is not allowed", truncate(r.Header.Get("Origin"), 200)))
 			return
@@ -236,18 +288,19 @@ func (s *Server) Streams() int { return s.hub.subscribers() }
 
 // principal authenticates r for app and takes a token from its rate bucket.
 func (s *Server) principal(r *http.Request, app string) (principal, error) {
-	p, err := s.authenticate(r, bearer(r), app)
+	p, err := s.authenticate(r.Context(), r, bearer(r), app)
 	if err != nil {
 		return principal{}, err
 	}
 	if !s.limiter.allow(p.limit) {
-		return principal{}, baton.Errorf(codeRateLimited, "rate limit exceeded: slow down")
+		return principal{}, errRateLimited
 	}
 	return p, nil
 }
 
 // workflowOf returns the workflow of a chat, nil when the engine does not
-// have it (every event is then visible).
+// have it (no engine, or the workflow was removed): the filter then fails
+// closed and shows only what it may show of any workflow (visible).
 func (s *Server) workflowOf(name string) *workflow.Workflow {
 	if s.cfg.Engine == nil {
 		return nil

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/batonhq/baton"
@@ -24,6 +25,9 @@ const (
 	CloseUnauthorized websocket.StatusCode = 4401
 	// CloseNotFound: the chat does not exist for this key, or was deleted.
 	CloseNotFound websocket.StatusCode = 4404
+	// CloseTooManyStreams: the key has Config.MaxStreamsPerKey streams open
+	// already (the 429 of a connection that authenticated by message).
+	CloseTooManyStreams websocket.StatusCode = 4429
 )
 
 // replayPage is how many events a replay reads from the store at a time.
@@ -87,6 +91,22 @@ func lastSequenceParam(r *http.Request) (int64, error) {
 	return seqParam(r.URL.Query().Get("last_sequence"), "last_sequence")
 }
 
+// wsConn is what a WebSocket's reader and writer share.
+type wsConn struct {
+	conn   *websocket.Conn
+	app    string
+	chatID string
+	r      *http.Request // the handshake, for the client's address
+	slot   *streamSlot   // its count against the principal's bucket
+	// devOpen: opened in dev mode without a key, as the dev user; a first
+	// auth message may still name a key, which the connection then acts as.
+	devOpen bool
+	p       atomic.Pointer[principal] // who it acts as: stored by the reader, loaded by the writer's key re-check
+}
+
+// principal returns who the connection acts as.
+func (ws *wsConn) principal() principal { return *ws.p.Load() }
+
 // handleWS serves GET /ws/{app}/{chat_id}: replay after ?last_sequence=N,
 // then live envelopes; client messages as in clientMessage.
 func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
@@ -97,11 +117,12 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	}
 	app, chatID := r.PathValue("app"), r.PathValue("chat_id")
 	var (
-		p      principal
-		chat   baton.Chat
-		authed bool
+		p               principal
+		chat            baton.Chat
+		authed, devOpen bool
 	)
-	if bearer(r) != "" || s.cfg.Dev {
+	switch {
+	case bearer(r) != "":
 		if p, err = s.principal(r, app); err == nil {
 			if chat, err = s.chatIn(r.Context(), p.scope, chatID); err == nil {
 				err = checkLast(last, chat)
@@ -112,12 +133,53 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		authed = true
+	case s.cfg.Dev:
+		// A browser cannot set headers on a WebSocket. In dev mode its
+		// socket is the dev user's, unless its first message is an auth
+		// message: a request that sends a key is authenticated with it. A
+		// chat the dev user does not have may be the key's, so that socket
+		// is accepted and must authenticate by its first message.
+		if p, err = s.principal(r, app); err == nil {
+			chat, err = s.chatIn(r.Context(), p.scope, chatID)
+		}
+		switch {
+		case err == nil:
+			if err := checkLast(last, chat); err != nil {
+				s.writeError(w, r, err)
+				return
+			}
+			authed, devOpen = true, true
+		case baton.ErrorCode(err) == baton.ENOTFOUND:
+		default:
+			s.writeError(w, r, err)
+			return
+		}
+	}
+	ws := &wsConn{app: app, chatID: chatID, r: r, devOpen: devOpen}
+	defer func() { ws.slot.release() }()
+	waiting := func() {}
+	if authed {
+		if ws.slot, err = s.acquireStream(p); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	} else {
+		// Until its auth message, a socket is nobody's: only this global
+		// bound keeps many of them from holding connections and goroutines.
+		if s.pendingAuth.Add(1) > int64(s.cfg.MaxPendingAuth) {
+			s.pendingAuth.Add(-1)
+			s.writeError(w, r, baton.Errorf(codeRateLimited, "too many connections waiting to authenticate: retry later"))
+			return
+		}
+		waiting = sync.OnceFunc(func() { s.pendingAuth.Add(-1) })
+		defer waiting()
 	}
 	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: s.cfg.AllowedOrigins})
 	if err != nil {
 		return // Accept has answered (403 for a foreign Origin, 4xx for a bad handshake)
 	}
 	defer conn.CloseNow()
+	ws.conn = conn
 	conn.SetReadLimit(s.cfg.MaxMessage)
 	// The reader's context is not tied to the server's: a cancelled Read
 	// drops the connection without a close frame, and shutdown wants one.
@@ -130,28 +192,33 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		actx, acancel := context.WithTimeout(ctx, s.cfg.AuthTimeout)
 		_, data, err := conn.Read(actx)
 		acancel()
+		// Without a key, a dev-mode socket is the dev user's, who has no
+		// such chat.
+		noAuth := func(reason string) {
+			if s.cfg.Dev {
+				conn.Close(CloseNotFound, "chat not found")
+				return
+			}
+			conn.Close(CloseUnauthorized, reason)
+		}
 		if err != nil {
-			conn.Close(CloseUnauthorized, "auth: expected an auth message first")
+			noAuth("auth: expected an auth message first")
 			return
 		}
 		m, err := decodeClientMessage(data)
 		if err != nil || m.Type != msgAuth {
-			conn.Close(CloseUnauthorized, "auth: the first message must be {\"type\":\"auth\",\"token\":…}")
+			noAuth("auth: the first message must be {\"type\":\"auth\",\"token\":…}")
 			return
 		}
-		if p, err = s.authenticate(r, m.Token, app); err == nil {
+		if p, err = s.authenticate(ctx, r, m.Token, app); err == nil {
 			chat, err = s.chatIn(ctx, p.scope, chatID)
 		}
-		switch {
-		case err == nil:
-		case baton.ErrorCode(err) == baton.EUNAUTHORIZED:
-			conn.Close(CloseUnauthorized, "auth: invalid API key")
+		waiting()
+		if !s.closeAuthFailed(conn, err) {
 			return
-		case baton.ErrorCode(err) == baton.ENOTFOUND:
-			conn.Close(CloseNotFound, "chat not found")
-			return
-		default:
-			conn.Close(websocket.StatusInternalError, "internal error")
+		}
+		if ws.slot, err = s.acquireStream(p); err != nil {
+			conn.Close(CloseTooManyStreams, "too many open streams for this key")
 			return
 		}
 	}
@@ -159,7 +226,29 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		conn.Close(websocket.StatusPolicyViolation, fmt.Sprintf("last_sequence: %d is after the chat's last sequence %d", last, chat.LastSequence))
 		return
 	}
-	s.serveWS(ctx, cancel, conn, p, chat, last)
+	ws.p.Store(&p)
+	s.serveWS(ctx, cancel, ws, chat, last)
+}
+
+// closeAuthFailed closes a connection whose auth message failed, with the
+// code that tells the client what to do; it reports whether err is nil
+// (the connection goes on).
+func (s *Server) closeAuthFailed(conn *websocket.Conn, err error) bool {
+	switch {
+	case err == nil:
+		return true
+	case baton.ErrorCode(err) == baton.EUNAUTHORIZED:
+		conn.Close(CloseUnauthorized, "auth: invalid API key")
+	case baton.ErrorCode(err) == baton.ENOTFOUND:
+		conn.Close(CloseNotFound, "chat not found")
+	case baton.ErrorCode(err) == baton.EUNAVAILABLE:
+		s.log.Warn("server: websocket auth", "err", err)
+		conn.Close(websocket.StatusTryAgainLater, msgUnavailable)
+	default:
+		s.log.Error("server: websocket auth", "err", err)
+		conn.Close(websocket.StatusInternalError, "internal error")
+	}
+	return false
 }
 
 // checkLast refuses a starting point past the chat's end: the client would
@@ -177,6 +266,7 @@ type wsReply struct {
 	Data replyData `json:"data"`
 }
 
+// replyData is the body of a wsReply.
 type replyData struct {
 	For     string `json:"for,omitempty"` // the client message type answered
 	ID      string `json:"id,omitempty"`  // the client message's id
@@ -185,16 +275,23 @@ type replyData struct {
 }
 
 // wsControl is what the reader hands the writer, in the order the client
-// sent it: a reply to send, or a resume to replay from.
+// sent it: a reply to send, a resume to replay from, or the end of the
+// connection (the writer owns every write, the close frame included).
 type wsControl struct {
 	reply  wsReply
 	resume bool
 	last   int64 // with resume: the client's last sequence
+	// close, when non-zero, closes the connection with this code and
+	// reason, after the reply if there is one.
+	close  websocket.StatusCode
+	reason string
 }
 
 // serveWS runs one authenticated WebSocket: a reader goroutine takes client
 // messages; this goroutine owns every write.
-func (s *Server) serveWS(ctx context.Context, cancel context.CancelFunc, conn *websocket.Conn, p principal, chat baton.Chat, last int64) {
+func (s *Server) serveWS(ctx context.Context, cancel context.CancelFunc, ws *wsConn, chat baton.Chat, last int64) {
+	conn := ws.conn
+	p := ws.principal()
 	wf := s.workflowOf(chat.Workflow)
 	sub, err := s.hub.subscribe(chat.ID, wf)
 	if err != nil {
@@ -202,6 +299,13 @@ func (s *Server) serveWS(ctx context.Context, cancel context.CancelFunc, conn *w
 		return
 	}
 	defer s.hub.unsubscribe(sub)
+	// A delete that landed between the scope check and subscribe kicked
+	// the chat's streams before this one was among them; the store knows.
+	// (A delete after this check kicks this subscriber.)
+	if _, err := s.chatIn(ctx, p.scope, chat.ID); err != nil {
+		s.closeWS(conn, err)
+		return
+	}
 	cur := &cursor{s: s, scope: p.scope, chatID: chat.ID, wf: wf, last: last}
 	if m := s.cfg.Metrics; m != nil {
 		m.WSConnected(1)
@@ -212,51 +316,90 @@ func (s *Server) serveWS(ctx context.Context, cancel context.CancelFunc, conn *w
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
-	wg.Go(func() { s.readWS(ctx, cancel, conn, p, chat.ID, ctl) })
+	wg.Go(func() {
+		defer cancel() // the client is gone (or the connection ends): so is the writer
+		s.readWS(ctx, ws, ctl)
+	})
 
 	// A client that stops reading is cut off by the hub when its queue
-	// fills, or fails the write within WriteTimeout: one timer per
-	// connection, armed around each burst of writes, closes it. The writes
-	// get a context that never ends, so coder/websocket arms nothing per
-	// write: a context with a deadline per burst, and the context.AfterFunc
-	// the library registers for each write with a cancellable context, cost
-	// more than the envelope. (A write still blocked when the reader ends is
-	// bounded by the same timer.)
+	// fills, or fails a write within WriteTimeout: one timer per
+	// connection, armed around each write (a replay page's writes, an
+	// envelope, a reply), closes it. The writes get a context that never
+	// ends, so coder/websocket arms nothing per write: a context with a
+	// deadline per write, and the context.AfterFunc the library registers
+	// for each write with a cancellable context, cost more than the
+	// envelope; resetting one timer costs next to nothing. (A write still
+	// blocked when the reader ends is bounded by the same timer.) A slow
+	// store read between two writes of a replay is not a stalled client.
 	wctx := context.WithoutCancel(ctx)
-	send := func(f *frame) error { return conn.Write(wctx, websocket.MessageText, f.data) }
-	stalled := time.AfterFunc(s.cfg.WriteTimeout, func() { conn.CloseNow() }) // armed for the replay
-	defer stalled.Stop()
-	err = cur.replay(ctx, send)
+	stalled := time.AfterFunc(time.Hour, func() { conn.CloseNow() })
 	stalled.Stop()
-	if err != nil {
+	defer stalled.Stop()
+	send := func(f *frame) error {
+		stalled.Reset(s.cfg.WriteTimeout)
+		err := conn.Write(wctx, websocket.MessageText, f.data)
+		stalled.Stop()
+		return err
+	}
+	if err := cur.replay(ctx, send); err != nil {
 		s.closeWS(conn, err)
 		return
 	}
+	// Keepalive: a ping every PingInterval, on its own goroutine so that
+	// waiting for the pong (which the reader receives) holds up no
+	// envelope; an unanswered one ends the connection.
+	pingTick := time.NewTicker(s.cfg.PingInterval)
+	defer pingTick.Stop()
+	pong := make(chan error, 1)
+	pinging := false
+	recheck := time.NewTicker(s.cfg.KeyRecheck)
+	defer recheck.Stop()
 	for {
 		var err error
 		select {
 		case f := <-sub.q:
-			stalled.Reset(s.cfg.WriteTimeout)
 			err = cur.live(ctx, f, send)
 			f.release()
-			// What else is queued, without waiting; at most a queueful
-			// under one deadline.
+			// What else is queued, without waiting; at most a queueful.
 			for n := 1; err == nil && n < cap(sub.q) && len(sub.q) > 0; n++ {
 				f = <-sub.q
 				err = cur.live(ctx, f, send)
 				f.release()
 			}
-			stalled.Stop()
 		case c := <-ctl:
-			stalled.Reset(s.cfg.WriteTimeout)
-			if c.resume {
+			switch {
+			case c.resume:
 				cur.last = c.last
 				err = cur.replay(ctx, send)
-			} else {
+			case c.reply.Type != "":
 				b, _ := json.Marshal(c.reply)
 				err = send(&frame{data: b})
 			}
-			stalled.Stop()
+			if err == nil && c.close != 0 {
+				conn.Close(c.close, c.reason)
+				return
+			}
+		case <-pingTick.C:
+			if !pinging {
+				pinging = true
+				wg.Go(func() {
+					pctx, pcancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
+					defer pcancel()
+					pong <- conn.Ping(pctx)
+				})
+			}
+		case err = <-pong:
+			pinging = false
+			if err != nil && ctx.Err() == nil {
+				s.log.Debug("server: websocket ping unanswered; closing", "chat_id", chat.ID, "err", err)
+				conn.CloseNow()
+				return
+			}
+		case <-recheck.C:
+			if err := s.recheckKey(ctx, ws.principal()); errors.Is(err, errRevoked) {
+				conn.Close(websocket.StatusPolicyViolation, "API key revoked")
+				return
+			}
 		case <-sub.kicked:
 			// The hub kicks every stream when the server shuts down.
 			switch sub.reason.Load() {
@@ -281,6 +424,20 @@ func (s *Server) serveWS(ctx context.Context, cancel context.CancelFunc, conn *w
 	}
 }
 
+// recheckKey is a stream's periodic key re-check (Config.KeyRecheck),
+// bounded so that a slow store holds the stream's writes up for at most
+// WriteTimeout. Only errRevoked ends the stream: a store that cannot answer
+// now is no reason to drop a client it authorized.
+func (s *Server) recheckKey(ctx context.Context, p principal) error {
+	kctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
+	defer cancel()
+	err := s.keyLive(kctx, p)
+	if err != nil && !errors.Is(err, errRevoked) {
+		s.log.Debug("server: stream key re-check failed; keeping the stream", "err", err)
+	}
+	return err
+}
+
 // closeWS ends a stream after a failed write or replay.
 func (s *Server) closeWS(conn *websocket.Conn, err error) {
 	if errors.Is(err, context.Canceled) || websocket.CloseStatus(err) != -1 {
@@ -296,53 +453,115 @@ func (s *Server) closeWS(conn *websocket.Conn, err error) {
 
 // readWS reads client messages until the connection or ctx ends. Bad
 // messages get an error reply naming the field; the connection and the
-// chat go on.
-func (s *Server) readWS(ctx context.Context, cancel context.CancelFunc, conn *websocket.Conn, p principal, chatID string, ctl chan<- wsControl) {
-	defer cancel()
-	reply := func(r wsReply) bool {
+// chat go on. Inputs re-check the connection's key first: a key revoked
+// since the handshake gets an error and the connection is closed (1008).
+func (s *Server) readWS(ctx context.Context, ws *wsConn, ctl chan<- wsControl) {
+	conn, chatID := ws.conn, ws.chatID
+	p := ws.principal()
+	push := func(c wsControl) bool {
 		select {
-		case ctl <- wsControl{reply: r}:
+		case ctl <- c:
 			return true
 		case <-ctx.Done():
 			return false
 		}
 	}
-	for {
+	// end hands the writer the connection's last words and waits for it
+	// to close: the writer owns every write. Returning at once would
+	// cancel ctx and race the close frame.
+	end := func(c wsControl) {
+		if push(c) {
+			<-ctx.Done()
+		}
+	}
+	for first := true; ; first = false {
 		typ, data, err := conn.Read(ctx)
 		if err != nil {
 			return // closed, too big (closed 1009 by the library), or ctx
 		}
 		if typ != websocket.MessageText {
-			if !reply(wsReply{Type: "error", Data: replyData{Code: baton.EINVALID, Message: "message: must be a JSON text message"}}) {
+			if !push(wsControl{reply: wsReply{Type: "error", Data: replyData{Code: baton.EINVALID, Message: "message: must be a JSON text message"}}}) {
 				return
 			}
 			continue
 		}
 		m, err := decodeClientMessage(data)
+		if err == nil && m.Type == msgAuth && first && ws.devOpen {
+			np, c := s.devAuth(ctx, ws, m.Token)
+			if c.close != 0 {
+				end(c)
+				return
+			}
+			p = np
+			continue // no ack: the stream is the answer, as for a first auth message
+		}
 		if err == nil && !s.limiter.allow(p.limit) {
-			err = baton.Errorf(codeRateLimited, "rate limit exceeded: slow down")
+			err = errRateLimited
+		}
+		if err == nil && (m.Type == msgSubmit || m.Type == msgUIResponse) {
+			if err = s.keyLive(ctx, p); errors.Is(err, errRevoked) {
+				end(wsControl{
+					reply: wsReply{Type: "error", Data: replyData{For: m.Type, ID: m.ID, Code: baton.EUNAUTHORIZED, Message: baton.ErrorMessage(errRevoked)}},
+					close: websocket.StatusPolicyViolation, reason: "API key revoked",
+				})
+				return
+			}
 		}
 		if err == nil {
 			err = s.wsMessage(ctx, p, chatID, m, ctl)
 		}
 		r := wsReply{Type: "ack", Data: replyData{For: m.Type, ID: m.ID}}
 		if err != nil {
-			r = wsReply{Type: "error", Data: replyData{For: m.Type, ID: m.ID, Code: baton.ErrorCode(err), Message: baton.ErrorMessage(err)}}
-			if baton.ErrorCode(err) == baton.EINTERNAL {
+			if ctx.Err() != nil {
+				return // the connection is ending: nobody reads the answer
+			}
+			code, msg := publicError(err)
+			r = wsReply{Type: "error", Data: replyData{For: m.Type, ID: m.ID, Code: code, Message: msg}}
+			switch code {
+			case baton.EINTERNAL:
 				s.log.Error("server: websocket message", "chat_id", chatID, "type", m.Type, "err", err)
+			case baton.EUNAVAILABLE:
+				s.log.Warn("server: websocket message", "chat_id", chatID, "type", m.Type, "err", err)
 			}
 		} else if m.Type == msgPing {
 			r.Type = "pong"
 		} else if m.Type == msgResume {
 			continue // the replay is the answer
 		}
-		if !reply(r) {
+		if !push(wsControl{reply: r}) {
 			return
 		}
 	}
 }
 
-// wsMessage acts on one valid client message.
+// devAuth authenticates the first-message key of a dev-mode connection
+// opened as the dev user: the connection goes on as the key's principal if
+// the key is live and its scope holds the chat, else it is closed (the
+// returned control's close is set).
+func (s *Server) devAuth(ctx context.Context, ws *wsConn, token string) (principal, wsControl) {
+	p, err := s.authenticate(ctx, ws.r, token, ws.app)
+	if err == nil {
+		_, err = s.chatIn(ctx, p.scope, ws.chatID)
+	}
+	switch {
+	case err == nil:
+	case baton.ErrorCode(err) == baton.EUNAUTHORIZED:
+		return p, wsControl{close: CloseUnauthorized, reason: "auth: invalid API key"}
+	case baton.ErrorCode(err) == baton.ENOTFOUND:
+		return p, wsControl{close: CloseNotFound, reason: "chat not found"}
+	default:
+		s.log.Warn("server: websocket auth", "err", err)
+		return p, wsControl{close: websocket.StatusTryAgainLater, reason: msgUnavailable}
+	}
+	if err := ws.slot.move(p); err != nil {
+		return p, wsControl{close: CloseTooManyStreams, reason: "too many open streams for this key"}
+	}
+	ws.p.Store(&p)
+	return p, wsControl{}
+}
+
+// wsMessage acts on one valid client message. A message's id is its
+// idempotency key (inputEventID).
 func (s *Server) wsMessage(ctx context.Context, p principal, chatID string, m clientMessage, ctl chan<- wsControl) error {
 	if m.ChatID != "" && m.ChatID != chatID {
 		return baton.Errorf(baton.EINVALID, "chat_id: %q is not this connection's chat", truncate(m.ChatID, baton.MaxEventIDLen))
@@ -399,6 +618,12 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	slot, err := s.acquireStream(p)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	defer slot.release()
 	wf := s.workflowOf(chat.Workflow)
 	sub, err := s.hub.subscribe(chat.ID, wf)
 	if err != nil {
@@ -406,6 +631,12 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.hub.unsubscribe(sub)
+	// A delete that landed between the scope check and subscribe kicked
+	// the chat's streams before this one was among them; the store knows.
+	if _, err := s.chatIn(r.Context(), p.scope, chat.ID); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	stop := context.AfterFunc(s.ctx, cancel)
@@ -451,6 +682,8 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 	}
 	tick := time.NewTicker(s.cfg.Heartbeat)
 	defer tick.Stop()
+	recheck := time.NewTicker(s.cfg.KeyRecheck)
+	defer recheck.Stop()
 	for {
 		var err error
 		select {
@@ -459,6 +692,12 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 			f.release()
 		case <-tick.C:
 			err = write([]byte(": heartbeat\n\n"))
+		case <-recheck.C:
+			// A revoked key's stream ends without "event: reconnect": the
+			// EventSource's reconnection then gets 401 and stops.
+			if errors.Is(s.recheckKey(ctx, p), errRevoked) {
+				return
+			}
 		case <-sub.kicked:
 			_ = write([]byte("event: reconnect\ndata: {\"reason\":\"reconnect and replay from Last-Event-ID\"}\n\n"))
 			return

@@ -516,3 +516,160 @@ func TestHub_ResubscribesWhenDropped(t *testing.T) {
 		}
 	}
 }
+
+// TestWS_Keepalive: the server pings every PingInterval, and closes a
+// connection whose peer does not answer within WriteTimeout.
+func TestWS_Keepalive(t *testing.T) {
+	e := newEnv(t, withWorkflows(benchDir), withConfig(func(c *Config) {
+		c.PingInterval, c.WriteTimeout = 20*time.Millisecond, 200*time.Millisecond
+	}))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	chat, err := e.store.CreateChat(ctx, scopeAda, baton.Chat{Workflow: "bench", Status: baton.ChatWaitingInput})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dial := func(answer bool, pings chan<- struct{}) *websocket.Conn {
+		t.Helper()
+		c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(e.ts.URL, "http")+"/ws/acme/"+chat.ID, &websocket.DialOptions{
+			HTTPHeader: http.Header{"Authorization": {"Bearer " + e.keys[scopeAda]}},
+			OnPingReceived: func(context.Context, []byte) bool {
+				select {
+				case pings <- struct{}{}:
+				default:
+				}
+				return answer
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	// A live peer is pinged again and again, and stays.
+	pings := make(chan struct{}, 16)
+	live := dial(true, pings)
+	defer live.CloseNow()
+	rctx, rcancel := context.WithCancel(ctx)
+	defer rcancel()
+	readErr := make(chan error, 1)
+	go func() { _, _, err := live.Read(rctx); readErr <- err }() // control frames are handled inside Read
+	for i := range 5 {
+		select {
+		case <-pings:
+		case err := <-readErr:
+			t.Fatalf("a peer that answers pings was disconnected after %d: %v", i, err)
+		case <-ctx.Done():
+			t.Fatalf("%d pings in 20 s", i)
+		}
+	}
+	rcancel()
+	<-readErr
+	// A peer that never answers is cut off.
+	dead := dial(false, make(chan struct{}, 1))
+	defer dead.CloseNow()
+	if _, _, err := dead.Read(ctx); err == nil || ctx.Err() != nil {
+		t.Fatalf("a peer that does not answer pings: %v", err)
+	}
+}
+
+// slowEvents makes every read of a chat's events take a while, as a
+// loaded store does.
+type slowEvents struct {
+	baton.Store
+	delay time.Duration
+}
+
+func (s slowEvents) Events(ctx context.Context, scope baton.Scope, chatID string, after int64, limit int) ([]baton.Event, error) {
+	time.Sleep(s.delay) // a slow store, not a wait for something
+	return s.Store.Events(ctx, scope, chatID, after, limit)
+}
+
+// TestWS_WriteTimeoutPerWrite: WriteTimeout bounds each write, not a whole
+// replay: a replay of several pages that takes longer than WriteTimeout,
+// because the store is slow, reaches a client that reads every write at once.
+func TestWS_WriteTimeoutPerWrite(t *testing.T) {
+	e := newEnv(t, withWorkflows(benchDir),
+		withServerStore(func(s baton.Store) baton.Store { return slowEvents{Store: s, delay: 150 * time.Millisecond} }),
+		withConfig(func(c *Config) { c.WriteTimeout = 100 * time.Millisecond }))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	chat, err := e.store.CreateChat(ctx, scopeAda, baton.Chat{Workflow: "bench", Status: baton.ChatWaitingInput})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 2*replayPage + 10 // three pages
+	evs := make([]baton.Event, n)
+	for i := range evs {
+		evs[i] = baton.NewEvent(baton.TypeChatText, baton.Metadata{Source: baton.SourceUser}, json.RawMessage(`{"kind":"text","agent":"user","content":"x"}`))
+	}
+	if _, err := e.store.Append(ctx, scopeAda, chat.ID, evs, nil); err != nil {
+		t.Fatal(err)
+	}
+	c := e.dial(ctx, t, chat.ID, 0, e.keys[scopeAda])
+	defer c.CloseNow()
+	for i := range n {
+		_, raw, err := c.Read(ctx)
+		if err != nil {
+			t.Fatalf("replay cut off after %d of %d envelopes: %v", i, n, err)
+		}
+		if v := decodeEnvelope(t, raw); v.seq() != int64(i+1) {
+			t.Fatalf("envelope %d: %s", i, raw)
+		}
+	}
+}
+
+// emptyWhenDeleted answers a deleted chat's events with none, as the
+// PostgreSQL store does, instead of ENOTFOUND.
+type emptyWhenDeleted struct{ baton.Store }
+
+func (s emptyWhenDeleted) Events(ctx context.Context, scope baton.Scope, chatID string, after int64, limit int) ([]baton.Event, error) {
+	evs, err := s.Store.Events(ctx, scope, chatID, after, limit)
+	if baton.ErrorCode(err) == baton.ENOTFOUND {
+		return nil, nil
+	}
+	return evs, err
+}
+
+// TestStream_ChatDeletedWhileConnecting: a chat deleted between a stream's
+// scope check and its subscription (its delete kicked the streams it had,
+// not this one yet) closes the WebSocket with 4404 and answers SSE 404,
+// rather than leaving them open on a chat that is gone.
+func TestStream_ChatDeletedWhileConnecting(t *testing.T) {
+	var e *env
+	e = newEnv(t, withWorkflows(benchDir),
+		withServerStore(func(s baton.Store) baton.Store { return emptyWhenDeleted{s} }),
+		withConfig(func(c *Config) {
+			c.Watch = func(chatID string) func() {
+				// The delete lands while the stream subscribes.
+				_ = e.store.DeleteChat(context.Background(), scopeAda, chatID)
+				return func() {}
+			}
+		}))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, kind := range []string{"ws", "sse"} {
+		chat, err := e.store.CreateChat(ctx, scopeAda, baton.Chat{Workflow: "bench", Status: baton.ChatWaitingInput})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kind == "sse" {
+			req, _ := http.NewRequestWithContext(ctx, "GET", e.ts.URL+"/api/chats/acme/"+chat.ID+"/stream", nil)
+			req.Header.Set("Authorization", "Bearer "+e.keys[scopeAda])
+			resp, err := e.ts.Client().Do(req) // returns with the headers: a stream would go on
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusNotFound {
+				t.Fatalf("SSE of a chat deleted while it subscribed: %d", resp.StatusCode)
+			}
+			continue
+		}
+		c := e.dial(ctx, t, chat.ID, 0, e.keys[scopeAda])
+		defer c.CloseNow()
+		if _, _, err := c.Read(ctx); websocket.CloseStatus(err) != CloseNotFound {
+			t.Fatalf("WebSocket of a chat deleted while it subscribed: %v, want 4404", err)
+		}
+	}
+}

@@ -255,7 +255,6 @@ function newView(id, workflow) {
     timer: null,
     closed: false,
     status: "",
-    msgId: 0,
     metrics: undefined, // true: /metrics/perf/chats answers; false: it does not
     metricsTimer: null,
     retryButton: null, // the Retry of the last error, while it is current
@@ -498,14 +497,23 @@ function onToolResponse(d) {
   // A successful auto-tool (or any successful UI) response is not shown.
 }
 
+// messageId returns a fresh id for a client message. The server takes a
+// message's id as its idempotency key (a message sent again with the same id
+// is recorded once), so ids must never repeat in a chat — not even after a
+// reload, which a per-page counter would.
+function messageId() {
+  if (crypto.randomUUID) return crypto.randomUUID();
+  const b = crypto.getRandomValues(new Uint8Array(16)); // randomUUID needs a secure context
+  return Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+}
+
 // send sends a client message over the chat's WebSocket.
 function send(msg) {
   if (!view || !view.socket || view.socket.readyState !== WebSocket.OPEN) {
     showBanner("Not connected: wait for the connection to come back, then try again.", "error", 5000);
     return false;
   }
-  view.msgId += 1;
-  const id = `m-${view.msgId}`;
+  const id = messageId();
   view.socket.send(JSON.stringify({ ...msg, id }));
   // Only the type and the ui_event_id go to the developer panel: a secret
   // form's values must never be shown.

@@ -1,0 +1,229 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton"
+)
+
+// TestPublicError: what a client sees of an error. An unavailable error
+// from below the engine (natsbridge quotes NATS) shows a generic message;
+// one the server wrote shows its own; internal errors show nothing.
+func TestPublicError(t *testing.T) {
+	nats := fmt.Errorf("publish user_query x: %w", baton.Errorf(baton.EUNAVAILABLE, "route input %s: %v", "x", errors.New("nats: timeout")))
+	for _, tc := range []struct {
+		err        error
+		code, want string
+	}{
+		{nats, baton.EUNAVAILABLE, msgUnavailable},
+		{baton.ErrClosed, baton.EUNAVAILABLE, msgUnavailable},
+		{unavailable(msgInputUnroutable, nats), baton.EUNAVAILABLE, msgInputUnroutable},
+		{fmt.Errorf("wrapped: %w", unavailable("metrics are off", nil)), baton.EUNAVAILABLE, "metrics are off"},
+		{errors.New("sql: database is locked"), baton.EINTERNAL, "internal error"},
+		{baton.Errorf(baton.EINVALID, "content: must not be empty"), baton.EINVALID, "content: must not be empty"},
+	} {
+		code, msg := publicError(tc.err)
+		if code != tc.code || msg != tc.want {
+			t.Errorf("%v: %s %q, want %s %q", tc.err, code, msg, tc.code, tc.want)
+		}
+		if strings.Contains(msg, "nats") {
+			t.Errorf("%v: the cause reaches the client: %q", tc.err, msg)
+		}
+	}
+	if !errors.Is(unavailable("x", context.DeadlineExceeded), context.DeadlineExceeded) || !errors.Is(unavailable("x", nil), baton.ErrUnavailable) {
+		t.Error("unavailable hides its cause or its code from errors.Is")
+	}
+	// Handlers of other packages (metrics) show the same message.
+	if msg := baton.ErrorMessage(unavailable(msgUnavailable, nats)); msg != msgUnavailable {
+		t.Errorf("baton.ErrorMessage of an unavailable error: %q", msg)
+	}
+}
+
+// failingRouter fails every input the way natsbridge does when JetStream
+// does not answer in time.
+type failingRouter struct{}
+
+func (failingRouter) Route(_ context.Context, ev baton.Event) (bool, error) {
+	if ev.Type != baton.TypeUserQuery && ev.Type != baton.TypeUIToolResponse {
+		return false, nil
+	}
+	return false, baton.Errorf(baton.EUNAVAILABLE, "route input %s: %v", ev.ID, errors.New("nats: timeout"))
+}
+
+// TestInput_UnavailableHidesCause: an input the bus cannot route is 503
+// (HTTP) or an unavailable error (WebSocket) asking for a retry with the
+// same id; the NATS error text is in the log only.
+func TestInput_UnavailableHidesCause(t *testing.T) {
+	e := newEnv(t, withWorkflows(benchDir))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	id := e.start(t, "notify", nil)
+	e.waitStatus(t, id, baton.ChatWaitingInput)
+	e.bus.SetRouter(failingRouter{})
+	defer e.bus.SetRouter(nil)
+	r := e.do(t, "POST", "/api/input/submit", e.keys[scopeAda], map[string]any{"chat_id": id, "content": "hi"}, "Idempotency-Key", "k-1")
+	if r.status != http.StatusServiceUnavailable || r.errorMessage() != msgInputUnroutable || bytes.Contains(r.body, []byte("nats")) {
+		t.Fatalf("submit while the input cannot be routed: %d %s", r.status, r.body)
+	}
+	r = e.do(t, "POST", "/sessions/"+id+"/prompt", e.keys[scopeAda], map[string]any{"content": "hi"})
+	if r.status != http.StatusServiceUnavailable || bytes.Contains(r.body, []byte("nats")) {
+		t.Fatalf("prompt while the input cannot be routed: %d %s", r.status, r.body)
+	}
+	c := e.dial(ctx, t, id, e.waitStatus(t, id, baton.ChatWaitingInput).LastSequence, e.keys[scopeAda])
+	defer c.CloseNow()
+	writeMsg(ctx, t, c, map[string]any{"type": "user.input.submit", "content": "hi", "id": "m-1"})
+	_, raw, err := c.Read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := decodeEnvelope(t, raw); v.Type != "error" || v.str("code") != baton.EUNAVAILABLE || v.str("message") != msgInputUnroutable {
+		t.Fatalf("WebSocket submit while the input cannot be routed: %s", raw)
+	}
+}
+
+// logBuffer is a slog handler's output, safe for concurrent use.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestWriteError_ClientGone: a request whose client disconnected (its
+// context cancelled under a store call) is not logged or answered as a 500.
+func TestWriteError_ClientGone(t *testing.T) {
+	var logs logBuffer
+	s := &Server{log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	req := httptest.NewRequestWithContext(ctx, "GET", "/api/chats/acme", nil)
+	rec := httptest.NewRecorder()
+	s.writeError(rec, req, fmt.Errorf("list chats: %w", context.Canceled))
+	if rec.Code == http.StatusInternalServerError || strings.Contains(logs.String(), "level=ERROR") {
+		t.Fatalf("a client that went away: %d, log %q", rec.Code, logs.String())
+	}
+	// The same error while the client is still there is a bug: logged.
+	rec = httptest.NewRecorder()
+	s.writeError(rec, httptest.NewRequest("GET", "/api/chats/acme", nil), fmt.Errorf("list chats: %w", context.Canceled))
+	if rec.Code != http.StatusInternalServerError || !strings.Contains(logs.String(), "level=ERROR") {
+		t.Fatalf("a cancellation of the server's own: %d, log %q", rec.Code, logs.String())
+	}
+}
+
+// recordingRouter notes the ids of the inputs published and leaves them to
+// the local bus.
+type recordingRouter struct {
+	mu  sync.Mutex
+	ids []string
+}
+
+func (r *recordingRouter) Route(_ context.Context, ev baton.Event) (bool, error) {
+	if ev.Type == baton.TypeUserQuery {
+		r.mu.Lock()
+		r.ids = append(r.ids, ev.ID)
+		r.mu.Unlock()
+	}
+	return false, nil
+}
+
+// TestInput_IdempotencyKey: a message sent again with the same key (HTTP
+// Idempotency-Key, WebSocket id) is published with the same event id and
+// recorded once; different keys, chats or users give different ids; a bad
+// key is refused, naming the field.
+func TestInput_IdempotencyKey(t *testing.T) {
+	e := newEnv(t, withWorkflows(benchDir))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rec := &recordingRouter{}
+	e.bus.SetRouter(rec)
+	defer e.bus.SetRouter(nil)
+	id := e.start(t, "notify", nil)
+	e.waitStatus(t, id, baton.ChatWaitingInput)
+	submit := func(content, key string) response {
+		t.Helper()
+		return e.do(t, "POST", "/api/input/submit", e.keys[scopeAda], map[string]any{"chat_id": id, "content": content}, "Idempotency-Key", key)
+	}
+	for range 2 {
+		if r := submit("once over HTTP", "req-7f3a"); r.status != http.StatusAccepted {
+			t.Fatalf("submit: %d %s", r.status, r.body)
+		}
+		e.waitStatus(t, id, baton.ChatWaitingInput)
+	}
+	c := e.dial(ctx, t, id, e.waitStatus(t, id, baton.ChatWaitingInput).LastSequence, e.keys[scopeAda])
+	defer c.CloseNow()
+	acks := 0
+	for range 2 {
+		writeMsg(ctx, t, c, map[string]any{"type": "user.input.submit", "content": "once over ws", "id": "0b7c9e1e-6a52-4c55-9d6e-4f1f4c0d2f11"})
+		for {
+			_, raw, err := c.Read(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v := decodeEnvelope(t, raw); v.Type == "ack" {
+				acks++
+				break
+			} else if v.Type == "error" {
+				t.Fatalf("WebSocket submit: %s", raw)
+			}
+		}
+		e.waitStatus(t, id, baton.ChatWaitingInput)
+	}
+	users := map[string]int{}
+	for _, raw := range e.history(t, id) {
+		if v := decodeEnvelope(t, raw); v.Type == baton.TypeChatText && v.str("agent") == "user" {
+			users[v.str("content")]++
+		}
+	}
+	if users["once over HTTP"] != 1 || users["once over ws"] != 1 {
+		t.Fatalf("messages sent twice with one key were recorded %v times", users)
+	}
+	rec.mu.Lock()
+	ids := append([]string(nil), rec.ids...)
+	rec.mu.Unlock()
+	if len(ids) != 4 || ids[0] != ids[1] || ids[2] != ids[3] || ids[0] == ids[2] {
+		t.Fatalf("event ids of the retries: %v", ids)
+	}
+	if inputEventID(scopeAda, id, "k") == inputEventID(scopeBob, id, "k") || inputEventID(scopeAda, id, "k") == inputEventID(scopeAda, "other", "k") ||
+		inputEventID(baton.Scope{App: "a", User: "bc"}, id, "k") == inputEventID(baton.Scope{App: "ab", User: "c"}, id, "k") {
+		t.Error("the same key of another user or chat gives the same event id")
+	}
+	for _, bad := range []string{"", "has space", strings.Repeat("k", 129), "é"} {
+		r := submit("x", bad)
+		if r.status != http.StatusBadRequest || !strings.HasPrefix(r.errorMessage(), "Idempotency-Key:") {
+			t.Errorf("Idempotency-Key %q: %d %s", bad, r.status, r.body)
+		}
+	}
+	writeMsg(ctx, t, c, map[string]any{"type": "user.input.submit", "content": "x", "id": "has space"})
+	for {
+		_, raw, err := c.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := decodeEnvelope(t, raw); v.Type == "error" {
+			if !strings.HasPrefix(v.str("message"), "id:") {
+				t.Fatalf("bad WebSocket id: %s", raw)
+			}
+			break
+		}
+	}
+}
