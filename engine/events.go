@@ -152,6 +152,9 @@ func (a *eventAgent) handle(ctx context.Context, ev baton.Event) error {
 	}
 	err = r.drive(ctx)
 	clean = err == nil
+	if err != nil {
+		r.stopped(ctx, err)
+	}
 	return err
 }
 

@@ -281,14 +281,18 @@ func TestAutoTool_DuplicateIsSkipped(t *testing.T) {
 	}
 }
 
-// failingRecorder fails the first record of an auto-tool call, as if the
-// process died between recording the structured output and the tool call.
+// failingRecorder fails the first record of an auto-tool call, and every
+// record after it, as if the process died between recording the structured
+// output and the tool call: nothing more is recorded until the restart.
 type failingRecorder struct {
 	engine.Recorder
 	failed atomic.Bool
 }
 
 func (f *failingRecorder) Record(ctx context.Context, scope baton.Scope, chatID string, events []baton.Event, u *baton.ChatUpdate) ([]baton.Event, error) {
+	if f.failed.Load() {
+		return nil, errors.New("injected: the process is dead")
+	}
 	for _, ev := range events {
 		if ev.Type == baton.TypeChatToolCall && bytes.Contains(ev.Payload, []byte(`"interaction_type":"auto_tool"`)) && f.failed.CompareAndSwap(false, true) {
 			return nil, errors.New("injected: the process died here")

@@ -289,6 +289,8 @@ func decodeToolCall(data []byte, p *toolCallPayload, n names) {
 			return jsonString(v, &p.LifecycleKey)
 		case "pending_kind":
 			return n.str(v, &p.PendingKind)
+		case "event_id":
+			return jsonString(v, &p.EventID)
 		}
 		return otherKey(k)
 	})
@@ -307,6 +309,8 @@ func decodeToolResponse(data []byte, p *toolResponsePayload, n names) {
 			return n.str(v, &p.InteractionType)
 		case "input_id":
 			return jsonString(v, &p.InputID)
+		case "event_id":
+			return jsonString(v, &p.EventID)
 		}
 		return otherKey(k)
 	})

@@ -125,7 +125,41 @@ func (e *Engine) handle(ctx context.Context, ev baton.Event) (err error) {
 	}
 	err = r.drive(ctx)
 	clean = err == nil
+	if err != nil {
+		r.stopped(ctx, err)
+	}
 	return err
+}
+
+// stopped records, when it can, that the run stopped on err midway (a
+// store write that failed, a tool registry that could not be built): the
+// chat pauses as failed and resumable, like after a model error, so the
+// person's next message or a resume retries the step. Without it the chat
+// would stay running with its turn open, ignoring the person's messages
+// until a restart. The run's state is ahead of the store after a failed
+// write, so the error is recorded from the store's state. A run stopped by
+// its context (shutdown), a lost lease (another instance runs the chat) or
+// a closed store records nothing: the chat is resumed as it is.
+func (r *run) stopped(ctx context.Context, err error) {
+	if ctx.Err() != nil || lostLease(err) || errors.Is(err, baton.ErrClosed) || errors.Is(err, context.Canceled) {
+		return
+	}
+	e := r.e
+	fresh, lerr := e.load(ctx, r.scope, r.st.chat.ID, false)
+	if lerr == nil {
+		fresh.fence = r.fence
+		agent := ""
+		if t := fresh.st.turn; t != nil {
+			agent = t.agent
+		}
+		if fresh.st.done {
+			return
+		}
+		lerr = fresh.fail(ctx, agent, err)
+	}
+	if lerr != nil {
+		r.logger().Error("engine: the run stopped and its error could not be recorded; the chat is resumed at the next restart", "err", err, "record_err", lerr)
+	}
 }
 
 // errIgnored marks an input that does not fit the chat's state: logged, not
@@ -349,7 +383,7 @@ func (r *run) steps(ctx context.Context) error {
 		switch {
 		case st.done:
 			return nil
-		case st.failed && !r.retry:
+		case st.isFailed() && !r.retry:
 			return nil // paused after an error until a retry
 		case len(st.waitingUI()) > 0:
 			return nil // waiting for the person: a UI tool, a form, a secret
@@ -369,6 +403,13 @@ func (r *run) steps(ctx context.Context) error {
 			}
 			err = r.runTool(ctx, t.open[0])
 		case t != nil && !t.finished && t.transfer == "" && t.calls <= r.maxAutoReply(t.agent)+t.retries:
+			if r.retry && st.chat.Status != baton.ChatRunning {
+				// A retry after an error: the chat runs again, and says so
+				// before the model call, so that a crash during it leaves a
+				// running chat, which a restart resumes.
+				running := baton.ChatRunning
+				r.stage(nil, &baton.ChatUpdate{Status: &running})
+			}
 			r.retry = false
 			if err = r.flush(ctx); err != nil {
 				break
@@ -483,7 +524,7 @@ func (r *run) userInput(ctx context.Context, ev baton.Event) error {
 		return fmt.Errorf("%w: empty message", errIgnored)
 	case st.done:
 		return fmt.Errorf("%w: the chat has ended", errIgnored)
-	case st.turn != nil && !st.failed:
+	case st.turn != nil && !st.isFailed():
 		return fmt.Errorf("%w: the chat waits for a UI tool response, not a message", errIgnored)
 	}
 	if !st.started && st.turns == 0 && st.next == "" {
@@ -754,7 +795,8 @@ func (r *run) callModel(ctx context.Context) error {
 		hidden = hidden || h
 	}
 	events = append(events, r.synthetic(agent.Name, text)...)
-	events = append(events, r.textEvent(agent.Name, msgID, t.key, acc.FinalText(), text == "" && len(calls) > 0, len(calls) > 0, hidden, usage, cost))
+	toolOnly := strings.TrimSpace(text) == "" && len(calls) > 0 // as FinalText decides on the fallback
+	events = append(events, r.textEvent(agent.Name, msgID, t.key, acc.FinalText(), toolOnly, len(calls) > 0, hidden, usage, cost))
 	if ctxEv != nil {
 		events = append(events, *ctxEv)
 	}
@@ -961,7 +1003,7 @@ func (r *run) toolDefs(ctx context.Context, agent string) ([]baton.ToolDef, erro
 		defs = append(defs, baton.ToolDef{Name: tl.Name(), Description: tl.Description(), Parameters: tl.Parameters()})
 	}
 	for _, rule := range r.wf.HandoffRules(agent) {
-		if rule.HandoffType != workflow.HandoffLLM {
+		if rule.HandoffType != workflow.HandoffLLM || !r.ruleApplies(rule) {
 			continue
 		}
 		desc := rule.Description
@@ -973,13 +1015,34 @@ func (r *run) toolDefs(ctx context.Context, agent string) ([]baton.ToolDef, erro
 	return defs, nil
 }
 
+// transferRule returns the llm rule of agent whose transfer tool is name,
+// if it applies now: a rule with a condition is offered, and honoured, only
+// while the condition is true (docs/workflow-format.md). A call of a
+// transfer tool whose rule does not apply is answered like an unknown tool.
 func (r *run) transferRule(agent, name string) *workflow.HandoffRule {
 	for _, rule := range r.wf.HandoffRules(agent) {
 		if rule.HandoffType == workflow.HandoffLLM && rule.TransferToolName() == name {
+			if !r.ruleApplies(rule) {
+				return nil
+			}
 			return rule
 		}
 	}
 	return nil
+}
+
+// ruleApplies reports whether rule's condition, if any, holds for the
+// chat's variables now; a condition that fails to evaluate does not hold.
+func (r *run) ruleApplies(rule *workflow.HandoffRule) bool {
+	if rule.Condition == "" {
+		return true
+	}
+	ok, err := rule.Applies(r.st.varsForEval())
+	if err != nil {
+		r.logger().Warn("engine: handoff condition failed", "condition", rule.Condition, "err", err)
+		return false
+	}
+	return ok
 }
 
 func transferTarget(rule *workflow.HandoffRule) string {

@@ -35,13 +35,22 @@ type state struct {
 	selected     string // the agent of the last select_speaker recorded since the last text
 	started      bool   // the chat's start is recorded (a handoff, an input request or a turn)
 	done         bool   // chat.run_complete recorded
-	failed       bool   // the last run ended with chat.error
+	failed       bool   // the last event recorded is a chat.error (see isFailed)
 	terminating  bool   // a handoff to TerminateTarget is recorded; after_chat tools and run_complete follow
 
 	lifecycle map[string]bool // lifecycle tool calls recorded, by lifecycle key
 	lcOpen    []openCall      // lifecycle UI calls waiting for the person
 
 	names names // interned agent and tool names, for the fold
+
+	// unanswered are the ids of the model's tool calls not answered yet,
+	// and deferred the messages of environment events observed meanwhile:
+	// a model expects a message with tool calls to be followed at once by
+	// their answers (OpenAI refuses anything in between), so an event
+	// observed while a UI tool waits for the person is shown to the model
+	// after the answers.
+	unanswered map[string]bool
+	deferred   []baton.Message
 
 	inputs     map[string]bool // ids of the recent inputs recorded (user_query, ui.tool.response, environment events)
 	inputOrder []string        // their order, to forget the oldest
@@ -160,6 +169,24 @@ func (st *state) sync(chat baton.Chat) {
 	}
 }
 
+// releaseDeferred appends the messages held while tool calls were
+// unanswered.
+func (st *state) releaseDeferred() {
+	if len(st.deferred) > 0 {
+		st.messages = append(st.messages, st.deferred...)
+		st.deferred = nil
+	}
+}
+
+// isFailed reports whether the chat is paused after an error, waiting for a
+// retry: its last run ended with chat.error, and nothing since moved it on.
+// An environment event observed meanwhile is recorded with the status kept
+// failed, so the stored status says so even when the last event is not the
+// error.
+func (st *state) isFailed() bool {
+	return st.failed || st.chat.Status == baton.ChatFailed
+}
+
 // apply folds one recorded event into the state.
 func (st *state) apply(ev *baton.Event) {
 	if ev.Sequence > st.chat.LastSequence {
@@ -190,6 +217,8 @@ func (st *state) apply(ev *baton.Event) {
 		st.rememberInput(p.InputID)
 		st.rememberInput(p.EventID) // an environment event's "Observed event" message
 		switch {
+		case p.EventID != "" && len(st.unanswered) > 0:
+			st.deferred = append(st.deferred, baton.Message{Role: baton.RoleUser, Name: p.Agent, Content: p.Content})
 		case p.Agent == workflow.UserAgent || p.Agent == systemAgent:
 			st.messages = append(st.messages, baton.Message{Role: baton.RoleUser, Name: p.Agent, Content: p.Content})
 			if t := st.turn; t != nil && p.Feedback {
@@ -236,13 +265,26 @@ func (st *state) apply(ev *baton.Event) {
 			}
 			return
 		}
+		call := baton.ToolCall{ID: p.ToolCallID, Name: p.ToolName, Arguments: argumentsText(p.Arguments)}
+		if p.EventID != "" && len(st.unanswered) > 0 {
+			// An observed event's get_event_info call, answered in the
+			// same append: held with the event's other messages.
+			st.deferred = append(st.deferred, baton.Message{Role: baton.RoleAssistant, Name: p.Agent, ToolCalls: []baton.ToolCall{call}})
+			return
+		}
 		i, ok := st.byMsgID[p.AgentMessageID]
 		if !ok {
 			st.messages = append(st.messages, baton.Message{Role: baton.RoleAssistant, Name: p.Agent})
 			i = len(st.messages) - 1
 			st.byMsgID[p.AgentMessageID] = i
 		}
-		st.messages[i].ToolCalls = append(st.messages[i].ToolCalls, baton.ToolCall{ID: p.ToolCallID, Name: p.ToolName, Arguments: argumentsText(p.Arguments)})
+		st.messages[i].ToolCalls = append(st.messages[i].ToolCalls, call)
+		if p.EventID == "" {
+			if st.unanswered == nil {
+				st.unanswered = map[string]bool{}
+			}
+			st.unanswered[p.ToolCallID] = true
+		}
 		if t := st.turn; t != nil {
 			t.open = append(t.open, oc)
 			if p.Transfer && t.transfer == "" {
@@ -267,7 +309,16 @@ func (st *state) apply(ev *baton.Event) {
 			}
 			return
 		}
-		st.messages = append(st.messages, baton.Message{Role: baton.RoleTool, Name: p.ToolName, ToolCallID: p.ToolCallID, Content: p.Content})
+		msg := baton.Message{Role: baton.RoleTool, Name: p.ToolName, ToolCallID: p.ToolCallID, Content: p.Content}
+		if p.EventID != "" && len(st.unanswered) > 0 {
+			st.deferred = append(st.deferred, msg)
+			return
+		}
+		st.messages = append(st.messages, msg)
+		delete(st.unanswered, p.ToolCallID)
+		if len(st.unanswered) == 0 {
+			st.releaseDeferred()
+		}
 		if t := st.turn; t != nil {
 			t.open = removeCall(t.open, p.ToolCallID)
 		}
@@ -286,6 +337,10 @@ func (st *state) apply(ev *baton.Event) {
 		var p handoffPayload
 		decodeHandoff(ev.Payload, &p, st.names)
 		st.turn = nil
+		// A turn that ended with calls unanswered (a transfer among
+		// them, say) leaves nothing to wait for.
+		clear(st.unanswered)
+		st.releaseDeferred()
 		switch p.TransitionTarget {
 		case workflow.AgentTarget:
 			st.next = p.To
