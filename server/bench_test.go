@@ -106,7 +106,9 @@ func benchWS(b *testing.B, workflowName string, stagger time.Duration) {
 	for range b.N {
 		b.StopTimer()
 		stamp := &stampPublisher{at: make(map[string]time.Time, chats*20)}
-		e := newEnv(b, withWorkflows(benchDir), withPublisher(stamp))
+		// One key watches all 1,000 chats here, as 1,000 clients' keys would:
+		// no per-key cap on streams.
+		e := newEnv(b, withWorkflows(benchDir), withPublisher(stamp), withConfig(func(c *Config) { c.MaxStreamsPerKey = -1 }))
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		ids := make([]string, chats)
 		for i := range ids {

@@ -79,7 +79,7 @@ type Config struct {
 	// handshake is answered 429.
 	MaxPendingAuth int
 	// MaxStreamsPerKey bounds the open WebSocket and SSE streams of one key
-	// (of one client address in dev mode without a key); default 64,
+	// (dev mode without a key has no bound: one developer on loopback); default 64,
 	// negative for no bound. Beyond it a stream is refused with 429.
 	MaxStreamsPerKey int
 	// KeyRecheck is how often an open stream re-checks that its key is
