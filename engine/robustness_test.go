@@ -11,6 +11,7 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/engine"
+	"github.com/batonhq/baton/tool"
 )
 
 // settle waits until the harness's bus has handled everything published.
@@ -258,4 +259,97 @@ func TestToolCall_WhitespaceTextIsToolOnly(t *testing.T) {
 	if s, _ := seen.Load().(string); s != "" {
 		t.Fatalf("the model was sent the fallback as its own text: %q", s)
 	}
+}
+
+// TestRun_MessageAfterAStopWithAnOpenCallFollowsItsAnswer: a run that
+// stopped on a store error after a tool call was recorded, before its
+// answer, pauses as failed with the call open; the person's next message is
+// shown to the model after the call's answer, never between the two.
+func TestRun_MessageAfterAStopWithAnOpenCallFollowsItsAnswer(t *testing.T) {
+	fr := &failNth{}
+	var bad atomic.Value
+	h := newHarness(t, withWorkflows(loopDir), withTools(lookupTool),
+		withRecorder(func(r engine.Recorder) engine.Recorder { fr.Recorder = r; return fr }),
+		fake(func(req *baton.Request) ([]baton.Delta, error) {
+			if s := validOrder(req.Messages); s != "" {
+				bad.Store(s)
+			}
+			last := req.Messages[len(req.Messages)-1]
+			if last.Role == baton.RoleUser && last.Content == "What is a baton?" {
+				return callTool("c1", "get_event_info", `{"event_ids":["x"]}`), nil
+			}
+			return reply("ok"), nil
+		}))
+	id := start(t, h, "assistant")
+	h.waitStatus(id, baton.ChatWaitingInput)
+	fr.n.Store(fr.i.Load() + 3)
+	if err := h.eng.Submit(context.Background(), testScope, id, "What is a baton?", "api"); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus(id, baton.ChatFailed)
+	if err := h.eng.Submit(context.Background(), testScope, id, "hello? anyone?", "api"); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus(id, baton.ChatWaitingInput, baton.ChatFailed)
+	h.settle()
+	if s, _ := bad.Load().(string); s != "" {
+		t.Fatalf("the model got: %s", s)
+	}
+}
+
+// TestTool_ContextUpdateTheStoreCannotKeepIsAToolError: a tool that sets a
+// context variable to a string with a NUL character (which no store keeps)
+// gets an error result the model reads; the chat goes on rather than fail
+// the append on every retry.
+func TestTool_ContextUpdateTheStoreCannotKeepIsAToolError(t *testing.T) {
+	noteTool := tool.WithFuncs(tool.MustFunc("lookup", "Look a word up.", func(_ context.Context, cc *baton.CallContext, in struct {
+		Word string `json:"word"`
+	}) (string, error) {
+		_ = cc.Vars.Set("note", "raw bytes: \x00\x01")
+		return "noted", nil
+	}))
+	h := newHarness(t, withWorkflows(loopDir), withTools(noteTool), turnProvider())
+	id := start(t, h, "assistant")
+	h.waitStatus(id, baton.ChatWaitingInput)
+	if err := h.eng.Submit(context.Background(), testScope, id, "What is a baton?", "api"); err != nil {
+		t.Fatal(err)
+	}
+	c := h.waitStatus(id, baton.ChatWaitingInput, baton.ChatFailed)
+	if c.Status == baton.ChatFailed {
+		t.Fatalf("a tool's context update made the append fail:\n%s", dump(h.events(id)))
+	}
+	for _, ev := range h.events(id) {
+		if ev.Type == baton.TypeChatToolResponse && !strings.Contains(string(ev.Payload), "cannot be kept") {
+			t.Fatalf("the tool's result does not say its update was refused: %s", ev.Payload)
+		}
+	}
+}
+
+// TestRun_StartHandledAgainAfterAStoreErrorKeepsTheFirstMessage: a run.start
+// whose first append fails records nothing (no chat.error either), so the
+// same input handled again — redelivered by the input router — starts the
+// chat with the person's first message, which only run.start carries.
+func TestRun_StartHandledAgainAfterAStoreErrorKeepsTheFirstMessage(t *testing.T) {
+	fr := &failNth{}
+	fr.n.Store(1)
+	h := newHarness(t, withWorkflows(loopDir), withTools(lookupTool), turnProvider(),
+		withRecorder(func(r engine.Recorder) engine.Recorder { fr.Recorder = r; return fr }))
+	c, err := h.eng.Start(context.Background(), testScope, "assistant", engine.StartOptions{Message: "first words"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.settle()
+	// The bridge hands the same input again (PublishAgain).
+	payload, _ := json.Marshal(map[string]string{"message": "first words"})
+	if err := h.bus.Publish(context.Background(), engine.InputEvent(testScope, engine.TypeRunStart, c.ID, payload)); err != nil {
+		t.Fatal(err)
+	}
+	h.settle()
+	evs := h.events(c.ID)
+	for _, ev := range evs {
+		if ev.Type == baton.TypeChatText && strings.Contains(string(ev.Payload), "first words") {
+			return
+		}
+	}
+	t.Fatalf("the person's first message was never recorded:\n%s", dump(evs))
 }

@@ -146,6 +146,14 @@ func (r *run) stopped(ctx context.Context, err error) {
 	}
 	e := r.e
 	fresh, lerr := e.load(ctx, r.scope, r.st.chat.ID, false)
+	if lerr == nil && fresh.st.chat.LastSequence == 0 {
+		// Nothing recorded yet: the input that starts the chat (run.start,
+		// with the person's first message) is handled again as it is —
+		// redelivered, resumed at restart or by a takeover. An error
+		// recorded now would make the chat wait for a retry that has lost
+		// the message.
+		return
+	}
 	if lerr == nil {
 		fresh.fence = r.fence
 		agent := ""
@@ -874,7 +882,7 @@ func (r *run) toolCallEvent(ctx context.Context, agent, msgID, key string, i int
 	}
 	p := toolCallPayload{Kind: "tool_call", Agent: agent, ToolName: c.Name, ToolCallID: id, Corr: key, Arguments: args, AgentMessageID: msgID, TurnKey: key}
 	var pending *baton.PendingRequest
-	if r.transferRule(agent, c.Name) != nil {
+	if r.offeredTransfer(agent, c.Name) != nil {
 		p.Transfer = true
 	} else if wt := r.wf.Tool(c.Name); wt != nil && wt.ToolType == workflow.UITool && wt.Agent == agent {
 		tl, err := r.reg.Tool(ctx, agent, c.Name)
@@ -944,6 +952,17 @@ func (r *run) runTool(ctx context.Context, oc openCall) error {
 				updates = map[string]json.RawMessage{}
 			}
 			updates[k] = v
+		}
+		for k, v := range updates {
+			// A value the store cannot keep (a NUL character, say) would
+			// fail the append, and the call with it, on every retry: the
+			// tool's result says so instead, and nothing is updated.
+			if err := baton.ValidateJSONB("context_updates."+k, v); err != nil {
+				res = baton.ToolResult{Status: baton.ToolStatusError, Content: fmt.Sprintf("Tool %s returned a context update that cannot be kept: %s", oc.name, baton.ErrorMessage(err))}
+				r.logger().Warn("engine: tool context update refused", "tool", oc.name, "variable", k, "err", err)
+				updates = nil
+				break
+			}
 		}
 	}
 	events := []baton.Event{chatEvent(baton.TypeChatToolResponse, r.st.chat.ID, oc.agent, toolResponsePayload{
@@ -1015,18 +1034,26 @@ func (r *run) toolDefs(ctx context.Context, agent string) ([]baton.ToolDef, erro
 	return defs, nil
 }
 
-// transferRule returns the llm rule of agent whose transfer tool is name,
-// if it applies now: a rule with a condition is offered, and honoured, only
-// while the condition is true (docs/workflow-format.md). A call of a
-// transfer tool whose rule does not apply is answered like an unknown tool.
+// transferRule returns the llm rule of agent whose transfer tool is name.
+// Whether it may fire is decided once, when the model's call is recorded
+// (offeredTransfer): the call is then a transfer (toolCallPayload.Transfer)
+// whatever the tools of its turn change afterwards.
 func (r *run) transferRule(agent, name string) *workflow.HandoffRule {
 	for _, rule := range r.wf.HandoffRules(agent) {
 		if rule.HandoffType == workflow.HandoffLLM && rule.TransferToolName() == name {
-			if !r.ruleApplies(rule) {
-				return nil
-			}
 			return rule
 		}
+	}
+	return nil
+}
+
+// offeredTransfer returns the llm rule of agent whose transfer tool is name
+// if it applies now: a rule with a condition is offered, and honoured, only
+// while the condition is true (docs/workflow-format.md). A call of a
+// transfer tool whose rule does not apply is answered like an unknown tool.
+func (r *run) offeredTransfer(agent, name string) *workflow.HandoffRule {
+	if rule := r.transferRule(agent, name); rule != nil && r.ruleApplies(rule) {
+		return rule
 	}
 	return nil
 }
