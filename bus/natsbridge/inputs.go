@@ -95,7 +95,7 @@ type inputs struct {
 	expiry  time.Duration // pull request expiry
 
 	mu      sync.Mutex
-	pending map[string][]jetstream.Msg // by event id: delivered, not yet handled
+	pending map[string][]jetstream.Msg // by inputKey: delivered, not yet handled
 	// failed holds the ids of inputs whose handling failed here and that
 	// were given back for a retry: their next delivery must be handled
 	// although the bus remembers the id. JetStream's delivery count cannot
@@ -104,6 +104,11 @@ type inputs struct {
 	failed map[string]struct{}
 	stats  InputStats
 }
+
+// inputKey names an input as JetStream's message id does: its chat and its
+// id. Ids may come from clients, and two chats' inputs with the same id are
+// two inputs.
+func inputKey(ev baton.Event) string { return ev.ChatID() + "/" + ev.ID }
 
 // maxFailed bounds inputs.failed; past it the set starts over (an input
 // then delivered again is de-duplicated by its chat's state, which knows
@@ -251,7 +256,7 @@ func (in *inputs) Route(ctx context.Context, ev baton.Event) (bool, error) {
 	msg.Data = data
 	// Per chat, as the bus de-duplicates: ids may come from clients, and
 	// one tenant's id must not make JetStream drop another's input.
-	msg.Header.Set(jetstream.MsgIDHeader, ev.ChatID()+"/"+ev.ID)
+	msg.Header.Set(jetstream.MsgIDHeader, inputKey(ev))
 	msg.Header.Set(originHeader, in.br.cfg.Instance)
 	pctx, cancel := context.WithTimeout(ctx, routeTimeout)
 	ack, err := in.js.PublishMsg(pctx, msg)
@@ -301,18 +306,19 @@ func (in *inputs) deliver(drained bool) jetstream.MessageHandler {
 			_ = m.Term()
 			return
 		}
+		key := inputKey(ev)
 		in.mu.Lock()
 		in.stats.Delivered++
 		if drained {
 			in.stats.Drained++
 		}
-		if len(in.pending[ev.ID]) > 0 {
-			in.pending[ev.ID] = append(in.pending[ev.ID], m)
+		if len(in.pending[key]) > 0 {
+			in.pending[key] = append(in.pending[key], m)
 			in.mu.Unlock()
 			return // being handled here: settled with the first
 		}
-		in.pending[ev.ID] = []jetstream.Msg{m}
-		_, retry := in.failed[ev.ID]
+		in.pending[key] = []jetstream.Msg{m}
+		_, retry := in.failed[key]
 		in.mu.Unlock()
 		accepted := true
 		if md, mdErr := m.Metadata(); retry || mdErr == nil && md.NumDelivered > 1 {
@@ -324,8 +330,8 @@ func (in *inputs) deliver(drained bool) jetstream.MessageHandler {
 			return // settled by handled
 		}
 		in.mu.Lock()
-		list := in.pending[ev.ID]
-		delete(in.pending, ev.ID)
+		list := in.pending[key]
+		delete(in.pending, key)
 		in.mu.Unlock()
 		for _, p := range list {
 			if err != nil {
@@ -344,17 +350,18 @@ func (in *inputs) handled(ev baton.Event, err error) {
 	if !in.cfg.IsInput(ev) {
 		return // not from the stream: nothing to settle
 	}
+	key := inputKey(ev)
 	in.mu.Lock()
-	list := in.pending[ev.ID]
-	delete(in.pending, ev.ID)
+	list := in.pending[key]
+	delete(in.pending, key)
 	if len(list) > 0 {
 		if err == nil {
-			delete(in.failed, ev.ID)
+			delete(in.failed, key)
 		} else {
 			if len(in.failed) >= maxFailed {
 				clear(in.failed)
 			}
-			in.failed[ev.ID] = struct{}{}
+			in.failed[key] = struct{}{}
 		}
 	}
 	in.mu.Unlock()

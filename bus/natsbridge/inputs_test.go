@@ -335,3 +335,51 @@ func TestInputs_FailedInputHandledByAConsumerMadeAnew(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // polling with a deadline
 	}
 }
+
+// TestInputs_SameIDInTwoChats: two chats' inputs with the same event id (a
+// client-chosen id, as POST /api/events takes) are two inputs, each handled
+// once — also while the first is still being handled.
+func TestInputs_SameIDInTwoChats(t *testing.T) {
+	ns := runNATS(t, -1, t.TempDir())
+	b := bus.New(bus.WithLogger(quiet()))
+	defer b.Close(context.Background())
+	release := make(chan struct{})
+	started := make(chan struct{})
+	var calls [2]atomic.Int32
+	if err := b.RegisterRule(bus.Rule{Name: "owner", Types: []string{"*"}, Handler: func(_ context.Context, ev baton.Event) error {
+		if ev.ChatID() == "chat-1" {
+			calls[0].Add(1)
+			close(started)
+			<-release // still being handled when chat-2's input arrives
+		} else {
+			calls[1].Add(1)
+		}
+		return nil
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	br, err := natsbridge.Start(natsbridge.Config{URL: ns.ClientURL(), Bus: b, Instance: "B", Logger: quiet(), PerChat: true,
+		Inputs: &natsbridge.InputsConfig{Leases: ownerIs("B"), IsInput: engine.IsInput, InactiveAfter: 3 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer br.Close(context.Background())
+	if err := b.Publish(context.Background(), input("chat-1", "evt-42", "hello")); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	if err := b.Publish(context.Background(), input("chat-2", "evt-42", "hi")); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); calls[1].Load() == 0; {
+		if time.Now().After(deadline) {
+			close(release)
+			t.Fatalf("chat-2's input was never handled; stats %+v", br.InputStats())
+		}
+		time.Sleep(10 * time.Millisecond) // polling with a deadline
+	}
+	close(release)
+	if calls[0].Load() != 1 || calls[1].Load() != 1 {
+		t.Fatalf("handled %d and %d times, want once each", calls[0].Load(), calls[1].Load())
+	}
+}
