@@ -402,15 +402,15 @@ func (s *Store) RenewLease(ctx context.Context, chatID, instanceID string, token
 		return baton.Lease{}, baton.Errorf(baton.EINVALID, "lease: ttl must be positive")
 	}
 	exp := time.Now().UTC().Truncate(time.Microsecond).Add(ttl)
-	var n int64
-	err := s.write(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
-		tag, err := c.Exec(ctx, `UPDATE leases SET expires = $4 WHERE chat_id = $1 AND owner = $2 AND token = $3`, chatID, instanceID, token, exp)
-		n = tag.RowsAffected()
-		return err
-	})
+	// On the caller's context, unlike other writes: a renewal whose outcome
+	// is unknown is harmless (the owner renews again at its next tick, and
+	// stops when the lease has run out), while one that waits out the
+	// store's write timeout would hold the chat's run past its lease.
+	tag, err := s.pool.Exec(ctx, `UPDATE leases SET expires = $4 WHERE chat_id = $1 AND owner = $2 AND token = $3`, chatID, instanceID, token, exp)
 	if err != nil {
 		return baton.Lease{}, s.dbErr("renew lease", err)
 	}
+	n := tag.RowsAffected()
 	if n == 0 {
 		return baton.Lease{}, baton.Errorf(baton.ECONFLICT, "chat %q: lease %d is no longer held by %q", chatID, token, instanceID)
 	}
@@ -422,15 +422,13 @@ func (s *Store) ReleaseLease(ctx context.Context, chatID, instanceID string, tok
 	if err := s.check(); err != nil {
 		return err
 	}
-	var n int64
-	err := s.write(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
-		tag, err := c.Exec(ctx, `UPDATE leases SET owner = '', expires = 'epoch' WHERE chat_id = $1 AND owner = $2 AND token = $3`, chatID, instanceID, token)
-		n = tag.RowsAffected()
-		return err
-	})
+	// On the caller's context, like RenewLease: a release that did not
+	// happen is a lease that expires by itself.
+	tag, err := s.pool.Exec(ctx, `UPDATE leases SET owner = '', expires = 'epoch' WHERE chat_id = $1 AND owner = $2 AND token = $3`, chatID, instanceID, token)
 	if err != nil {
 		return s.dbErr("release lease", err)
 	}
+	n := tag.RowsAffected()
 	if n == 0 {
 		return baton.Errorf(baton.ECONFLICT, "chat %q: lease %d is no longer held by %q", chatID, token, instanceID)
 	}
