@@ -143,8 +143,9 @@ func decodeClientMessage(data []byte) (clientMessage, error) {
 	if err := decodeStrict("message", data, &m); err != nil {
 		return clientMessage{}, err
 	}
-	if m.ID != "" {
-		// The id of a user.input.submit is its idempotency key.
+	if m.ID != "" && m.Type == msgSubmit {
+		// The id of a user.input.submit is its idempotency key; other
+		// messages' ids are only echoed, whatever their characters.
 		if err := checkIdempotencyKey("id", m.ID); err != nil {
 			return clientMessage{}, err
 		}

@@ -56,3 +56,22 @@ func FuzzClientMessage(f *testing.F) {
 		}
 	})
 }
+
+// TestDecodeClientMessage_IDs: only a user.input.submit's id is an
+// idempotency key, held to its characters; other messages' ids are echoed
+// whatever they hold (a client may number them in base64).
+func TestDecodeClientMessage_IDs(t *testing.T) {
+	for _, tc := range []struct {
+		msg string
+		ok  bool
+	}{
+		{`{"type":"ping","id":"a+b/c="}`, true},
+		{`{"type":"resume","last_sequence":3,"id":"a+b/c="}`, true},
+		{`{"type":"user.input.submit","content":"hi","id":"5f0c2d3e-8a41-4b6e-9d2c-3f1e7a9b0c11"}`, true},
+		{`{"type":"user.input.submit","content":"hi","id":"a+b/c="}`, false},
+	} {
+		if _, err := decodeClientMessage([]byte(tc.msg)); (err == nil) != tc.ok {
+			t.Errorf("%s: %v, want ok=%v", tc.msg, err, tc.ok)
+		}
+	}
+}

@@ -883,6 +883,11 @@ function connect(v) {
       askForKey("The key was refused.");
       return;
     }
+    if (ev.code === 4429) {
+      showBanner("Too many open chats for this key: close another tab, then reload this one.", "error");
+      setInput(false);
+      return;
+    }
     if (ev.code === 1008 || ev.code === 1009) {
       showBanner(`The server closed the connection: ${ev.reason || ev.code}. Reload the page to try again.`, "error");
       return;
