@@ -1,6 +1,7 @@
 package baton
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -188,4 +189,52 @@ func FuzzDecodeEvent(f *testing.F) {
 			t.Fatalf("round trip not stable:\n%s\n%s", out, out2)
 		}
 	})
+}
+
+// FuzzValidateJSONB: for any valid JSON, ValidateJSONB never panics, and a
+// value it accepts decodes to strings without a NUL character (which
+// PostgreSQL's jsonb cannot hold).
+func FuzzValidateJSONB(f *testing.F) {
+	for _, s := range []string{`"a"`, `"\u0000"`, `{"k":"\\u0000"}`, `"\ud83d\ude00"`, `"\ud83d"`, `"\ude00x"`, `["\\", "\u00e9\u0000"]`, `"\u12"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if !json.Valid(b) {
+			return
+		}
+		if err := ValidateJSONB("v", b); err != nil {
+			return
+		}
+		var v any
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.UseNumber() // 1e700 is JSON, not a float64
+		if err := dec.Decode(&v); err != nil {
+			t.Fatal(err)
+		}
+		if hasNUL(v) {
+			t.Fatalf("accepted %q, which holds a NUL character", b)
+		}
+	})
+}
+
+// hasNUL reports whether a decoded JSON value holds a NUL character in a
+// string or a key.
+func hasNUL(v any) bool {
+	switch v := v.(type) {
+	case string:
+		return strings.IndexByte(v, 0) >= 0
+	case []any:
+		for _, e := range v {
+			if hasNUL(e) {
+				return true
+			}
+		}
+	case map[string]any:
+		for k, e := range v {
+			if strings.IndexByte(k, 0) >= 0 || hasNUL(e) {
+				return true
+			}
+		}
+	}
+	return false
 }
