@@ -1,7 +1,6 @@
 package bus
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,33 +17,16 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/testenv"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// logBuffer collects log output from concurrent goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // newTestBus returns a bus whose logs go to the returned buffer and which
 // is closed when the test ends.
-func newTestBus(t *testing.T, opts ...Option) (*Bus, *logBuffer) {
+func newTestBus(t *testing.T, opts ...Option) (*Bus, *testenv.LogBuffer) {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &testenv.LogBuffer{}
 	opts = append([]Option{WithLogger(slog.New(slog.NewTextHandler(logs, nil)))}, opts...)
 	b := New(opts...)
 	t.Cleanup(func() {
@@ -728,7 +710,7 @@ func TestBackpressure_PublishWaitsForRoom(t *testing.T) {
 }
 
 func TestClose_DuringPublishingLosesNothing(t *testing.T) {
-	b := New(WithLogger(slog.New(slog.NewTextHandler(&logBuffer{}, nil))), WithLaneCapacity(8))
+	b := New(WithLogger(slog.New(slog.NewTextHandler(&testenv.LogBuffer{}, nil))), WithLaneCapacity(8))
 	var handled sync.Map
 	mustRegister(t, b, Rule{Types: []string{"*"}, Handler: func(_ context.Context, ev baton.Event) error {
 		handled.Store(ev.ID, true)
@@ -781,7 +763,7 @@ func TestClose_DuringPublishingLosesNothing(t *testing.T) {
 }
 
 func TestClose_DeadlineAbandonsQueued(t *testing.T) {
-	b := New(WithLogger(slog.New(slog.NewTextHandler(&logBuffer{}, nil))))
+	b := New(WithLogger(slog.New(slog.NewTextHandler(&testenv.LogBuffer{}, nil))))
 	started := make(chan struct{})
 	mustRegister(t, b, Rule{Types: []string{"*"}, Handler: func(ctx context.Context, ev baton.Event) error {
 		if ev.Type == "block" {
@@ -880,7 +862,7 @@ func TestSubscribe_SlowObserverIsDroppedNotWaitedFor(t *testing.T) {
 }
 
 func TestSubscribe_PatternsChatAndClose(t *testing.T) {
-	b := New(WithLogger(slog.New(slog.NewTextHandler(&logBuffer{}, nil))))
+	b := New(WithLogger(slog.New(slog.NewTextHandler(&testenv.LogBuffer{}, nil))))
 	sub, err := b.Subscribe([]string{"chat.*", baton.TypeStreamText}, ForChat("c1"))
 	if err != nil {
 		t.Fatal(err)

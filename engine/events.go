@@ -71,15 +71,7 @@ func (a *eventAgent) Handle(ctx context.Context, ev baton.Event) error {
 	e := a.e
 	e.active.Add(1) // from the first line, so that Active never misses a handler
 	defer e.active.Add(-1)
-	for attempt := 0; ; attempt++ {
-		err := a.handle(ctx, ev)
-		if err == nil || e.instance == "" || ctx.Err() != nil || attempt == maxLeaseRetries || !lostLease(err) {
-			return err
-		}
-		e.leaseLosses.Add(1)
-		e.log.Warn("event-handler agent: the run lost the chat's lease; handling the event again under a new one",
-			"chat_id", ev.ChatID(), "event_id", ev.ID, "event_type", ev.Type, "attempt", attempt+1, "err", err)
-	}
+	return e.againOnLeaseLoss(ctx, ev, a.handle)
 }
 
 func (a *eventAgent) handle(ctx context.Context, ev baton.Event) error {

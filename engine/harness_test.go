@@ -1,7 +1,6 @@
 package engine_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -9,13 +8,13 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
 	"github.com/batonhq/baton/engine"
+	"github.com/batonhq/baton/internal/testenv"
 	"github.com/batonhq/baton/llm/scripted"
 	"github.com/batonhq/baton/recorder"
 	"github.com/batonhq/baton/store/sqlite"
@@ -32,7 +31,7 @@ var testScope = baton.Scope{App: "acme", User: "ada"}
 // harness is one engine on a real SQLite file and a real bus.
 type harness struct {
 	t        *testing.T
-	logs     *logBuffer // everything the engine logged, at debug level
+	logs     *testenv.LogBuffer // everything the engine logged, at debug level
 	root     string
 	toolOpts []tool.Option
 	dbPath   string
@@ -107,7 +106,7 @@ func newHarness(t *testing.T, opts ...harnessOption) *harness {
 		t.Fatalf("open store: %v", err)
 	}
 	h.store = st
-	h.logs = &logBuffer{}
+	h.logs = &testenv.LogBuffer{}
 	log := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	h.bus = bus.New(bus.WithLogger(log))
 	wfs, err := workflow.LoadAll(os.DirFS(h.root))
@@ -265,24 +264,6 @@ func (h *harness) restart() *harness {
 	h.t.Helper()
 	h.close()
 	return newHarness(h.t, withDB(h.dbPath), withWorkflows(h.root), withProvider(h.prov), withTools(h.toolOpts...), withTasks(h.tasks), withBudget(h.budget))
-}
-
-// logBuffer collects log output from concurrent goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // checkSpeakers asserts invariant 6: every text from a sender other than

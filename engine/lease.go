@@ -223,8 +223,16 @@ const maxLeaseRetries = 5
 // its inputs by event id). For run.start, run.resume and wakes a second
 // pass finds the work done and returns.
 func (e *Engine) handleLeased(ctx context.Context, ev baton.Event) error {
+	return e.againOnLeaseLoss(ctx, ev, e.handle)
+}
+
+// againOnLeaseLoss runs handle, and with leases runs it again (up to
+// maxLeaseRetries times) while it fails because its run lost the chat's
+// lease: the engine's inputs (handleLeased) and the event-handler agent's
+// events alike.
+func (e *Engine) againOnLeaseLoss(ctx context.Context, ev baton.Event, handle func(context.Context, baton.Event) error) error {
 	for attempt := 0; ; attempt++ {
-		err := e.handle(ctx, ev)
+		err := handle(ctx, ev)
 		if err == nil || e.instance == "" || ctx.Err() != nil || attempt == maxLeaseRetries || !lostLease(err) {
 			return err
 		}

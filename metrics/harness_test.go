@@ -1,7 +1,6 @@
 package metrics_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -9,7 +8,6 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
 	"github.com/batonhq/baton/engine"
+	"github.com/batonhq/baton/internal/testenv"
 	"github.com/batonhq/baton/llm/scripted"
 	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/recorder"
@@ -36,7 +35,7 @@ var testScope = baton.Scope{App: "acme", User: "ada"}
 // a real bus, and a metrics collector (and, when asked, a tracer) watching.
 type harness struct {
 	t     *testing.T
-	logs  *logBuffer
+	logs  *testenv.LogBuffer
 	store *sqlite.Store
 	stats baton.StatsStore // what the collector writes rollups to
 	bus   *bus.Bus
@@ -61,7 +60,7 @@ func newHarness(t *testing.T, cfg config) *harness {
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
-	h := &harness{t: t, store: st, logs: &logBuffer{}}
+	h := &harness{t: t, store: st, logs: &testenv.LogBuffer{}}
 	log := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	h.bus = bus.New(bus.WithLogger(log))
 	wfs, err := workflow.LoadAll(os.DirFS(workflowsDir))
@@ -283,21 +282,4 @@ func scriptedUsage(t *testing.T, h *harness, wf, chatID string) (calls int64, u 
 		t.Fatal("the chat made no model calls")
 	}
 	return calls, u
-}
-
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/testenv"
 )
 
 // TestPublicError: what a client sees of an error. An unavailable error
@@ -91,28 +92,10 @@ func TestInput_UnavailableHidesCause(t *testing.T) {
 	}
 }
 
-// logBuffer is a slog handler's output, safe for concurrent use.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestWriteError_ClientGone: a request whose client disconnected (its
 // context cancelled under a store call) is not logged or answered as a 500.
 func TestWriteError_ClientGone(t *testing.T) {
-	var logs logBuffer
+	var logs testenv.LogBuffer
 	s := &Server{log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -296,12 +296,7 @@ func TestInputs_FailedInputHandledByAConsumerMadeAnew(t *testing.T) {
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	br, err := natsbridge.Start(natsbridge.Config{URL: ns.ClientURL(), Bus: b, Instance: "B", Logger: quiet(), PerChat: true,
-		Inputs: &natsbridge.InputsConfig{Leases: ownerIs("B"), IsInput: engine.IsInput, InactiveAfter: 3 * time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer br.Close(context.Background())
+	br := ownerBridge(t, ns.ClientURL(), b)
 	if err := b.Publish(context.Background(), input("chat-1", baton.NewID(), "hello")); err != nil {
 		t.Fatal(err)
 	}
@@ -358,12 +353,7 @@ func TestInputs_SameIDInTwoChats(t *testing.T) {
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	br, err := natsbridge.Start(natsbridge.Config{URL: ns.ClientURL(), Bus: b, Instance: "B", Logger: quiet(), PerChat: true,
-		Inputs: &natsbridge.InputsConfig{Leases: ownerIs("B"), IsInput: engine.IsInput, InactiveAfter: 3 * time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer br.Close(context.Background())
+	br := ownerBridge(t, ns.ClientURL(), b)
 	if err := b.Publish(context.Background(), input("chat-1", "evt-42", "hello")); err != nil {
 		t.Fatal(err)
 	}
@@ -382,4 +372,17 @@ func TestInputs_SameIDInTwoChats(t *testing.T) {
 	if calls[0].Load() != 1 || calls[1].Load() != 1 {
 		t.Fatalf("handled %d and %d times, want once each", calls[0].Load(), calls[1].Load())
 	}
+}
+
+// ownerBridge starts instance B's bridge with input routing on b, B owning
+// every chat; the test's cleanup closes it.
+func ownerBridge(t *testing.T, url string, b *bus.Bus) *natsbridge.Bridge {
+	t.Helper()
+	br, err := natsbridge.Start(natsbridge.Config{URL: url, Bus: b, Instance: "B", Logger: quiet(), PerChat: true,
+		Inputs: &natsbridge.InputsConfig{Leases: ownerIs("B"), IsInput: engine.IsInput, InactiveAfter: 3 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = br.Close(context.Background()) })
+	return br
 }

@@ -8,9 +8,10 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/batonhq/baton/internal/testenv"
 )
 
 // TestServe_DevNeedsLoopback: --dev refuses an address other machines can reach.
@@ -28,7 +29,7 @@ func TestServe_DevSmoke(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	pr, pw := io.Pipe()
-	var errb syncBuffer
+	var errb testenv.LogBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--dev", "--addr", "127.0.0.1:0", "--data-dir", t.TempDir()}, pw, &errb)
@@ -83,22 +84,4 @@ func TestServe_DevSmoke(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("serve did not shut down")
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
