@@ -120,6 +120,12 @@ func NewEvent(typ string, md Metadata, payload json.RawMessage) Event {
 	}
 }
 
+// The random bits of ids come from a pool that google/uuid refills from
+// crypto/rand 256 bytes at a time, instead of a read of crypto/rand per id: a
+// turn makes a dozen ids. Ids are unique, not secret, so the pool costs no
+// safety. EnableRandPool must run before any id is made, hence init.
+func init() { uuid.EnableRandPool() }
+
 // NewID returns a fresh time-ordered (version 7) UUID string. Time order keeps
 // store indexes on event ids append-mostly.
 func NewID() string {

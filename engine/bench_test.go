@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"syscall"
 	"testing"
@@ -60,7 +61,7 @@ func BenchmarkTurn(b *testing.B) {
 	for _, inFlight := range []int{1, 50, 1000} {
 		b.Run(fmt.Sprintf("chats=%d", inFlight), func(b *testing.B) {
 			t := &testing.T{}
-			h := newHarness(t, withWorkflows(loopDir), withTools(lookupTool), turnProvider())
+			h := newHarness(t, withWorkflows(loopDir), withTools(lookupTool), turnProvider(), withLogLevel(slog.LevelInfo))
 			defer h.close()
 			ctx := context.Background()
 			ids := make([]string, inFlight)
@@ -143,7 +144,7 @@ func BenchmarkTurn(b *testing.B) {
 //	go test -run '^$' -bench BenchmarkResume100 -benchmem ./engine
 func BenchmarkResume100(b *testing.B) {
 	t := &testing.T{}
-	h := newHarness(t, withWorkflows(loopDir), withTools(lookupTool), turnProvider())
+	h := newHarness(t, withWorkflows(loopDir), withTools(lookupTool), turnProvider(), withLogLevel(slog.LevelInfo))
 	defer h.close()
 	ctx := context.Background()
 	id := start(t, h, "assistant")

@@ -31,7 +31,7 @@ var testScope = baton.Scope{App: "acme", User: "ada"}
 // harness is one engine on a real SQLite file and a real bus.
 type harness struct {
 	t        *testing.T
-	logs     *testenv.LogBuffer // everything the engine logged, at debug level
+	logs     *testenv.LogBuffer // everything the engine logged, at logLevel
 	root     string
 	toolOpts []tool.Option
 	dbPath   string
@@ -46,6 +46,7 @@ type harness struct {
 	instance string        // engine.Config.InstanceID
 	leaseTTL time.Duration // engine.Config.LeaseTTL
 	wrapSt   func(*sqlite.Store) engine.Store
+	logLevel slog.Level // of the engine's and the bus's logger; debug unless withLogLevel
 }
 
 type harnessOption func(*harness)
@@ -84,6 +85,11 @@ func withStoreWrap(wrap func(*sqlite.Store) engine.Store) harnessOption {
 	return func(h *harness) { h.wrapSt = wrap }
 }
 
+// withLogLevel sets the level the harness logs at (debug by default, so a
+// test can read every line). Benchmarks log at info, as baton serve does:
+// a debug line per tool event is a cost production does not pay.
+func withLogLevel(l slog.Level) harnessOption { return func(h *harness) { h.logLevel = l } }
+
 // withDB reuses a database file (a restart).
 func withDB(path string) harnessOption { return func(h *harness) { h.dbPath = path } }
 
@@ -93,7 +99,7 @@ func scriptedProviders(wf *workflow.Workflow) (baton.Provider, error) {
 
 func newHarness(t *testing.T, opts ...harnessOption) *harness {
 	t.Helper()
-	h := &harness{t: t, prov: scriptedProviders, root: workflowsDir}
+	h := &harness{t: t, prov: scriptedProviders, root: workflowsDir, logLevel: slog.LevelDebug}
 	for _, o := range opts {
 		o(h)
 	}
@@ -107,7 +113,7 @@ func newHarness(t *testing.T, opts ...harnessOption) *harness {
 	}
 	h.store = st
 	h.logs = &testenv.LogBuffer{}
-	log := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	log := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: h.logLevel}))
 	h.bus = bus.New(bus.WithLogger(log))
 	wfs, err := workflow.LoadAll(os.DirFS(h.root))
 	if err != nil {

@@ -48,10 +48,9 @@ const (
 		FROM chats c LEFT JOIN pending p ON p.chat_id = c.id AND p.resolved_at IS NULL
 		WHERE c.id = ? AND c.app = ? AND c.user_id = ? AND c.deleted = 0`
 	chatSeqSQL = `SELECT last_sequence FROM chats WHERE id = ? AND app = ? AND user_id = ? AND deleted = 0`
-	eventsSQL  = `SELECT ` + packedEventCols + `, e.extra
+	eventsSQL  = `SELECT group_concat(` + packedEventCols + `, '')
 		FROM chats c JOIN events e ON e.chat_id = c.id
-		WHERE c.id = ? AND c.app = ? AND c.user_id = ? AND c.deleted = 0 AND e.sequence > ?
-		ORDER BY e.sequence LIMIT ?`
+		WHERE c.id = ? AND c.app = ? AND c.user_id = ? AND c.deleted = 0 AND e.sequence > ? AND e.sequence <= ?`
 	chatUsageSQL = `SELECT u.agent, count(*), sum(u.prompt_tokens), sum(u.completion_tokens), sum(u.cached_tokens), sum(u.reasoning_tokens), sum(u.cost)
 		FROM chats c JOIN usage u ON u.chat_id = c.id
 		WHERE c.id = ? AND c.app = ? AND c.user_id = ? AND c.deleted = 0 GROUP BY u.agent ORDER BY u.agent`

@@ -35,6 +35,7 @@ func Run(t *testing.T, newStore func(t *testing.T) baton.Store) {
 	}{
 		{"Chats", testChats},
 		{"AppendAndReplay", testAppendAndReplay},
+		{"LongReplay", testLongReplay},
 		{"GaplessOneChat", testGaplessOneChat},
 		{"GaplessManyChats", testGaplessManyChats},
 		{"AtomicAppend", testAtomicAppend},
@@ -220,6 +221,65 @@ func testChats(t *testing.T, s baton.Store) {
 	}
 	_, err = s.GetChat(ctx, scope, "no-such-chat")
 	wantCode(t, "GetChat unknown", err, baton.ENOTFOUND)
+}
+
+// testLongReplay reads a chat longer than a store reads at once (SQLite:
+// blocks of 256), from every kind of start and with limits across the
+// blocks' edges, with events of every shape: no payload, extra metadata,
+// multi-byte texts, every named metadata field.
+func testLongReplay(t *testing.T, s baton.Store) {
+	ctx := ctxT(t)
+	scope := NewScope()
+	c := mustChat(t, s, scope, "hello")
+	const total = 700
+	var sent []baton.Event
+	for len(sent) < total {
+		var batch []baton.Event
+		for range min(7, total-len(sent)) {
+			i := len(sent) + len(batch)
+			var e baton.Event
+			switch i % 4 {
+			case 0:
+				e = TextEvent("A é", fmt.Sprint("m ", i, " ✓"))
+			case 1:
+				e = baton.NewEvent(baton.TypeChatSelectSpeaker, baton.Metadata{}, nil)
+			case 2:
+				e = TextEvent("B", strings.Repeat("x", i))
+				e.Metadata.Extra = map[string]json.RawMessage{"k": json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))}
+			default:
+				e = TextEvent("", "")
+				e.Metadata = baton.Metadata{TriggerAgentID: "id 1", TriggerAgentName: "Ünï", EnvName: "env", Source: baton.SourceUser}
+			}
+			batch = append(batch, e)
+		}
+		got, err := s.Append(ctx, scope, c.ID, batch, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent = append(sent, got...)
+	}
+	for _, r := range []struct{ after, limit int64 }{{0, 0}, {0, 256}, {0, 257}, {100, 300}, {255, 2}, {511, 0}, {650, 0}, {699, 10}, {700, 0}, {700, 5}} {
+		evs, err := s.Events(ctx, scope, c.ID, r.after, int(r.limit))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := total - r.after
+		if r.limit > 0 {
+			want = min(want, r.limit)
+		}
+		if int64(len(evs)) != want {
+			t.Fatalf("Events(after=%d, limit=%d): %d events, want %d", r.after, r.limit, len(evs), want)
+		}
+		for i, e := range evs {
+			w := sent[int(r.after)+i]
+			if e.Sequence != r.after+int64(i)+1 || e.ID != w.ID || e.Type != w.Type || e.Timestamp != w.Timestamp ||
+				!bytes.Equal(e.Payload, w.Payload) || e.ChatID() != c.ID || e.Metadata.TriggerAgentID != w.Metadata.TriggerAgentID ||
+				e.Metadata.TriggerAgentName != w.Metadata.TriggerAgentName || e.Metadata.EnvName != w.Metadata.EnvName ||
+				e.Metadata.Source != w.Metadata.Source || fmt.Sprint(e.Metadata.Extra) != fmt.Sprint(w.Metadata.Extra) {
+				t.Fatalf("Events(after=%d, limit=%d)[%d] = %+v, want %+v", r.after, r.limit, i, e, w)
+			}
+		}
+	}
 }
 
 func testAppendAndReplay(t *testing.T, s baton.Store) {
