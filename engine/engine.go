@@ -25,6 +25,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -370,6 +371,25 @@ func (e *Engine) Submit(ctx context.Context, scope baton.Scope, chatID, content,
 // secret form are sealed here, before the event reaches the bus, so no
 // observer, log or store ever holds them in the clear.
 func (e *Engine) RespondUI(ctx context.Context, scope baton.Scope, chatID, uiEventID string, status string, data json.RawMessage) error {
+	return e.respondUI(ctx, scope, chatID, "", uiEventID, status, data)
+}
+
+// RespondUIOnce is RespondUI for a response sent with an idempotency key:
+// eventID is the id its ui.tool.response event gets, the same for every
+// retry of the response (the server derives it from the client's key, the
+// chat and the caller), so that the bus and the engine apply it once, as
+// they do a user_query's. A retry that arrives after the response was
+// applied finds the request answered by this very event (AnsweredBy) and
+// succeeds, publishing nothing; any other response to a request the chat no
+// longer waits for is ENOTFOUND, as with RespondUI.
+func (e *Engine) RespondUIOnce(ctx context.Context, scope baton.Scope, chatID, eventID, uiEventID string, status string, data json.RawMessage) error {
+	if eventID == "" {
+		return baton.Errorf(baton.EINVALID, "event id: required")
+	}
+	return e.respondUI(ctx, scope, chatID, eventID, uiEventID, status, data)
+}
+
+func (e *Engine) respondUI(ctx context.Context, scope baton.Scope, chatID, eventID, uiEventID string, status string, data json.RawMessage) error {
 	chat, err := e.store.GetChat(ctx, scope, chatID)
 	if err != nil {
 		return err
@@ -381,6 +401,11 @@ func (e *Engine) RespondUI(ctx context.Context, scope baton.Scope, chatID, uiEve
 		}
 	}
 	if pending == nil {
+		if eventID != "" {
+			if answered, err := e.AnsweredBy(ctx, scope, chatID, uiEventID, eventID); err != nil || answered {
+				return err // a retry of the response that answered it: done already
+			}
+		}
 		return baton.Errorf(baton.ENOTFOUND, "ui_event_id %q: the chat does not wait for it (unknown or already answered)", uiEventID)
 	}
 	if status == "" {
@@ -399,7 +424,53 @@ func (e *Engine) RespondUI(ctx context.Context, scope baton.Scope, chatID, uiEve
 		}
 	}
 	payload, _ := json.Marshal(resp)
-	return e.publish(ctx, scope, baton.TypeUIToolResponse, chatID, payload)
+	ev := InputEvent(scope, baton.TypeUIToolResponse, chatID, payload)
+	if eventID != "" {
+		ev.ID = eventID
+	}
+	if err := e.bus.Publish(ctx, ev); err != nil {
+		return fmt.Errorf("publish %s for chat %s: %w", ev.Type, chatID, err)
+	}
+	return nil
+}
+
+// answeredPage is how many events AnsweredBy reads from the store at a time.
+const answeredPage = 500
+
+// AnsweredBy reports whether the chat's UI request uiEventID was answered
+// by the ui.tool.response event eventID: whether the chat.tool_response
+// recorded for it carries input_id eventID. It is how a retried response
+// (RespondUIOnce) is told from another response to a request answered
+// already. It reads the chat's events from the store, so it is meant for
+// that rare case, not for every response.
+func (e *Engine) AnsweredBy(ctx context.Context, scope baton.Scope, chatID, uiEventID, eventID string) (bool, error) {
+	if uiEventID == "" || eventID == "" {
+		return false, nil
+	}
+	id := []byte(eventID)
+	for after := int64(0); ; {
+		evs, err := e.store.Events(ctx, scope, chatID, after, answeredPage)
+		if err != nil {
+			return false, fmt.Errorf("find the response to %s in chat %s: %w", uiEventID, chatID, err)
+		}
+		for i := range evs {
+			ev := &evs[i]
+			after = ev.Sequence
+			if ev.Type != baton.TypeChatToolResponse || !bytes.Contains(ev.Payload, id) {
+				continue
+			}
+			var p struct {
+				UIEventID string `json:"ui_event_id"`
+				InputID   string `json:"input_id"`
+			}
+			if json.Unmarshal(ev.Payload, &p) == nil && p.UIEventID == uiEventID && p.InputID == eventID {
+				return true, nil
+			}
+		}
+		if len(evs) < answeredPage {
+			return false, nil
+		}
+	}
 }
 
 // Resume publishes a run.resume for a chat: a retry after an error, or

@@ -390,6 +390,63 @@ func TestUIResponse_UnknownOrAnsweredIsRefused(t *testing.T) {
 	}
 }
 
+// TestUIResponse_OnceByEventID: a response published with RespondUIOnce
+// is applied once however often it is sent with its event id; a retry after
+// it was applied succeeds and changes nothing (AnsweredBy knows the event
+// that answered the request), while another response to the answered
+// request is refused, as with RespondUI.
+func TestUIResponse_OnceByEventID(t *testing.T) {
+	h := newHarness(t)
+	id := runToPlan(t, h)
+	ctx := context.Background()
+	plan := h.pending(id, baton.PendingUITool)
+	const eventID = "0b7c9e1e-6a52-4c55-9d6e-4f1f4c0d2f11"
+	for range 2 { // the second while the first may still be on its way
+		if err := h.eng.RespondUIOnce(ctx, testScope, id, eventID, plan.UIEventID, "success", json.RawMessage(`{"ok":1}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.waitStatus(id, baton.ChatCompleted)
+	after := len(h.events(id))
+	if ok, err := h.eng.AnsweredBy(ctx, testScope, id, plan.UIEventID, eventID); !ok || err != nil {
+		t.Fatalf("AnsweredBy the response's own event id: %v %v, want true", ok, err)
+	}
+	if ok, err := h.eng.AnsweredBy(ctx, testScope, id, plan.UIEventID, "another"); ok || err != nil {
+		t.Fatalf("AnsweredBy another event id: %v %v, want false", ok, err)
+	}
+	if err := h.eng.RespondUIOnce(ctx, testScope, id, eventID, plan.UIEventID, "success", json.RawMessage(`{"ok":1}`)); err != nil {
+		t.Fatalf("a retry of the applied response: %v, want success", err)
+	}
+	for _, tc := range []struct {
+		what    string
+		scope   baton.Scope
+		eventID string
+	}{
+		{"another response", testScope, "another"},
+		{"another tenant's retry", baton.Scope{App: "other", User: "eve"}, eventID},
+	} {
+		if err := h.eng.RespondUIOnce(ctx, tc.scope, id, tc.eventID, plan.UIEventID, "success", json.RawMessage(`{"ok":2}`)); !errors.Is(err, baton.ErrNotFound) {
+			t.Fatalf("%s to the answered request: %v, want not found", tc.what, err)
+		}
+	}
+	if err := h.eng.RespondUI(ctx, testScope, id, plan.UIEventID, "success", json.RawMessage(`{"ok":2}`)); !errors.Is(err, baton.ErrNotFound) {
+		t.Fatalf("a response without an event id to the answered request: %v, want not found", err)
+	}
+	h.waitStatus(id, baton.ChatCompleted)
+	responses := 0
+	for _, ev := range h.events(id) {
+		if p := payloadOf(t, ev); ev.Type == baton.TypeChatToolResponse && p["ui_event_id"] == plan.UIEventID {
+			responses++
+			if p["input_id"] != eventID {
+				t.Errorf("the response's input_id is %v, want %s", p["input_id"], eventID)
+			}
+		}
+	}
+	if responses != 1 || len(h.events(id)) != after {
+		t.Fatalf("%d responses recorded, events %d → %d: want one, and nothing after", responses, after, len(h.events(id)))
+	}
+}
+
 // TestSecrets_NeverStoredOrLoggedInTheClear searches everything the run
 // left behind for the secret's value: the SQLite database and its WAL, the
 // logs at debug level, and every event any observer saw.

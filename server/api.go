@@ -353,9 +353,12 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 // state and publishes it. The engine ignores input that does not fit the
 // chat, so everything it would ignore is refused here, with a 4xx that
 // names the field: the chat stays as it was. m.ID, when set, is the
-// message's idempotency key (inputEventID). A publish the bus could not
-// take is EUNAVAILABLE with a message that asks for a retry and never
-// quotes the cause (NATS's error text goes to the log).
+// input's idempotency key (inputEventID): the input is recorded once, and a
+// UI tool response retried with it after it was applied succeeds again
+// (nothing is published) where another response to the answered request is
+// ENOTFOUND. A publish the bus could not take is EUNAVAILABLE with a
+// message that asks for a retry and never quotes the cause (NATS's error
+// text goes to the log).
 func (s *Server) input(ctx context.Context, scope baton.Scope, chatID string, m clientMessage, source string) error {
 	err := s.publishInput(ctx, scope, chatID, m, source)
 	if baton.ErrorCode(err) == baton.EUNAVAILABLE {
@@ -403,10 +406,29 @@ func (s *Server) publishInput(ctx context.Context, scope baton.Scope, chatID str
 		}
 		return nil
 	case msgUIResponse:
+		// With an idempotency key the response's event id is derived from
+		// it, as a message's is: a retry is dropped by the bus and the
+		// engine while the first is on its way, and once the first was
+		// applied (the request is no longer pending) the retry is
+		// recognised by the engine's record of the response that answered
+		// the request (Engine.AnsweredBy), and gets the same success.
+		eventID := ""
+		if m.ID != "" {
+			eventID = inputEventID(scope, chat.ID, m.ID)
+		}
 		var pending *baton.PendingRequest
 		for i := range chat.Pending {
 			if chat.Pending[i].UIEventID == m.UIEventID {
 				pending = &chat.Pending[i]
+			}
+		}
+		if pending == nil && eventID != "" {
+			answered, err := s.cfg.Engine.AnsweredBy(ctx, scope, chat.ID, m.UIEventID, eventID)
+			if err != nil {
+				return err
+			}
+			if answered {
+				return nil // a retry of the response that answered it
 			}
 		}
 		if pending == nil || (pending.Kind != baton.PendingUITool && pending.Kind != baton.PendingSecret) {
@@ -426,7 +448,10 @@ func (s *Server) publishInput(ctx context.Context, scope baton.Scope, chatID str
 				return baton.Errorf(baton.EINVALID, "data: a secret form's response must be an object of name to string value")
 			}
 		}
-		return s.cfg.Engine.RespondUI(ctx, scope, chat.ID, m.UIEventID, m.Status, m.Data)
+		if eventID == "" {
+			return s.cfg.Engine.RespondUI(ctx, scope, chat.ID, m.UIEventID, m.Status, m.Data)
+		}
+		return s.cfg.Engine.RespondUIOnce(ctx, scope, chat.ID, eventID, m.UIEventID, m.Status, m.Data)
 	}
 	return baton.Errorf(baton.EINVALID, "type: %q is not an input", m.Type)
 }

@@ -156,15 +156,24 @@ func TestRevokedKey_StreamsEnd(t *testing.T) {
 }
 
 // TestDevMode_BrowserWithKey: in dev mode, a browser that has a key (Bearer
-// on HTTP, the auth message on the WebSocket, as web/app.js does) follows its
-// own chat; a keyless one follows the dev user's chats; a wrong key is 4401.
+// on HTTP, ?auth=message and the auth message on the WebSocket, as
+// web/app.js does) follows its own chat; a keyless one follows the dev
+// user's chats; a wrong key is 4401.
 func TestDevMode_BrowserWithKey(t *testing.T) {
 	e := newEnv(t, withWorkflows(benchDir), withConfig(func(c *Config) { c.Dev = true }))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	id := e.start(t, "bench", nil) // ada's, with her key
 	e.waitStatus(t, id, baton.ChatCompleted)
-	c := e.dial(ctx, t, id, 0, "") // a browser: no header
+	dialByMessage := func() *websocket.Conn { // a browser with a key: no header
+		t.Helper()
+		c, err := e.tryDialQuery(ctx, id, "last_sequence=0&auth=message", "")
+		if err != nil {
+			t.Fatalf("dial: %v", err)
+		}
+		return c
+	}
+	c := dialByMessage()
 	defer c.CloseNow()
 	writeMsg(ctx, t, c, map[string]any{"type": "auth", "token": e.keys[scopeAda]})
 	got, err := readUntilComplete(ctx, c)
@@ -174,7 +183,7 @@ func TestDevMode_BrowserWithKey(t *testing.T) {
 	sameEnvelopes(t, "dev mode with a key", got, e.history(t, id))
 
 	// A wrong key is refused, not taken for the dev user.
-	bad := e.dial(ctx, t, id, 0, "")
+	bad := dialByMessage()
 	defer bad.CloseNow()
 	writeMsg(ctx, t, bad, map[string]any{"type": "auth", "token": "bk_wrong"})
 	if _, _, err := bad.Read(ctx); websocket.CloseStatus(err) != CloseUnauthorized {
@@ -188,10 +197,10 @@ func TestDevMode_BrowserWithKey(t *testing.T) {
 	if _, err := readUntilComplete(ctx, dc); err != nil {
 		t.Fatalf("dev user's chat: %v", err)
 	}
-	// Ada's chat without her key is the dev user's: not found.
+	// Ada's chat without her key (nor ?auth=message) is the dev user's:
+	// not found (at once: TestDevMode_ForeignChatClosesAtOnce).
 	nc := e.dial(ctx, t, id, 0, "")
 	defer nc.CloseNow()
-	writeMsg(ctx, t, nc, map[string]any{"type": "ping"})
 	if _, _, err := nc.Read(ctx); websocket.CloseStatus(err) != CloseNotFound {
 		t.Fatalf("another user's chat without a key in dev mode: %v, want 4404", err)
 	}
@@ -300,5 +309,65 @@ func TestLoopbackHost(t *testing.T) {
 		if got := loopbackHost(host); got != want {
 			t.Errorf("loopbackHost(%q) = %v, want %v", host, got, want)
 		}
+	}
+}
+
+// TestDevMode_ForeignChatClosesAtOnce: in dev mode, a socket opened without
+// a key for a chat the dev user does not have (another user's, or none at
+// all) is closed with 4404 at once: without ?auth=message it is the dev
+// user's, who needs no auth message, so nothing is worth waiting for
+// (AuthTimeout is 30 s here; the bound below is a hang, not a speed).
+func TestDevMode_ForeignChatClosesAtOnce(t *testing.T) {
+	e := newEnv(t, withWorkflows(benchDir), withConfig(func(c *Config) { c.Dev, c.AuthTimeout = true, 30*time.Second }))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ada, err := e.store.CreateChat(ctx, scopeAda, baton.Chat{Workflow: "bench", Status: baton.ChatWaitingInput})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ what, chatID string }{
+		{"another user's chat", ada.ID},
+		{"a chat that does not exist", "no-such-chat"},
+	} {
+		c := e.dial(ctx, t, tc.chatID, 0, "")
+		began := time.Now()
+		rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+		_, raw, err := c.Read(rctx)
+		rcancel()
+		c.CloseNow()
+		if websocket.CloseStatus(err) != CloseNotFound {
+			t.Fatalf("%s in dev mode without a key: %s %v after %v, want close 4404 at once", tc.what, raw, err, time.Since(began))
+		}
+		if d := time.Since(began); d > 5*time.Second {
+			t.Fatalf("%s in dev mode without a key: closed 4404 after %v, want at once", tc.what, d)
+		}
+	}
+	if n := e.srv.pendingAuth.Load(); n != 0 {
+		t.Errorf("%d sockets still counted as waiting for auth", n)
+	}
+	// A socket that says it will authenticate (?auth=message) is left its
+	// first message: a key's browser may follow the key's chat, and one
+	// whose first message is not an auth message is 4401.
+	kc, err := e.tryDialQuery(ctx, ada.ID, "auth=message", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.CloseNow()
+	writeMsg(ctx, t, kc, map[string]any{"type": "auth", "token": e.keys[scopeAda]})
+	writeMsg(ctx, t, kc, map[string]any{"type": "ping", "id": "p1"})
+	if v := wsReplyTo(ctx, t, kc, "p1"); v.Type != "pong" {
+		t.Fatalf("a key's socket with ?auth=message: %s", v.raw)
+	}
+	pc, err := e.tryDialQuery(ctx, ada.ID, "auth=message", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.CloseNow()
+	writeMsg(ctx, t, pc, map[string]any{"type": "ping"})
+	if _, _, err := pc.Read(ctx); websocket.CloseStatus(err) != CloseUnauthorized {
+		t.Fatalf("?auth=message, then no auth message: %v, want close 4401", err)
+	}
+	if _, err := e.tryDialQuery(ctx, ada.ID, "auth=header", ""); err == nil || !strings.Contains(err.Error(), "400") {
+		t.Fatalf("?auth=header: %v, want the handshake refused with 400", err)
 	}
 }

@@ -111,10 +111,11 @@ func jsonKind(k string) string {
 //	{"type": "ping"}
 //	{"type": "auth", "token": "bk_…"}   (the first message, for browsers)
 //
-// Any message may carry an "id" (1–128 characters of A–Z, a–z, 0–9, '_',
-// '.', ':', '-') that the server's ack or error echoes; a user.input.submit's
-// id is also its idempotency key: sent again with the same id, the message is
-// recorded once.
+// Any message may carry an "id" that the server's ack or error echoes. The
+// id of an input — a user.input.submit or a ui.tool.response — is also its
+// idempotency key (1–128 characters of A–Z, a–z, 0–9, '_', '.', ':', '-'):
+// sent again with the same id, the input is recorded once, and a retry that
+// comes after it was applied gets the same ack (publishInput).
 type clientMessage struct {
 	Type         string          `json:"type"`
 	ID           string          `json:"id,omitempty"`
@@ -143,9 +144,9 @@ func decodeClientMessage(data []byte) (clientMessage, error) {
 	if err := decodeStrict("message", data, &m); err != nil {
 		return clientMessage{}, err
 	}
-	if m.ID != "" && m.Type == msgSubmit {
-		// The id of a user.input.submit is its idempotency key; other
-		// messages' ids are only echoed, whatever their characters.
+	if m.ID != "" && (m.Type == msgSubmit || m.Type == msgUIResponse) {
+		// The id of an input is its idempotency key; other messages' ids
+		// are only echoed, whatever their characters.
 		if err := checkIdempotencyKey("id", m.ID); err != nil {
 			return clientMessage{}, err
 		}

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/internal/testenv"
+	"github.com/coder/websocket"
 )
 
 // TestPublicError: what a client sees of an error. An unavailable error
@@ -208,5 +210,117 @@ func TestInput_IdempotencyKey(t *testing.T) {
 			}
 			break
 		}
+	}
+}
+
+// wsReplyTo reads c until the reply (ack, error or pong) to the message
+// whose id is msgID, skipping envelopes and other replies.
+func wsReplyTo(ctx context.Context, t testing.TB, c *websocket.Conn, msgID string) envelope {
+	t.Helper()
+	for {
+		_, raw, err := c.Read(ctx)
+		if err != nil {
+			t.Fatalf("waiting for the reply to %s: %v", msgID, err)
+		}
+		if v := decodeEnvelope(t, raw); (v.Type == "ack" || v.Type == "error" || v.Type == "pong") && v.str("id") == msgID {
+			return v
+		}
+	}
+}
+
+// uiResponses returns the recorded chat.tool_response payloads that answer
+// the UI request uiEventID.
+func (e *env) uiResponses(t testing.TB, chatID, uiEventID string) []map[string]any {
+	t.Helper()
+	evs, err := e.store.Events(context.Background(), scopeAda, chatID, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []map[string]any
+	for _, ev := range evs {
+		var p map[string]any
+		if ev.Type == baton.TypeChatToolResponse && json.Unmarshal(ev.Payload, &p) == nil && p["ui_event_id"] == uiEventID {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// TestUIResponse_IdempotencyKey: a ui.tool.response's id (WebSocket) or
+// Idempotency-Key (HTTP) is an idempotency key, as a user.input.submit's:
+// the response is recorded once, with an event id derived from the key;
+// sent again with the same key after it was applied, it gets the same
+// success (ack, 202) instead of "already answered"; another response to
+// the answered request, with another key or none, is still refused; a bad
+// key is refused, naming the field.
+func TestUIResponse_IdempotencyKey(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	id := e.start(t, "generator", nil)
+	e.waitStatus(t, id, baton.ChatWaitingInput)
+	e.submitHTTP(t, &clientMessage{ChatID: id, Content: ptr("A weekly newsletter.")})
+	chat := e.waitStatus(t, id, baton.ChatWaitingSecret)
+	secret := chat.Pending[0].UIEventID
+
+	// Over the WebSocket: the secret form.
+	c := e.dial(ctx, t, id, chat.LastSequence, e.keys[scopeAda])
+	defer c.CloseNow()
+	msg := map[string]any{"type": "ui.tool.response", "ui_event_id": secret, "status": "success",
+		"data": map[string]string{"NEWSLETTER_API_KEY": testSecret}, "id": "secret-1"}
+	writeMsg(ctx, t, c, msg)
+	if v := wsReplyTo(ctx, t, c, "secret-1"); v.Type != "ack" {
+		t.Fatalf("first ui.tool.response: %s", v.raw)
+	}
+	chat = e.waitStatus(t, id, baton.ChatWaitingUITool)
+	for i := range 2 { // the retry of an applied response, twice
+		writeMsg(ctx, t, c, msg)
+		if v := wsReplyTo(ctx, t, c, "secret-1"); v.Type != "ack" || v.str("for") != "ui.tool.response" {
+			t.Fatalf("retry %d of an applied ui.tool.response with its id: %s, want the same ack", i+1, v.raw)
+		}
+	}
+	other := map[string]any{"type": "ui.tool.response", "ui_event_id": secret, "status": "success",
+		"data": map[string]string{"NEWSLETTER_API_KEY": "another"}, "id": "secret-2"}
+	writeMsg(ctx, t, c, other)
+	if v := wsReplyTo(ctx, t, c, "secret-2"); v.Type != "error" || v.str("code") != baton.ENOTFOUND || !strings.Contains(v.str("message"), "already answered") {
+		t.Fatalf("another response (another id) to the answered form: %s, want not_found", v.raw)
+	}
+	writeMsg(ctx, t, c, map[string]any{"type": "ui.tool.response", "ui_event_id": secret, "data": map[string]string{"NEWSLETTER_API_KEY": "x"}, "id": "has space"})
+	if v := wsReplyTo(ctx, t, c, ""); v.Type != "error" || !strings.HasPrefix(v.str("message"), "id:") { // an id refused is not echoed
+		t.Fatalf("a ui.tool.response with a bad id: %s, want an error naming id", v.raw)
+	}
+	if got := e.uiResponses(t, id, secret); len(got) != 1 || got[0]["input_id"] != inputEventID(scopeAda, id, "secret-1") {
+		t.Fatalf("responses recorded for the secret form: %v, want one with input_id %s", got, inputEventID(scopeAda, id, "secret-1"))
+	}
+
+	// Over HTTP: the plan (a UI tool).
+	plan := chat.Pending[0].UIEventID
+	respond := func(key string, data string) response {
+		t.Helper()
+		hdr := []string{}
+		if key != "" {
+			hdr = []string{"Idempotency-Key", key}
+		}
+		return e.do(t, "POST", "/api/input/submit", e.keys[scopeAda],
+			map[string]any{"chat_id": id, "ui_event_id": plan, "status": "success", "data": json.RawMessage(data)}, hdr...)
+	}
+	if r := respond("plan-1", `{"action":"approve"}`); r.status != http.StatusAccepted {
+		t.Fatalf("first response to the plan: %d %s", r.status, r.body)
+	}
+	e.waitStatus(t, id, baton.ChatCompleted, baton.ChatWaitingInput)
+	if r := respond("plan-1", `{"action":"approve"}`); r.status != http.StatusAccepted {
+		t.Fatalf("retry of an applied response with its Idempotency-Key: %d %s, want 202", r.status, r.body)
+	}
+	for _, key := range []string{"plan-2", ""} {
+		if r := respond(key, `{"action":"revise"}`); r.status != http.StatusNotFound || !strings.Contains(r.errorMessage(), "already answered") {
+			t.Fatalf("another response (key %q) to the answered plan: %d %s, want 404", key, r.status, r.body)
+		}
+	}
+	if r := respond("has space", `{"action":"approve"}`); r.status != http.StatusBadRequest || !strings.HasPrefix(r.errorMessage(), "Idempotency-Key:") {
+		t.Fatalf("a bad Idempotency-Key: %d %s", r.status, r.body)
+	}
+	e.waitStatus(t, id, baton.ChatCompleted, baton.ChatWaitingInput)
+	if got := e.uiResponses(t, id, plan); len(got) != 1 || got[0]["input_id"] != inputEventID(scopeAda, id, "plan-1") {
+		t.Fatalf("responses recorded for the plan: %v, want one with input_id %s", got, inputEventID(scopeAda, id, "plan-1"))
 	}
 }

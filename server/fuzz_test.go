@@ -57,9 +57,10 @@ func FuzzClientMessage(f *testing.F) {
 	})
 }
 
-// TestDecodeClientMessage_IDs: only a user.input.submit's id is an
-// idempotency key, held to its characters; other messages' ids are echoed
-// whatever they hold (a client may number them in base64).
+// TestDecodeClientMessage_IDs: only an input's id (user.input.submit,
+// ui.tool.response) is an idempotency key, held to its characters; other
+// messages' ids are echoed whatever they hold (a client may number them in
+// base64).
 func TestDecodeClientMessage_IDs(t *testing.T) {
 	for _, tc := range []struct {
 		msg string
@@ -69,6 +70,8 @@ func TestDecodeClientMessage_IDs(t *testing.T) {
 		{`{"type":"resume","last_sequence":3,"id":"a+b/c="}`, true},
 		{`{"type":"user.input.submit","content":"hi","id":"5f0c2d3e-8a41-4b6e-9d2c-3f1e7a9b0c11"}`, true},
 		{`{"type":"user.input.submit","content":"hi","id":"a+b/c="}`, false},
+		{`{"type":"ui.tool.response","ui_event_id":"ui_1","data":{},"id":"5f0c2d3e-8a41-4b6e-9d2c-3f1e7a9b0c11"}`, true},
+		{`{"type":"ui.tool.response","ui_event_id":"ui_1","data":{},"id":"a+b/c="}`, false},
 	} {
 		if _, err := decodeClientMessage([]byte(tc.msg)); (err == nil) != tc.ok {
 			t.Errorf("%s: %v, want ok=%v", tc.msg, err, tc.ok)

@@ -305,11 +305,16 @@ func (e *env) dial(ctx context.Context, t testing.TB, chatID string, lastSeq int
 }
 
 func (e *env) tryDial(ctx context.Context, chatID string, lastSeq int64, key string) (*websocket.Conn, error) {
+	return e.tryDialQuery(ctx, chatID, "last_sequence="+itoa(lastSeq), key)
+}
+
+// tryDialQuery opens a WebSocket to the chat with a query string of its own.
+func (e *env) tryDialQuery(ctx context.Context, chatID, query, key string) (*websocket.Conn, error) {
 	h := http.Header{}
 	if key != "" {
 		h.Set("Authorization", "Bearer "+key)
 	}
-	u := "ws" + strings.TrimPrefix(e.ts.URL, "http") + "/ws/acme/" + chatID + "?last_sequence=" + itoa(lastSeq)
+	u := "ws" + strings.TrimPrefix(e.ts.URL, "http") + "/ws/acme/" + chatID + "?" + query
 	c, _, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPHeader: h})
 	if err != nil {
 		return nil, err

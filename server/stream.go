@@ -91,6 +91,21 @@ func lastSequenceParam(r *http.Request) (int64, error) {
 	return seqParam(r.URL.Query().Get("last_sequence"), "last_sequence")
 }
 
+// authMessageParam reads ?auth=message: the client, which sends no
+// Authorization header, will authenticate by its first message. Only dev
+// mode needs to be told (see handleWS); elsewhere such a socket must send
+// the auth message anyway.
+func authMessageParam(r *http.Request) (bool, error) {
+	switch v := r.URL.Query().Get("auth"); v {
+	case "":
+		return false, nil
+	case "message":
+		return true, nil
+	default:
+		return false, baton.Errorf(baton.EINVALID, "auth: must be \"message\" (the first message is {\"type\":\"auth\",\"token\":…}), not %q", truncate(v, 64))
+	}
+}
+
 // wsConn is what a WebSocket's reader and writer share.
 type wsConn struct {
 	conn   *websocket.Conn
@@ -111,6 +126,10 @@ func (ws *wsConn) principal() principal { return *ws.p.Load() }
 // then live envelopes; client messages as in clientMessage.
 func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	last, err := lastSequenceParam(r)
+	var byMessage bool
+	if err == nil {
+		byMessage, err = authMessageParam(r)
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -120,6 +139,9 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		p               principal
 		chat            baton.Chat
 		authed, devOpen bool
+		// notFound: a dev-mode socket of the dev user, who has no such
+		// chat and will send no auth message: closed 4404 once accepted.
+		notFound bool
 	)
 	switch {
 	case bearer(r) != "":
@@ -137,8 +159,13 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		// A browser cannot set headers on a WebSocket. In dev mode its
 		// socket is the dev user's, unless its first message is an auth
 		// message: a request that sends a key is authenticated with it. A
-		// chat the dev user does not have may be the key's, so that socket
-		// is accepted and must authenticate by its first message.
+		// chat the dev user does not have may be a key's: a socket that
+		// says it will authenticate (?auth=message) is accepted and must do
+		// so by its first message. Any other is the dev user's, who needs
+		// no auth message and has no such chat: it is closed with 4404 at
+		// once, not after AuthTimeout spent waiting for a message that is
+		// not coming. (It is accepted first because a browser is shown
+		// only 1006 for a refused handshake, never why.)
 		if p, err = s.principal(r, app); err == nil {
 			chat, err = s.chatIn(r.Context(), p.scope, chatID)
 		}
@@ -150,6 +177,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 			}
 			authed, devOpen = true, true
 		case baton.ErrorCode(err) == baton.ENOTFOUND:
+			notFound = !byMessage
 		default:
 			s.writeError(w, r, err)
 			return
@@ -158,12 +186,15 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	ws := &wsConn{app: app, chatID: chatID, r: r, devOpen: devOpen}
 	defer func() { ws.slot.release() }()
 	waiting := func() {}
-	if authed {
+	switch {
+	case notFound:
+		// Closed as soon as it is accepted: nobody's stream, no wait.
+	case authed:
 		if ws.slot, err = s.acquireStream(p); err != nil {
 			s.writeError(w, r, err)
 			return
 		}
-	} else {
+	default:
 		// Until its auth message, a socket is nobody's: only this global
 		// bound keeps many of them from holding connections and goroutines.
 		if s.pendingAuth.Add(1) > int64(s.cfg.MaxPendingAuth) {
@@ -179,6 +210,10 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		return // Accept has answered (403 for a foreign Origin, 4xx for a bad handshake)
 	}
 	defer conn.CloseNow()
+	if notFound {
+		conn.Close(CloseNotFound, "chat not found")
+		return
+	}
 	ws.conn = conn
 	conn.SetReadLimit(s.cfg.MaxMessage)
 	// The reader's context is not tied to the server's: a cancelled Read
@@ -192,22 +227,15 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		actx, acancel := context.WithTimeout(ctx, s.cfg.AuthTimeout)
 		_, data, err := conn.Read(actx)
 		acancel()
-		// Without a key, a dev-mode socket is the dev user's, who has no
-		// such chat.
-		noAuth := func(reason string) {
-			if s.cfg.Dev {
-				conn.Close(CloseNotFound, "chat not found")
-				return
-			}
-			conn.Close(CloseUnauthorized, reason)
-		}
+		// (In dev mode, a socket here said it would authenticate:
+		// ?auth=message. One that did not was closed 4404 above.)
 		if err != nil {
-			noAuth("auth: expected an auth message first")
+			conn.Close(CloseUnauthorized, "auth: expected an auth message first")
 			return
 		}
 		m, err := decodeClientMessage(data)
 		if err != nil || m.Type != msgAuth {
-			noAuth("auth: the first message must be {\"type\":\"auth\",\"token\":…}")
+			conn.Close(CloseUnauthorized, "auth: the first message must be {\"type\":\"auth\",\"token\":…}")
 			return
 		}
 		if p, err = s.authenticate(ctx, r, m.Token, app); err == nil {

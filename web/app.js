@@ -836,7 +836,10 @@ function handle(env) {
 function connect(v) {
   if (v.closed) return;
   const proto = location.protocol === "https:" ? "wss:" : "ws:";
-  const url = `${proto}//${location.host}/ws/${enc(state.app)}/${enc(v.id)}?last_sequence=${v.lastSeq}`;
+  // With a key the first message authenticates; ?auth=message says so, which
+  // --dev mode needs to wait for it (else a chat the dev user does not have
+  // is closed with 4404 at once).
+  const url = `${proto}//${location.host}/ws/${enc(state.app)}/${enc(v.id)}?last_sequence=${v.lastSeq}${state.key ? "&auth=message" : ""}`;
   const ws = new WebSocket(url);
   v.socket = ws;
   let pinger = null;
