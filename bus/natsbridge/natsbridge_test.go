@@ -363,14 +363,20 @@ func TestBridge_FallsBehindSubscribesAgainAndAsksForResync(t *testing.T) {
 	br := startBridge(t, ns.ClientURL(), "A", a, nil)
 	var resyncs atomic.Int32
 	startBridge(t, ns.ClientURL(), "B", b, func() { resyncs.Add(1) })
-	delta := json.RawMessage(`{"delta":"` + strings.Repeat("x", 2000) + `"}`)
+	// Small deltas: the bridge drains what its subscription buffered
+	// (65,536 events) before it subscribes again and asks for the resync,
+	// and 2 KB ones took 20 s and more to encode and publish under -race
+	// on a slow, busy machine.
+	delta := json.RawMessage(`{"delta":"` + strings.Repeat("x", 100) + `"}`)
 	for i := 0; i < 200_000; i++ {
 		_ = a.Broadcast(baton.NewEvent(baton.TypeStreamText, baton.Metadata{TriggerSessionID: "c1", Source: baton.SourceLLM}, delta))
 	}
 	if a.Stats().ObserverDrops == 0 {
 		t.Fatal("the burst did not make the bus drop the bridge's subscription: the test tests nothing")
 	}
-	deadline := time.Now().Add(20 * time.Second)
+	// A bound on a hang, not a measure: under -race on a busy 2-core
+	// machine the burst and its drain take 10 s and more.
+	deadline := time.Now().Add(60 * time.Second)
 	for resyncs.Load() == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the other instance was not asked to resync")
