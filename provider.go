@@ -221,9 +221,38 @@ func (e *ProviderError) Error() string {
 	return b.String()
 }
 
-// Unwrap returns the coded *Error that describes e to clients, and the cause.
+// ClientMessage describes e to clients — the person in the chat, a UI —
+// leaving out what only the operator should see: the endpoint (it may be an
+// internal gateway's address) and, unless the kind says the fault is in the
+// request (bad request, context length, content filter) or the reply
+// (timeout, protocol), the provider's own text, which may quote an
+// organization id, a masked API key or a transport error's addresses.
+// Error has it all, for logs.
+func (e *ProviderError) ClientMessage() string {
+	var b strings.Builder
+	b.WriteString("model ")
+	b.WriteString(strconv.Quote(e.Model))
+	b.WriteString(": ")
+	b.WriteString(string(e.Kind))
+	if e.Status != 0 {
+		b.WriteString(" (HTTP ")
+		b.WriteString(strconv.Itoa(e.Status))
+		b.WriteString(")")
+	}
+	switch e.Kind {
+	case ProviderBadRequest, ProviderContextLength, ProviderContentFilter, ProviderTimeout, ProviderProtocol:
+		if e.Message != "" {
+			b.WriteString(": ")
+			b.WriteString(e.Message)
+		}
+	}
+	return b.String()
+}
+
+// Unwrap returns the coded *Error that describes e to clients
+// (ClientMessage), and the cause.
 func (e *ProviderError) Unwrap() []error {
-	coded := &Error{Code: e.ErrorCode(), Message: e.Error()}
+	coded := &Error{Code: e.ErrorCode(), Message: e.ClientMessage()}
 	if e.Err == nil {
 		return []error{coded}
 	}

@@ -1191,7 +1191,7 @@ func (r *run) fail(ctx context.Context, agent string, cause error) error {
 	p := errorPayload{Kind: "error", Agent: agent, Message: baton.ErrorMessage(cause), Code: baton.ErrorCode(cause), Retryable: true}
 	var pe *baton.ProviderError
 	if errors.As(cause, &pe) {
-		p.Message, p.Code = pe.Error(), string(pe.Kind)
+		p.Message, p.Code = pe.ClientMessage(), string(pe.Kind) // the whole error goes to the log below
 		p.Retryable = llm.Retryable(pe) || pe.Kind == baton.ProviderTimeout
 	}
 	if r.st.turn != nil {

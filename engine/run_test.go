@@ -185,8 +185,13 @@ func TestModelErrorThenRetry(t *testing.T) {
 	h.waitStatus(id, baton.ChatFailed)
 	evs := h.events(id)
 	e := lastOfType(t, evs, baton.TypeChatError)
-	if e["code"] != "rate_limit" || e["retryable"] != true || !strings.Contains(e["message"].(string), "slow down") {
+	// The person sees the kind, not the provider's text nor its endpoint
+	// (they are in the log).
+	if e["code"] != "rate_limit" || e["retryable"] != true || e["message"] != `model "m": rate_limit (HTTP 429)` {
 		t.Fatalf("chat.error = %v", e)
+	}
+	if logs := h.logs.String(); !strings.Contains(logs, "slow down") || !strings.Contains(logs, "http://fake") {
+		t.Fatalf("the log lacks the provider's error: %s", logs)
 	}
 	// The person writes: the failed turn goes on with their message.
 	if err := h.eng.Submit(context.Background(), testScope, id, "please try again", "ws"); err != nil {

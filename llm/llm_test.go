@@ -180,7 +180,7 @@ func TestStreamEvent(t *testing.T) {
 	start := StreamStartEvent("c", "a", "m")
 	fail := StreamErrorEvent("c", "a", "m", &baton.ProviderError{Kind: baton.ProviderAuth, Endpoint: "http://x", Model: "gpt"})
 	if start.Type != baton.TypeStreamStart || fail.Type != baton.TypeStreamError || !json.Valid(fail.Payload) ||
-		!strings.Contains(string(fail.Payload), `"message":"model \"gpt\" at http://x: auth`) {
+		!strings.Contains(string(fail.Payload), `"message":"model \"gpt\": auth"`) {
 		t.Fatalf("start %s %s; error %s %s", start.Type, start.Payload, fail.Type, fail.Payload)
 	}
 }
