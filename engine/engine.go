@@ -434,43 +434,44 @@ func (e *Engine) respondUI(ctx context.Context, scope baton.Scope, chatID, event
 	return nil
 }
 
-// answeredPage is how many events AnsweredBy reads from the store at a time.
-const answeredPage = 500
+// answeredWindow is how far back AnsweredBy looks: the chat's last 1,000
+// events. A retry comes seconds after the response it repeats, and a
+// bounded read keeps a refusal cheap however long the chat is.
+const answeredWindow = 1000
 
 // AnsweredBy reports whether the chat's UI request uiEventID was answered
-// by the ui.tool.response event eventID: whether the chat.tool_response
-// recorded for it carries input_id eventID. It is how a retried response
-// (RespondUIOnce) is told from another response to a request answered
-// already. It reads the chat's events from the store, so it is meant for
-// that rare case, not for every response.
+// by the ui.tool.response event eventID: whether a chat.tool_response among
+// the chat's last answeredWindow events answered it carrying input_id
+// eventID. It is how a retried response (RespondUIOnce) is told from
+// another response to a request answered already; a retry that comes after
+// the chat has recorded 1,000 more events is taken for the latter.
 func (e *Engine) AnsweredBy(ctx context.Context, scope baton.Scope, chatID, uiEventID, eventID string) (bool, error) {
 	if uiEventID == "" || eventID == "" {
 		return false, nil
 	}
+	chat, err := e.store.GetChat(ctx, scope, chatID)
+	if err != nil {
+		return false, err
+	}
+	evs, err := e.store.Events(ctx, scope, chatID, max(0, chat.LastSequence-answeredWindow), answeredWindow)
+	if err != nil {
+		return false, fmt.Errorf("find the response to %s in chat %s: %w", uiEventID, chatID, err)
+	}
 	id := []byte(eventID)
-	for after := int64(0); ; {
-		evs, err := e.store.Events(ctx, scope, chatID, after, answeredPage)
-		if err != nil {
-			return false, fmt.Errorf("find the response to %s in chat %s: %w", uiEventID, chatID, err)
+	for i := range evs {
+		ev := &evs[i]
+		if ev.Type != baton.TypeChatToolResponse || !bytes.Contains(ev.Payload, id) {
+			continue
 		}
-		for i := range evs {
-			ev := &evs[i]
-			after = ev.Sequence
-			if ev.Type != baton.TypeChatToolResponse || !bytes.Contains(ev.Payload, id) {
-				continue
-			}
-			var p struct {
-				UIEventID string `json:"ui_event_id"`
-				InputID   string `json:"input_id"`
-			}
-			if json.Unmarshal(ev.Payload, &p) == nil && p.UIEventID == uiEventID && p.InputID == eventID {
-				return true, nil
-			}
+		var p struct {
+			UIEventID string `json:"ui_event_id"`
+			InputID   string `json:"input_id"`
 		}
-		if len(evs) < answeredPage {
-			return false, nil
+		if json.Unmarshal(ev.Payload, &p) == nil && p.UIEventID == uiEventID && p.InputID == eventID {
+			return true, nil
 		}
 	}
+	return false, nil
 }
 
 // Resume publishes a run.resume for a chat: a retry after an error, or

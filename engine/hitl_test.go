@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"iter"
 	"os"
 	"path"
@@ -16,6 +17,7 @@ import (
 	"github.com/batonhq/baton/bus"
 	"github.com/batonhq/baton/engine"
 	"github.com/batonhq/baton/llm/scripted"
+	"github.com/batonhq/baton/store/sqlite"
 	"github.com/batonhq/baton/workflow"
 )
 
@@ -444,6 +446,50 @@ func TestUIResponse_OnceByEventID(t *testing.T) {
 	}
 	if responses != 1 || len(h.events(id)) != after {
 		t.Fatalf("%d responses recorded, events %d → %d: want one, and nothing after", responses, after, len(h.events(id)))
+	}
+}
+
+// countingStore counts the events Events returns.
+type countingStore struct {
+	*sqlite.Store
+	read atomic.Int64
+}
+
+func (s *countingStore) Events(ctx context.Context, scope baton.Scope, chatID string, after int64, limit int) ([]baton.Event, error) {
+	evs, err := s.Store.Events(ctx, scope, chatID, after, limit)
+	s.read.Add(int64(len(evs)))
+	return evs, err
+}
+
+// A keyed response to a request the chat does not wait for — any string at
+// all — makes AnsweredBy look for the response that answered it. It reads
+// the chat's last 1,000 events, not the whole chat: a refusal must not cost
+// a replay of a long chat, at the rate limit's pace, on a shared store.
+func TestUIResponse_AnsweredByReadsABoundedWindow(t *testing.T) {
+	var st *countingStore
+	h := newHarness(t, withStoreWrap(func(s *sqlite.Store) engine.Store { st = &countingStore{Store: s}; return st }))
+	id := runToPlan(t, h)
+	ctx := context.Background()
+	for range 10 { // 5,000 more events
+		batch := make([]baton.Event, 500)
+		for i := range batch {
+			batch[i] = baton.NewEvent(baton.TypeChatText, baton.Metadata{Source: baton.SourceUser},
+				json.RawMessage(`{"kind":"text","agent":"user","content":"a message of the person's"}`))
+		}
+		if _, err := h.store.Append(ctx, testScope, id, batch, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.read.Store(0)
+	const requests = 5
+	for i := range requests {
+		err := h.eng.RespondUIOnce(ctx, testScope, id, fmt.Sprintf("0b7c9e1e-6a52-4c55-9d6e-4f1f4c0d2f1%d", i), "no-such-request", "success", json.RawMessage(`{}`))
+		if !errors.Is(err, baton.ErrNotFound) {
+			t.Fatalf("a keyed response to an unknown request: %v, want not found", err)
+		}
+	}
+	if per := st.read.Load() / requests; per > 1000 {
+		t.Fatalf("a keyed response to an unknown ui_event_id read %d events of the chat before it was refused, want at most 1,000", per)
 	}
 }
 

@@ -226,7 +226,9 @@ func TestErrorForStatus(t *testing.T) {
 			t.Errorf("%d %q %q: kind %s retryable %v message %q", tc.status, tc.code, tc.msg, e.Kind, Retryable(e), e.Message)
 		}
 		var coded *baton.Error
-		if !errors.As(e, &coded) || coded.Code != e.ErrorCode() || !strings.Contains(baton.ErrorMessage(e), "https://api.openai.com/v1") {
+		// Clients see the model and the kind, never the endpoint; the log's Error() has both.
+		if !errors.As(e, &coded) || coded.Code != e.ErrorCode() || strings.Contains(baton.ErrorMessage(e), "https://api.openai.com/v1") ||
+			!strings.Contains(baton.ErrorMessage(e), string(tc.kind)) || !strings.Contains(e.Error(), "https://api.openai.com/v1") {
 			t.Errorf("%d: coded %+v message %q", tc.status, coded, baton.ErrorMessage(e))
 		}
 	}

@@ -337,9 +337,13 @@ func TestErrorKinds(t *testing.T) {
 			if baton.ErrorCode(err) != tc.code {
 				t.Fatalf("code %q, want %q", baton.ErrorCode(err), tc.code)
 			}
-			msg := baton.ErrorMessage(err)
-			if !strings.Contains(msg, tc.inMessage) || !strings.Contains(msg, f.URL+"/v1") || !strings.Contains(msg, `"gpt-4o-mini"`) {
-				t.Fatalf("message %q should contain %q, the base URL and the model", msg, tc.inMessage)
+			// The log's text has it all; a client's names the model and
+			// never the base URL.
+			if msg := err.Error(); !strings.Contains(msg, tc.inMessage) || !strings.Contains(msg, f.URL+"/v1") || !strings.Contains(msg, `"gpt-4o-mini"`) {
+				t.Fatalf("error %q should contain %q, the base URL and the model", msg, tc.inMessage)
+			}
+			if msg := baton.ErrorMessage(err); strings.Contains(msg, f.URL) || !strings.Contains(msg, `"gpt-4o-mini"`) || !strings.Contains(msg, string(tc.kind)) {
+				t.Fatalf("client message %q should name the model and the kind, not the base URL", msg)
 			}
 			if tc.name != "401" && strings.Contains(err.Error(), "sk-test-secret") {
 				t.Fatalf("error leaks the key: %v", err)

@@ -24,6 +24,7 @@ type readStmts struct {
 	getChat   *sql.Stmt // the chat row and its pending requests, one query
 	chatSeq   *sql.Stmt // the chat's last sequence, in scope
 	events    *sql.Stmt
+	bigEvents *sql.Stmt
 	chatUsage *sql.Stmt
 	lookupKey *sql.Stmt
 	getTask   *sql.Stmt
@@ -48,9 +49,18 @@ const (
 		FROM chats c LEFT JOIN pending p ON p.chat_id = c.id AND p.resolved_at IS NULL
 		WHERE c.id = ? AND c.app = ? AND c.user_id = ? AND c.deleted = 0`
 	chatSeqSQL = `SELECT last_sequence FROM chats WHERE id = ? AND app = ? AND user_id = ? AND deleted = 0`
-	eventsSQL  = `SELECT group_concat(` + packedEventCols + `, '')
+	// eventsSQL packs the small events of a range of sequences into one
+	// string, and counts all the range's events (0 when the chat is gone);
+	// bigEventsSQL returns the others, one row each. See Events.
+	eventsSQL = `SELECT group_concat(` + packedEventCols + `, '') FILTER (WHERE ` + eventSize + ` <= ?), count(*)
 		FROM chats c JOIN events e ON e.chat_id = c.id
 		WHERE c.id = ? AND c.app = ? AND c.user_id = ? AND c.deleted = 0 AND e.sequence > ? AND e.sequence <= ?`
+	bigEventsSQL = `SELECT ` + packedEventCols + `
+		FROM chats c JOIN events e ON e.chat_id = c.id
+		WHERE c.id = ? AND c.app = ? AND c.user_id = ? AND c.deleted = 0 AND e.sequence > ? AND e.sequence <= ? AND ` + eventSize + ` > ?`
+	// eventSize is an event's payload and extra metadata in bytes, which
+	// octet_length reads from the row's header, not its content.
+	eventSize    = `ifnull(octet_length(e.payload), 0) + ifnull(octet_length(e.extra), 0)`
 	chatUsageSQL = `SELECT u.agent, count(*), sum(u.prompt_tokens), sum(u.completion_tokens), sum(u.cached_tokens), sum(u.reasoning_tokens), sum(u.cost)
 		FROM chats c JOIN usage u ON u.chat_id = c.id
 		WHERE c.id = ? AND c.app = ? AND c.user_id = ? AND c.deleted = 0 GROUP BY u.agent ORDER BY u.agent`
@@ -71,6 +81,7 @@ func (s *Store) prepareReads(ctx context.Context) error {
 		{&r.getChat, getChatSQL},
 		{&r.chatSeq, chatSeqSQL},
 		{&r.events, eventsSQL},
+		{&r.bigEvents, bigEventsSQL},
 		{&r.chatUsage, chatUsageSQL},
 		{&r.lookupKey, lookupKeySQL},
 		{&r.getTask, getTaskSQL},
@@ -88,7 +99,7 @@ func (s *Store) prepareReads(ctx context.Context) error {
 // close closes the prepared statements.
 func (r *readStmts) close() error {
 	var errs []error
-	for _, st := range []*sql.Stmt{r.getChat, r.chatSeq, r.events, r.chatUsage, r.lookupKey, r.getTask, r.getLease} {
+	for _, st := range []*sql.Stmt{r.getChat, r.chatSeq, r.events, r.bigEvents, r.chatUsage, r.lookupKey, r.getTask, r.getLease} {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}

@@ -250,6 +250,12 @@ func testLongReplay(t *testing.T, s baton.Store) {
 				e = TextEvent("", "")
 				e.Metadata = baton.Metadata{TriggerAgentID: "id 1", TriggerAgentName: "Ünï", EnvName: "env", Source: baton.SourceUser}
 			}
+			switch i % 50 {
+			case 10: // a large event (SQLite reads those one row each)
+				e = TextEvent("big", strings.Repeat("é", 20<<10))
+			case 30: // large extra metadata
+				e.Metadata.Extra = map[string]json.RawMessage{"big": json.RawMessage(`"` + strings.Repeat("y", 40<<10) + `"`)}
+			}
 			batch = append(batch, e)
 		}
 		got, err := s.Append(ctx, scope, c.ID, batch, nil)
@@ -257,6 +263,10 @@ func testLongReplay(t *testing.T, s baton.Store) {
 			t.Fatal(err)
 		}
 		sent = append(sent, got...)
+	}
+	// Events after a negative sequence are all of them (sequence > after).
+	if evs, err := s.Events(ctx, scope, c.ID, -1, 0); err != nil || len(evs) != total || evs[0].Sequence != 1 {
+		t.Fatalf("Events(after=-1): %d events, %v", len(evs), err)
 	}
 	for _, r := range []struct{ after, limit int64 }{{0, 0}, {0, 256}, {0, 257}, {100, 300}, {255, 2}, {511, 0}, {650, 0}, {699, 10}, {700, 0}, {700, 5}} {
 		evs, err := s.Events(ctx, scope, c.ID, r.after, int(r.limit))
