@@ -414,7 +414,7 @@ func (s *Server) publishInput(ctx context.Context, scope baton.Scope, chatID str
 		// the request (Engine.AnsweredBy), and gets the same success.
 		eventID := ""
 		if m.ID != "" {
-			eventID = inputEventID(scope, chat.ID, m.ID)
+			eventID = inputEventID(scope, chat.ID, m.ID, m.UIEventID)
 		}
 		var pending *baton.PendingRequest
 		for i := range chat.Pending {
@@ -697,12 +697,16 @@ func idempotencyKey(r *http.Request) (string, error) {
 var inputNamespace = uuid.MustParse("5f0c3a52-8a4e-4f3e-9d7b-3c1e0b6a9d21")
 
 // inputEventID is the event id of a person's input sent with an idempotency
-// key: the same for the same key in the same chat of the same scope, and
-// unrelated otherwise. Clients choose keys, so a key is never used as the
-// id itself: two tenants' "m-1" must not collide in the bus's window.
-func inputEventID(scope baton.Scope, chatID, key string) string {
+// key: the same for the same key in the same chat of the same scope (and,
+// for a UI response, the same ui_event_id, given as more), and unrelated
+// otherwise. Clients choose keys, so a key is never used as the id itself:
+// two tenants' "m-1" must not collide in the bus's window. A UI response's
+// id also names the request it answers, so that a key reused for another
+// request, or first used for a message, is not taken for a retry and
+// dropped — which would leave the request waiting for ever.
+func inputEventID(scope baton.Scope, chatID, key string, more ...string) string {
 	var name []byte
-	for _, part := range []string{scope.App, scope.User, chatID, key} {
+	for _, part := range append([]string{scope.App, scope.User, chatID, key}, more...) {
 		name = strconv.AppendInt(name, int64(len(part)), 10) // length-prefixed: the join is unambiguous
 		name = append(name, ':')
 		name = append(name, part...)

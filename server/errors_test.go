@@ -192,6 +192,10 @@ func TestInput_IdempotencyKey(t *testing.T) {
 		inputEventID(baton.Scope{App: "a", User: "bc"}, id, "k") == inputEventID(baton.Scope{App: "ab", User: "c"}, id, "k") {
 		t.Error("the same key of another user or chat gives the same event id")
 	}
+	if inputEventID(scopeAda, id, "k") == inputEventID(scopeAda, id, "k", "ui-1") || inputEventID(scopeAda, id, "k", "ui-1") == inputEventID(scopeAda, id, "k", "ui-2") ||
+		inputEventID(scopeAda, id, "k", "ui-1") != inputEventID(scopeAda, id, "k", "ui-1") || inputEventID(scopeAda, id, "k:", "x") == inputEventID(scopeAda, id, "k", ":x") {
+		t.Error("a UI response's key must give one id per request it answers, apart from a message's with the same key")
+	}
 	for _, bad := range []string{"", "has space", strings.Repeat("k", 129), "é"} {
 		r := submit("x", bad)
 		if r.status != http.StatusBadRequest || !strings.HasPrefix(r.errorMessage(), "Idempotency-Key:") {
@@ -289,8 +293,8 @@ func TestUIResponse_IdempotencyKey(t *testing.T) {
 	if v := wsReplyTo(ctx, t, c, ""); v.Type != "error" || !strings.HasPrefix(v.str("message"), "id:") { // an id refused is not echoed
 		t.Fatalf("a ui.tool.response with a bad id: %s, want an error naming id", v.raw)
 	}
-	if got := e.uiResponses(t, id, secret); len(got) != 1 || got[0]["input_id"] != inputEventID(scopeAda, id, "secret-1") {
-		t.Fatalf("responses recorded for the secret form: %v, want one with input_id %s", got, inputEventID(scopeAda, id, "secret-1"))
+	if got := e.uiResponses(t, id, secret); len(got) != 1 || got[0]["input_id"] != inputEventID(scopeAda, id, "secret-1", secret) {
+		t.Fatalf("responses recorded for the secret form: %v, want one with input_id %s", got, inputEventID(scopeAda, id, "secret-1", secret))
 	}
 
 	// Over HTTP: the plan (a UI tool).
@@ -320,7 +324,7 @@ func TestUIResponse_IdempotencyKey(t *testing.T) {
 		t.Fatalf("a bad Idempotency-Key: %d %s", r.status, r.body)
 	}
 	e.waitStatus(t, id, baton.ChatCompleted, baton.ChatWaitingInput)
-	if got := e.uiResponses(t, id, plan); len(got) != 1 || got[0]["input_id"] != inputEventID(scopeAda, id, "plan-1") {
-		t.Fatalf("responses recorded for the plan: %v, want one with input_id %s", got, inputEventID(scopeAda, id, "plan-1"))
+	if got := e.uiResponses(t, id, plan); len(got) != 1 || got[0]["input_id"] != inputEventID(scopeAda, id, "plan-1", plan) {
+		t.Fatalf("responses recorded for the plan: %v, want one with input_id %s", got, inputEventID(scopeAda, id, "plan-1", plan))
 	}
 }
