@@ -160,34 +160,21 @@ func (e *Event) Validate() error {
 			return err
 		}
 	}
-	for _, f := range [...]struct{ name, v string }{
-		{"metadata.trigger_agent_id", e.Metadata.TriggerAgentID},
-		{"metadata.trigger_agent_name", e.Metadata.TriggerAgentName},
-		{"metadata.env_name", e.Metadata.EnvName},
-	} {
-		if err := ValidateText(f.name, f.v); err != nil {
-			return err
-		}
+	if err := validateTexts("metadata.trigger_agent_id", e.Metadata.TriggerAgentID,
+		"metadata.trigger_agent_name", e.Metadata.TriggerAgentName, "metadata.env_name", e.Metadata.EnvName); err != nil {
+		return err
 	}
 	for k, v := range e.Metadata.Extra {
 		if err := ValidateText("metadata key "+strconv.Quote(k), k); err != nil {
 			return err
 		}
-		if len(v) > 0 && (!json.Valid(v) || !utf8.Valid(v)) {
-			return Errorf(EINVALID, "metadata.%s: not valid JSON in UTF-8", k)
+		if err := validateJSONText("metadata."+k, v); err != nil {
+			return err
 		}
 	}
-	if len(e.Payload) > 0 {
-		if !json.Valid(e.Payload) {
-			return Errorf(EINVALID, "payload: not valid JSON")
-		}
-		// encoding/json accepts invalid UTF-8 inside strings; PostgreSQL's
-		// text refuses it and SQLite would keep it, so refuse it here for both.
-		if !utf8.Valid(e.Payload) {
-			return Errorf(EINVALID, "payload: not valid UTF-8")
-		}
-	}
-	return nil
+	// encoding/json accepts invalid UTF-8 inside strings; PostgreSQL's text
+	// refuses it and SQLite would keep it: validateJSONText refuses it for both.
+	return validateJSONText("payload", e.Payload)
 }
 
 // ValidateText checks a free-text field that a store keeps as text: it must

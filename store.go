@@ -270,7 +270,9 @@ type LeaseStore interface {
 // A write method that returns an error wrote nothing. Its ctx may stop it
 // only before it starts (while it waits for a connection or its turn);
 // once started, it runs to its end, so that the end of ctx never turns a
-// committed write into an error.
+// committed write into an error. Lease renewals and releases may be the
+// exception: a store may run them on ctx (store/postgres does), and then
+// an error after ctx ended may leave the lease renewed or released.
 type Store interface {
 	ChatStore
 	EventStore
@@ -420,14 +422,7 @@ func (p *PendingRequest) validate() error {
 	default:
 		return Errorf(EINVALID, "pending.kind: %q is not ui_tool, input or secret", p.Kind)
 	}
-	for _, f := range [...]struct{ name, v string }{
-		{"pending.tool_call_id", p.ToolCallID}, {"pending.tool_name", p.ToolName}, {"pending.agent", p.Agent},
-	} {
-		if err := ValidateText(f.name, f.v); err != nil {
-			return err
-		}
-	}
-	return nil
+	return validateTexts("pending.tool_call_id", p.ToolCallID, "pending.tool_name", p.ToolName, "pending.agent", p.Agent)
 }
 
 // Validate checks a chat to create: an id (when set) like an event's, a
@@ -485,20 +480,22 @@ func (t *Task) Validate() error {
 	if err := validateJSONText("task input", t.Input); err != nil {
 		return err
 	}
-	return ValidateTaskUpdate(t.Status, t.Result, t.Error, "task.kind", t.Kind, "task.owner", t.Owner)
+	if err := validateJSONText("task result", t.Result); err != nil {
+		return err
+	}
+	return validateTexts("task error", t.Error, "task.kind", t.Kind, "task.owner", t.Owner)
 }
 
-// ValidateTaskUpdate checks UpdateTask's arguments: a known status (when
-// set), a JSON result, and text both stores can keep; more may name further
-// text fields to check, as name, value pairs.
-func ValidateTaskUpdate(status TaskStatus, result json.RawMessage, errMsg string, more ...string) error {
-	if status != "" && !status.Valid() {
+// ValidateTaskUpdate checks UpdateTask's arguments: a known status, a JSON
+// result, and an error text both stores can keep.
+func ValidateTaskUpdate(status TaskStatus, result json.RawMessage, errMsg string) error {
+	if !status.Valid() {
 		return Errorf(EINVALID, "task status: %q is not queued, running, completed or failed", status)
 	}
 	if err := validateJSONText("task result", result); err != nil {
 		return err
 	}
-	return validateTexts(append([]string{"task error", errMsg}, more...)...)
+	return ValidateText("task error", errMsg)
 }
 
 // ValidateEffect checks ClaimEffect's and RecordEffect's arguments: a key

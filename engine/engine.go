@@ -361,8 +361,20 @@ func (e *Engine) Start(ctx context.Context, scope baton.Scope, workflowName stri
 // Submit publishes a person's message to a chat (user_query). source says
 // where it came from: ws, http or api.
 func (e *Engine) Submit(ctx context.Context, scope baton.Scope, chatID, content, source string) error {
+	return e.SubmitOnce(ctx, scope, chatID, "", content, source)
+}
+
+// SubmitOnce is Submit for a message sent with an idempotency key: eventID
+// (empty: a fresh one) is its user_query's id, the same for every retry (the
+// server derives it from the client's key), so that the bus, JetStream and
+// the engine's record of the chat's recent inputs take it once.
+func (e *Engine) SubmitOnce(ctx context.Context, scope baton.Scope, chatID, eventID, content, source string) error {
 	payload, _ := json.Marshal(userQuery{Content: content, Source: source})
-	return e.publish(ctx, scope, baton.TypeUserQuery, chatID, payload)
+	ev := InputEvent(scope, baton.TypeUserQuery, chatID, payload)
+	if eventID != "" {
+		ev.ID = eventID
+	}
+	return e.publishEvent(ctx, ev)
 }
 
 // RespondUI publishes the person's response to a UI tool (ui.tool.response).
@@ -402,7 +414,7 @@ func (e *Engine) respondUI(ctx context.Context, scope baton.Scope, chatID, event
 	}
 	if pending == nil {
 		if eventID != "" {
-			if answered, err := e.AnsweredBy(ctx, scope, chatID, uiEventID, eventID); err != nil || answered {
+			if answered, err := e.answeredBy(ctx, scope, chat, uiEventID, eventID); err != nil || answered {
 				return err // a retry of the response that answered it: done already
 			}
 		}
@@ -428,10 +440,7 @@ func (e *Engine) respondUI(ctx context.Context, scope baton.Scope, chatID, event
 	if eventID != "" {
 		ev.ID = eventID
 	}
-	if err := e.bus.Publish(ctx, ev); err != nil {
-		return fmt.Errorf("publish %s for chat %s: %w", ev.Type, chatID, err)
-	}
-	return nil
+	return e.publishEvent(ctx, ev)
 }
 
 // answeredWindow is how far back AnsweredBy looks: the chat's last 1,000
@@ -453,9 +462,14 @@ func (e *Engine) AnsweredBy(ctx context.Context, scope baton.Scope, chatID, uiEv
 	if err != nil {
 		return false, err
 	}
-	evs, err := e.store.Events(ctx, scope, chatID, max(0, chat.LastSequence-answeredWindow), answeredWindow)
+	return e.answeredBy(ctx, scope, chat, uiEventID, eventID)
+}
+
+// answeredBy is AnsweredBy for a chat the caller has read.
+func (e *Engine) answeredBy(ctx context.Context, scope baton.Scope, chat baton.Chat, uiEventID, eventID string) (bool, error) {
+	evs, err := e.store.Events(ctx, scope, chat.ID, max(0, chat.LastSequence-answeredWindow), answeredWindow)
 	if err != nil {
-		return false, fmt.Errorf("find the response to %s in chat %s: %w", uiEventID, chatID, err)
+		return false, fmt.Errorf("find the response to %s in chat %s: %w", uiEventID, chat.ID, err)
 	}
 	id := []byte(eventID)
 	for i := range evs {
@@ -522,8 +536,13 @@ func ScopeOf(ev baton.Event) baton.Scope {
 }
 
 func (e *Engine) publish(ctx context.Context, scope baton.Scope, typ, chatID string, payload json.RawMessage) error {
-	if err := e.bus.Publish(ctx, InputEvent(scope, typ, chatID, payload)); err != nil {
-		return fmt.Errorf("publish %s for chat %s: %w", typ, chatID, err)
+	return e.publishEvent(ctx, InputEvent(scope, typ, chatID, payload))
+}
+
+// publishEvent publishes an input event built by the caller.
+func (e *Engine) publishEvent(ctx context.Context, ev baton.Event) error {
+	if err := e.bus.Publish(ctx, ev); err != nil {
+		return fmt.Errorf("publish %s for chat %s: %w", ev.Type, ev.ChatID(), err)
 	}
 	return nil
 }

@@ -74,21 +74,18 @@ func (a *eventAgent) Handle(ctx context.Context, ev baton.Event) error {
 	return e.againOnLeaseLoss(ctx, ev, a.handle)
 }
 
-func (a *eventAgent) handle(ctx context.Context, ev baton.Event) error {
+func (a *eventAgent) handle(ctx context.Context, ev baton.Event) (err error) {
 	e := a.e
 	chatID := ev.ChatID()
 	if chatID == "" {
 		e.log.Warn("event-handler agent: no trigger_session_id in event metadata", "event_id", ev.ID, "event_type", ev.Type)
 		return nil
 	}
-	var lease *held
-	if e.instance != "" {
-		var err error
-		if lease, ctx, err = e.acquire(ctx, chatID); err != nil {
-			return err
-		}
-		defer e.release(chatID, lease)
+	ctx, lease, end, err := e.leased(ctx, chatID)
+	if err != nil {
+		return err
 	}
+	defer end(&err)
 	r, err := e.load(ctx, ScopeOf(ev), chatID, true)
 	if err != nil {
 		if errors.Is(err, baton.ErrNotFound) {
@@ -117,7 +114,7 @@ func (a *eventAgent) handle(ctx context.Context, ev baton.Event) error {
 			clean = true
 			return nil
 		}
-		err = r.drive(ctx)
+		err = r.driveOrStop(ctx)
 		clean = err == nil
 		return err
 	}
@@ -142,11 +139,8 @@ func (a *eventAgent) handle(ctx context.Context, ev baton.Event) error {
 		clean = true
 		return nil
 	}
-	err = r.drive(ctx)
+	err = r.driveOrStop(ctx)
 	clean = err == nil
-	if err != nil {
-		r.stopped(ctx, err)
-	}
 	return err
 }
 

@@ -95,23 +95,12 @@ func (eh *envHarness) publish(t *testing.T, typ, chatID string, payload string) 
 	return ev
 }
 
-func (eh *envHarness) settle(t *testing.T) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !eh.settled() {
-		if time.Now().After(deadline) {
-			t.Fatal("bus did not settle")
-		}
-		time.Sleep(2 * time.Millisecond) // polling the bus with a deadline
-	}
-}
-
 // ---- §7.2 EventHandlerAgent ------------------------------------------------------------
 
 func TestEventAgent_HandleNoSessionID(t *testing.T) {
 	eh := newEnvHarness(t)
 	eh.publish(t, "webhook.received", "", `{}`)
-	eh.settle(t)
+	eh.settle()
 	if s := eh.bus.Stats(); s.HandlerErrors != 0 || s.Panics != 0 {
 		t.Fatalf("stats %+v: a missing trigger_session_id is a warning, not an error", s)
 	}
@@ -123,7 +112,7 @@ func TestEventAgent_HandleNoSessionID(t *testing.T) {
 func TestEventAgent_HandleSessionNotFound(t *testing.T) {
 	eh := newEnvHarness(t)
 	eh.publish(t, "webhook.received", "no-such-chat", `{}`)
-	eh.settle(t)
+	eh.settle()
 	if s := eh.bus.Stats(); s.HandlerErrors != 0 {
 		t.Fatalf("stats %+v: an unknown chat is a warning, not an error", s)
 	}
@@ -218,7 +207,7 @@ func TestEventAgent_DeliveredAgainObservedOnce(t *testing.T) {
 	id := eh.pausedChat(t)
 	ev := eh.publish(t, "file.changed", id, `{}`)
 	eh.waitStatus(id, baton.ChatWaitingInput)
-	eh.settle(t)
+	eh.settle()
 	before, err := eh.eng.Inspect(context.Background(), testScope, id)
 	if err != nil {
 		t.Fatal(err)
@@ -229,7 +218,7 @@ func TestEventAgent_DeliveredAgainObservedOnce(t *testing.T) {
 	if err := eh.bus.PublishAgain(context.Background(), ev); err != nil {
 		t.Fatal(err)
 	}
-	eh.settle(t)
+	eh.settle()
 	after, err := eh.eng.Inspect(context.Background(), testScope, id)
 	if err != nil {
 		t.Fatal(err)
@@ -303,7 +292,7 @@ func TestUserQueryRule_Handles(t *testing.T) {
 func TestSessionRule_Logs(t *testing.T) {
 	eh := newEnvHarness(t)
 	ev := eh.publish(t, baton.TypeSessionCreated, "", `{}`)
-	eh.settle(t)
+	eh.settle()
 	if !strings.Contains(eh.logs.String(), "event_type=session.created") || !strings.Contains(eh.logs.String(), ev.ID) {
 		t.Fatalf("session event not logged:\n%s", eh.logs)
 	}
@@ -612,7 +601,7 @@ func TestBackgroundTask_CallRunAgainStartsOneTask(t *testing.T) {
 	if err := eh.eng.Submit(context.Background(), testScope, id, "make me a report", "ws"); err != nil {
 		t.Fatal(err)
 	}
-	eh.settle(t)
+	eh.settle()
 	if !lost.failed.Load() {
 		t.Fatal("the failure was not injected")
 	}

@@ -303,3 +303,15 @@ func (h *harness) settled() bool {
 	s := h.bus.Stats()
 	return s.Published == s.Handled+s.Unmatched && h.eng.Active() == 0
 }
+
+// settle waits until the harness's bus has handled everything published.
+func (h *harness) settle() {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !h.settled() {
+		if time.Now().After(deadline) {
+			h.t.Fatal("bus did not settle")
+		}
+		time.Sleep(2 * time.Millisecond) // polling the bus with a deadline
+	}
+}

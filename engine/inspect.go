@@ -36,7 +36,7 @@ func (e *Engine) Inspect(ctx context.Context, scope baton.Scope, chatID string) 
 	delete(vars, secretsVar)
 	in := Inspection{
 		Chat: st.chat, Messages: st.messages, Variables: vars, TurnAgent: st.turnAgent,
-		Turns: st.turns, Done: st.done, Failed: st.failed,
+		Turns: st.turns, Done: st.done, Failed: st.isFailed(),
 	}
 	switch {
 	case st.done || st.terminating:

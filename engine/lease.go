@@ -109,6 +109,29 @@ func (e *Engine) acquire(ctx context.Context, chatID string) (*held, context.Con
 	return h, runCtx, nil
 }
 
+// leased takes chatID's lease when this engine shares its store (an
+// instance id; without one it returns ctx and no lease). It returns the
+// run's context, cancelled if a renewal finds the lease taken over, and end,
+// which the handler defers with its error: end frees the lease and marks
+// the error of a run whose lease was taken over as errLeaseLost, so that
+// againOnLeaseLoss handles the event again. The engine's inputs and the
+// event-handler agent's events share it.
+func (e *Engine) leased(ctx context.Context, chatID string) (context.Context, *held, func(*error), error) {
+	if e.instance == "" {
+		return ctx, nil, func(*error) {}, nil
+	}
+	lease, runCtx, err := e.acquire(ctx, chatID)
+	if err != nil {
+		return ctx, nil, nil, err
+	}
+	return runCtx, lease, func(err *error) {
+		if *err != nil && errors.Is(context.Cause(runCtx), errLeaseLost) {
+			*err = fmt.Errorf("%w: %w", errLeaseLost, *err)
+		}
+		e.release(chatID, lease)
+	}, nil
+}
+
 // release stops renewing and frees the lease (best effort: an expired one
 // frees itself).
 func (e *Engine) release(chatID string, h *held) {
@@ -248,7 +271,7 @@ var errLeaseLost = errors.New("the chat's lease was taken over")
 
 // lostLease reports whether err says a run lost its chat's lease: the store
 // refused a fenced append, or the renewal failed and cancelled the run
-// (handle adds errLeaseLost then).
+// (leased adds errLeaseLost then).
 func lostLease(err error) bool {
 	return errors.Is(err, baton.ErrFenced) || errors.Is(err, errLeaseLost)
 }

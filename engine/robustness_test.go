@@ -7,24 +7,11 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/engine"
 	"github.com/batonhq/baton/tool"
 )
-
-// settle waits until the harness's bus has handled everything published.
-func (h *harness) settle() {
-	h.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !h.settled() {
-		if time.Now().After(deadline) {
-			h.t.Fatal("bus did not settle")
-		}
-		time.Sleep(2 * time.Millisecond) // polling the bus with a deadline
-	}
-}
 
 // TestLLMRule_ConditionGatesTheTransferTool: an llm rule with a condition is
 // offered, and honoured, only while the condition holds.

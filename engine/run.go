@@ -67,19 +67,11 @@ func (e *Engine) handle(ctx context.Context, ev baton.Event) (err error) {
 	}
 	e.active.Add(1)
 	defer e.active.Add(-1)
-	var lease *held
-	if e.instance != "" {
-		if lease, ctx, err = e.acquire(ctx, chatID); err != nil {
-			return fmt.Errorf("%s for chat %s: %w", ev.Type, chatID, err)
-		}
-		defer e.release(chatID, lease)
-		runCtx := ctx
-		defer func() {
-			if err != nil && errors.Is(context.Cause(runCtx), errLeaseLost) {
-				err = fmt.Errorf("%w: %w", errLeaseLost, err) // handleLeased handles ev again
-			}
-		}()
+	ctx, lease, end, err := e.leased(ctx, chatID)
+	if err != nil {
+		return fmt.Errorf("%s for chat %s: %w", ev.Type, chatID, err)
 	}
+	defer end(&err)
 	r, err := e.load(ctx, ScopeOf(ev), chatID, true)
 	if err != nil {
 		return fmt.Errorf("%s for chat %s: %w", ev.Type, chatID, err)
@@ -123,11 +115,8 @@ func (e *Engine) handle(ctx context.Context, ev baton.Event) (err error) {
 			return r.ignored(ev, err)
 		}
 	}
-	err = r.drive(ctx)
+	err = r.driveOrStop(ctx)
 	clean = err == nil
-	if err != nil {
-		r.stopped(ctx, err)
-	}
 	return err
 }
 
@@ -144,24 +133,20 @@ func (r *run) stopped(ctx context.Context, err error) {
 	if ctx.Err() != nil || lostLease(err) || errors.Is(err, baton.ErrClosed) || errors.Is(err, context.Canceled) {
 		return
 	}
-	e := r.e
-	fresh, lerr := e.load(ctx, r.scope, r.st.chat.ID, false)
-	if lerr == nil && fresh.st.chat.LastSequence == 0 {
-		// Nothing recorded yet: the input that starts the chat (run.start,
-		// with the person's first message) is handled again as it is —
-		// redelivered, resumed at restart or by a takeover. An error
-		// recorded now would make the chat wait for a retry that has lost
-		// the message.
-		return
-	}
+	fresh, lerr := r.e.load(ctx, r.scope, r.st.chat.ID, false)
 	if lerr == nil {
+		if fresh.st.chat.LastSequence == 0 || fresh.st.done {
+			// Nothing recorded yet: the input that starts the chat
+			// (run.start, with the person's first message) is handled again
+			// as it is — redelivered, resumed at restart or by a takeover.
+			// An error recorded now would make the chat wait for a retry
+			// that has lost the message. Or the chat has ended.
+			return
+		}
 		fresh.fence = r.fence
 		agent := ""
 		if t := fresh.st.turn; t != nil {
 			agent = t.agent
-		}
-		if fresh.st.done {
-			return
 		}
 		lerr = fresh.fail(ctx, agent, err)
 	}
@@ -362,6 +347,16 @@ func (r *run) flush(ctx context.Context) error {
 		r.e.synthMu.Unlock()
 	}
 	return nil
+}
+
+// driveOrStop drives the chat and, when the run stops on an error midway,
+// records it (stopped).
+func (r *run) driveOrStop(ctx context.Context) error {
+	err := r.drive(ctx)
+	if err != nil {
+		r.stopped(ctx, err)
+	}
+	return err
 }
 
 // drive advances the chat until it pauses or ends, and records what it
@@ -576,18 +571,10 @@ func (r *run) afterUser() handoffPayload {
 // condition, if any, is true; else nil. llm rules fire only through their
 // transfer tool.
 func (r *run) pickRule(source string) *workflow.HandoffRule {
-	vars := r.st.varsForEval()
-	applies := func(rule *workflow.HandoffRule) bool {
-		ok, err := rule.Applies(vars)
-		if err != nil {
-			r.logger().Warn("engine: handoff condition failed", "condition", rule.Condition, "err", err)
-		}
-		return ok
-	}
 	rules := r.wf.HandoffRules(source)
 	for _, kind := range []string{workflow.HandoffCondition, workflow.HandoffAfterWork} {
 		for _, rule := range rules {
-			if rule.HandoffType == kind && applies(rule) {
+			if rule.HandoffType == kind && r.ruleApplies(rule) {
 				return rule
 			}
 		}

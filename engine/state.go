@@ -217,17 +217,16 @@ func (st *state) apply(ev *baton.Event) {
 		st.rememberInput(p.InputID)
 		st.rememberInput(p.EventID) // an environment event's "Observed event" message
 		switch {
-		case (p.EventID != "" || p.Agent == workflow.UserAgent || p.Agent == systemAgent) && len(st.unanswered) > 0:
-			// An observed event, or the person's message to a chat that
-			// failed between a tool call and its answer: the model sees it
-			// after the answers.
-			st.deferred = append(st.deferred, baton.Message{Role: baton.RoleUser, Name: p.Agent, Content: p.Content})
-			if t := st.turn; t != nil && p.Feedback {
-				t.finished = false
-				t.retries++
+		case p.Agent == workflow.UserAgent || p.Agent == systemAgent: // systemAgent: also an observed event's text
+			msg := baton.Message{Role: baton.RoleUser, Name: p.Agent, Content: p.Content}
+			if len(st.unanswered) > 0 {
+				// An observed event, or the person's message to a chat that
+				// failed between a tool call and its answer: the model sees
+				// it after the answers.
+				st.deferred = append(st.deferred, msg)
+			} else {
+				st.messages = append(st.messages, msg)
 			}
-		case p.Agent == workflow.UserAgent || p.Agent == systemAgent:
-			st.messages = append(st.messages, baton.Message{Role: baton.RoleUser, Name: p.Agent, Content: p.Content})
 			if t := st.turn; t != nil && p.Feedback {
 				t.finished = false // the agent answers the feedback in the same turn
 				t.retries++

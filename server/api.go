@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -362,10 +361,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 func (s *Server) input(ctx context.Context, scope baton.Scope, chatID string, m clientMessage, source string) error {
 	err := s.publishInput(ctx, scope, chatID, m, source)
 	if baton.ErrorCode(err) == baton.EUNAVAILABLE {
-		var own *unavailableError
-		if !errors.As(err, &own) {
-			return unavailable(msgInputUnroutable, err)
-		}
+		return unavailable(msgInputUnroutable, err)
 	}
 	return err
 }
@@ -387,24 +383,14 @@ func (s *Server) publishInput(ctx context.Context, scope baton.Scope, chatID str
 		if err := acceptsMessage(chat); err != nil {
 			return err
 		}
-		if m.ID == "" {
-			return s.cfg.Engine.Submit(ctx, scope, chat.ID, content, source)
-		}
-		// Engine.Submit picks a fresh event id; with an idempotency key the
-		// event is built here, as the engine would (its user_query input:
-		// content and source), with an id derived from the key, so that a
-		// retry is dropped by the bus (and JetStream) within their windows
+		// With an idempotency key the event's id is derived from it, so that
+		// a retry is dropped by the bus (and JetStream) within their windows
 		// and by the engine's record of the chat's recent inputs after.
-		payload, err := json.Marshal(map[string]string{"content": content, "source": source})
-		if err != nil {
-			return fmt.Errorf("encode user_query: %w", err)
+		eventID := ""
+		if m.ID != "" {
+			eventID = inputEventID(scope, chat.ID, m.ID)
 		}
-		ev := engine.InputEvent(scope, baton.TypeUserQuery, chat.ID, payload)
-		ev.ID = inputEventID(scope, chat.ID, m.ID)
-		if err := s.cfg.Bus.Publish(ctx, ev); err != nil {
-			return fmt.Errorf("publish user_query %s: %w", ev.ID, err)
-		}
-		return nil
+		return s.cfg.Engine.SubmitOnce(ctx, scope, chat.ID, eventID, content, source)
 	case msgUIResponse:
 		// With an idempotency key the response's event id is derived from
 		// it, as a message's is: a retry is dropped by the bus and the
@@ -423,13 +409,9 @@ func (s *Server) publishInput(ctx context.Context, scope baton.Scope, chatID str
 			}
 		}
 		if pending == nil && eventID != "" {
-			answered, err := s.cfg.Engine.AnsweredBy(ctx, scope, chat.ID, m.UIEventID, eventID)
-			if err != nil {
-				return err
-			}
-			if answered {
-				return nil // a retry of the response that answered it
-			}
+			// A retry of the response that answered it succeeds, publishing
+			// nothing; any other is ENOTFOUND (the engine tells them apart).
+			return s.cfg.Engine.RespondUIOnce(ctx, scope, chat.ID, eventID, m.UIEventID, m.Status, m.Data)
 		}
 		if pending == nil || (pending.Kind != baton.PendingUITool && pending.Kind != baton.PendingSecret) {
 			return baton.Errorf(baton.ENOTFOUND, "ui_event_id: %q is not pending in this chat (unknown, already answered, or another chat's)", truncate(m.UIEventID, baton.MaxEventIDLen))
@@ -583,7 +565,7 @@ func (s *Server) handleExternalEvent(w http.ResponseWriter, r *http.Request) {
 		// from (bus.Remote): one that carries it is skipped by this
 		// instance's metrics and rollups, and is taken for another
 		// instance's record.
-		if _, ok := ev.Metadata.Extra[bus.OriginKey]; ok {
+		if bus.Remote(ev) {
 			return baton.Errorf(baton.EINVALID, "metadata.%s: reserved to the runtime", bus.OriginKey)
 		}
 		// The scope comes from the key, never from the client's metadata.

@@ -9,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
 	"github.com/batonhq/baton/bus/natsbridge"
@@ -303,15 +300,7 @@ func TestInputs_FailedInputHandledByAConsumerMadeAnew(t *testing.T) {
 	<-failed
 	// NATS removes B's consumer, as it does one it takes for idle (a
 	// partition, a lane blocked past the pull expiry); B makes it anew.
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jetStream(t, ns.ClientURL())
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		err := js.DeleteConsumer(context.Background(), natsbridge.InputStream(""), "inputs-B")

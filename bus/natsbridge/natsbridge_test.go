@@ -77,6 +77,22 @@ func namespace(t testing.TB, natsURL string) string {
 	return ns
 }
 
+// jetStream connects to NATS at url, closed when the test ends, and returns
+// its JetStream API, for a test that plays with the bridges' streams.
+func jetStream(t *testing.T, url string) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
 func startBridge(t *testing.T, url, instance string, b *bus.Bus, onReconnect func()) *natsbridge.Bridge {
 	t.Helper()
 	br, err := natsbridge.Start(natsbridge.Config{URL: url, Bus: b, Instance: instance, Logger: quiet(), OnReconnect: onReconnect})

@@ -66,15 +66,7 @@ func TestInstances_TakeoverWaitsForAQueuedStart(t *testing.T) {
 
 	// A was alive (its consumer exists), created the chat and routed its
 	// run.start to itself; then it died.
-	nc, err := nats.Connect(natsURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jetStream(t, natsURL)
 	stream, err := js.Stream(ctx, natsbridge.InputStream(nsName))
 	if err != nil {
 		t.Fatal(err)

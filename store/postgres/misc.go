@@ -261,9 +261,6 @@ func (s *Store) UpdateTask(ctx context.Context, scope baton.Scope, id string, st
 	if err := s.check(); err != nil {
 		return baton.Task{}, err
 	}
-	if !status.Valid() {
-		return baton.Task{}, baton.Errorf(baton.EINVALID, "task status: %q is not queued, running, completed or failed", status)
-	}
 	if err := baton.ValidateTaskUpdate(status, result, errMsg); err != nil {
 		return baton.Task{}, err
 	}
@@ -410,8 +407,7 @@ func (s *Store) RenewLease(ctx context.Context, chatID, instanceID string, token
 	if err != nil {
 		return baton.Lease{}, s.dbErr("renew lease", err)
 	}
-	n := tag.RowsAffected()
-	if n == 0 {
+	if tag.RowsAffected() == 0 {
 		return baton.Lease{}, baton.Errorf(baton.ECONFLICT, "chat %q: lease %d is no longer held by %q", chatID, token, instanceID)
 	}
 	return baton.Lease{Token: token, Owner: instanceID, Expires: exp}, nil
@@ -428,8 +424,7 @@ func (s *Store) ReleaseLease(ctx context.Context, chatID, instanceID string, tok
 	if err != nil {
 		return s.dbErr("release lease", err)
 	}
-	n := tag.RowsAffected()
-	if n == 0 {
+	if tag.RowsAffected() == 0 {
 		return baton.Errorf(baton.ECONFLICT, "chat %q: lease %d is no longer held by %q", chatID, token, instanceID)
 	}
 	return nil

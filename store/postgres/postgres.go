@@ -16,7 +16,9 @@
 // written: the caller's context may end only the wait for a connection (and
 // for the batcher); once a write is sent it runs to its end on a context the
 // caller cannot cancel (see write), because pgx reports a cancelled context
-// as an error even when the server goes on to commit.
+// as an error even when the server goes on to commit. RenewLease and
+// ReleaseLease are the exception: they follow the caller's context (see
+// them), so their error after it ended says nothing of the outcome.
 //
 // Schema: versioned migrations embedded in the binary are applied on Open
 // under an advisory lock, which is also held while the schema is created, so
@@ -198,10 +200,7 @@ const writeTimeout = 30 * time.Second
 // is in flight with an error although the server may commit it, and an
 // error from a store must mean that nothing was written.
 func (s *Store) write(ctx context.Context, fn func(ctx context.Context, c *pgxpool.Conn) error) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	c, err := s.pool.Acquire(ctx)
+	c, err := s.pool.Acquire(ctx) // an ended ctx: its error, nothing sent
 	if err != nil {
 		return err
 	}

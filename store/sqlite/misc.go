@@ -228,9 +228,6 @@ func (s *Store) GetTask(ctx context.Context, scope baton.Scope, id string) (bato
 
 // UpdateTask sets a task's status, result and error; see baton.TaskStore.
 func (s *Store) UpdateTask(ctx context.Context, scope baton.Scope, id string, status baton.TaskStatus, result json.RawMessage, errMsg string) (baton.Task, error) {
-	if !status.Valid() {
-		return baton.Task{}, baton.Errorf(baton.EINVALID, "task status: %q is not queued, running, completed or failed", status)
-	}
 	if err := baton.ValidateTaskUpdate(status, result, errMsg); err != nil {
 		return baton.Task{}, err
 	}
