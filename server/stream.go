@@ -262,21 +262,30 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 // code that tells the client what to do; it reports whether err is nil
 // (the connection goes on).
 func (s *Server) closeAuthFailed(conn *websocket.Conn, err error) bool {
-	switch {
-	case err == nil:
+	if err == nil {
 		return true
-	case baton.ErrorCode(err) == baton.EUNAUTHORIZED:
-		conn.Close(CloseUnauthorized, "auth: invalid API key")
-	case baton.ErrorCode(err) == baton.ENOTFOUND:
-		conn.Close(CloseNotFound, "chat not found")
-	case baton.ErrorCode(err) == baton.EUNAVAILABLE:
+	}
+	code, reason := s.authClose(err)
+	conn.Close(code, reason)
+	return false
+}
+
+// authClose maps a failed WebSocket authentication (err != nil) to the
+// close code and reason the client gets, logging what the client is not
+// told.
+func (s *Server) authClose(err error) (websocket.StatusCode, string) {
+	switch baton.ErrorCode(err) {
+	case baton.EUNAUTHORIZED:
+		return CloseUnauthorized, "auth: invalid API key"
+	case baton.ENOTFOUND:
+		return CloseNotFound, "chat not found"
+	case baton.EUNAVAILABLE:
 		s.log.Warn("server: websocket auth", "err", err)
-		conn.Close(websocket.StatusTryAgainLater, msgUnavailable)
+		return websocket.StatusTryAgainLater, msgUnavailable
 	default:
 		s.log.Error("server: websocket auth", "err", err)
-		conn.Close(websocket.StatusInternalError, "internal error")
+		return websocket.StatusInternalError, "internal error"
 	}
-	return false
 }
 
 // checkLast refuses a starting point past the chat's end: the client would
@@ -571,15 +580,9 @@ func (s *Server) devAuth(ctx context.Context, ws *wsConn, token string) (princip
 	if err == nil {
 		_, err = s.chatIn(ctx, p.scope, ws.chatID)
 	}
-	switch {
-	case err == nil:
-	case baton.ErrorCode(err) == baton.EUNAUTHORIZED:
-		return p, wsControl{close: CloseUnauthorized, reason: "auth: invalid API key"}
-	case baton.ErrorCode(err) == baton.ENOTFOUND:
-		return p, wsControl{close: CloseNotFound, reason: "chat not found"}
-	default:
-		s.log.Warn("server: websocket auth", "err", err)
-		return p, wsControl{close: websocket.StatusTryAgainLater, reason: msgUnavailable}
+	if err != nil {
+		code, reason := s.authClose(err)
+		return p, wsControl{close: code, reason: reason}
 	}
 	if err := ws.slot.move(p); err != nil {
 		return p, wsControl{close: CloseTooManyStreams, reason: "too many open streams for this key"}
