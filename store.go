@@ -95,6 +95,12 @@ type ChatUpdate struct {
 	// Fence, when > 0, must equal the chat's current lease token, else the
 	// call fails with ECONFLICT and nothing is written.
 	Fence int64
+	// Usage records model calls' token use and cost in the same
+	// transaction, as RecordUsage would one by one: a usage row is then
+	// durable exactly when the events that report it are, and a turn that
+	// is re-run after a failed append is not counted twice. Each record's
+	// ChatID and App are the chat's, whatever they say.
+	Usage []UsageRecord
 }
 
 // ListOptions filters ListChats. Zero values mean no filter; Limit 0 means a
@@ -407,6 +413,11 @@ func (u *ChatUpdate) Validate() error {
 	}
 	if u.Fence < 0 {
 		return Errorf(EINVALID, "fence: must not be negative")
+	}
+	for i := range u.Usage {
+		if err := u.Usage[i].Validate(); err != nil {
+			return err
+		}
 	}
 	return nil
 }

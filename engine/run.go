@@ -228,17 +228,16 @@ func (r *run) record(ctx context.Context, events []baton.Event, u *baton.ChatUpd
 }
 
 // staged is what a run has applied to its state but not yet recorded: the
-// events and the chat-row change they make, appended in one transaction by
-// the next flush, and the usage rows of the model calls among them.
+// events and the chat-row change they make (with the usage rows of the
+// model calls among them), appended in one transaction by the next flush.
 type staged struct {
 	events []baton.Event
 	u      baton.ChatUpdate
-	usage  []baton.UsageRecord
 }
 
 func (s *staged) empty() bool {
 	u := &s.u
-	return len(s.events) == 0 && len(s.usage) == 0 && u.Status == nil && u.TurnAgent == nil &&
+	return len(s.events) == 0 && len(u.Usage) == 0 && u.Status == nil && u.TurnAgent == nil &&
 		len(u.Context) == 0 && len(u.AddPending) == 0 && len(u.ResolvePending) == 0
 }
 
@@ -290,8 +289,7 @@ func (r *run) stage(events []baton.Event, u *baton.ChatUpdate) {
 	b.u.ResolvePending = append(b.u.ResolvePending, u.ResolvePending...)
 }
 
-// flush records what the run staged, in one append (and the staged usage
-// rows beside it). When it returns nil, everything the state holds is
+// flush records what the run staged, with its usage rows, in one append. When it returns nil, everything the state holds is
 // durable and published. When it fails nothing staged is recorded, the state
 // is ahead of the store, and the run must end with the error (its state is
 // then dropped, not cached).
@@ -300,34 +298,15 @@ func (r *run) flush(ctx context.Context) error {
 	if b.empty() {
 		return nil
 	}
-	events, u, usage := b.events, b.u, b.usage
+	events, u := b.events, b.u
 	r.staged = staged{}
 	if r.fence > 0 {
 		u.Fence = r.fence // the store refuses the append if another instance took the chat over
 	}
-	// The usage rows go to the store beside the append, so a group commit
-	// can take both: they are durable before the next model call's budget
-	// check, as before. A failed usage write is logged, never a run error
-	// (invariant 9).
-	var usageDone chan struct{}
-	if len(usage) > 0 {
-		usageDone = make(chan struct{})
-		go func() {
-			defer close(usageDone)
-			for _, rec := range usage {
-				if err := r.e.store.RecordUsage(ctx, r.scope, rec); err != nil {
-					r.e.log.Warn("engine: record usage", "chat_id", rec.ChatID, "agent", rec.Agent, "err", err)
-				}
-			}
-		}()
-	}
 	var recorded []baton.Event
 	var err error
-	if len(events) > 0 || u.Status != nil || u.TurnAgent != nil || len(u.Context) > 0 || len(u.AddPending) > 0 || len(u.ResolvePending) > 0 {
+	if len(events) > 0 || u.Status != nil || u.TurnAgent != nil || len(u.Context) > 0 || len(u.AddPending) > 0 || len(u.ResolvePending) > 0 || len(u.Usage) > 0 {
 		recorded, err = r.e.rec.Record(ctx, r.scope, r.st.chat.ID, events, &u)
-	}
-	if usageDone != nil {
-		<-usageDone
 	}
 	if err != nil {
 		return fmt.Errorf("record %d events: %w", len(events), err)
@@ -840,9 +819,17 @@ func (r *run) callModel(ctx context.Context) error {
 	// model call, a tool with effects, a pause); a crash before that asks
 	// the model again, as it would have before the text was recorded.
 	r.stage(events, u)
-	r.staged.usage = append(r.staged.usage, baton.UsageRecord{
-		ChatID: st.chat.ID, Workflow: r.wf.Name, Agent: agent.Name, Model: cfg.Model, Usage: usage, Cost: cost,
-	})
+	// The usage row goes in the same append: durable exactly when the
+	// chat.usage_summary that reports it is, never counted twice for a turn
+	// re-run after a failed append, and durable before the next model
+	// call's budget check. A row the store would refuse is logged and left
+	// out, never a run error (invariant 9).
+	rec := baton.UsageRecord{ChatID: st.chat.ID, Workflow: r.wf.Name, Agent: agent.Name, Model: cfg.Model, Usage: usage, Cost: cost}
+	if err := rec.Validate(); err != nil {
+		r.e.log.Warn("engine: record usage", "chat_id", rec.ChatID, "agent", rec.Agent, "err", err)
+	} else {
+		r.staged.u.Usage = append(r.staged.u.Usage, rec)
+	}
 	return nil
 }
 

@@ -234,6 +234,9 @@ func (s *Store) UpdateChat(ctx context.Context, scope baton.Scope, id string, u 
 		if _, err := tx.Exec(ctx, updateSQL, id, now, a.status, a.turn, a.set, a.del); err != nil {
 			return err
 		}
+		if err := insertUsage(ctx, tx, scope, id, &u, now); err != nil {
+			return err
+		}
 		var err error
 		c, err = getChat(ctx, tx, scope, id)
 		return err

@@ -20,12 +20,20 @@ const appendSQL = `WITH c AS (
 		context = CASE WHEN $8::jsonb IS NULL THEN context ELSE (context || $8::jsonb) - $9::text[] END
 	WHERE id = $1 AND (app, user_id) IS NOT DISTINCT FROM ($2, $3) AND NOT deleted
 	RETURNING last_sequence - $4 AS base
+), u AS (
+	INSERT INTO usage (chat_id, app, workflow, agent, model, prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, cost, at)
+	SELECT $1, $2, x.* FROM c, unnest($19::text[], $20::text[], $21::text[], $22::bigint[], $23::bigint[], $24::bigint[], $25::bigint[], $26::float8[], $27::timestamptz[]) AS x
 )
 INSERT INTO events (chat_id, sequence, id, type, ts, agent_id, agent_name, env_name, source, extra, payload)
 SELECT $1, c.base + t.ord, t.id, t.type, t.ts, t.agent_id, t.agent_name, t.env_name, t.source, t.extra, t.payload
 FROM c, unnest($10::text[], $11::text[], $12::bigint[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[], $18::text[])
 	WITH ORDINALITY AS t(id, type, ts, agent_id, agent_name, env_name, source, extra, payload, ord)
 RETURNING sequence`
+
+// usageSQL inserts a ChatUpdate's usage rows ($3..$11, as in appendSQL's
+// $19..$27) for chat $1 of app $2, whose scope the caller has checked.
+const usageSQL = `INSERT INTO usage (chat_id, app, workflow, agent, model, prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, cost, at)
+	SELECT $1, $2, x.* FROM unnest($3::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::float8[], $11::timestamptz[]) AS x`
 
 const updateSQL = `UPDATE chats SET updated_at = $2, status = COALESCE($3, status), turn_agent = COALESCE($4, turn_agent),
 	context = CASE WHEN $5::jsonb IS NULL THEN context ELSE (context || $5::jsonb) - $6::text[] END
@@ -73,10 +81,11 @@ func (s *Store) Append(ctx context.Context, scope baton.Scope, chatID string, ev
 	status, turn, set, del := ua.status, ua.turn, ua.set, ua.del
 	slow := n == 0 || u != nil && (u.Fence > 0 || len(u.AddPending) > 0 || len(u.ResolvePending) > 0)
 	now := time.Now()
+	use := usageArgsOf(u, now)
 	insert := func(ctx context.Context, q interface {
 		Query(context.Context, string, ...any) (pgx.Rows, error)
 	}) error {
-		rows, err := q.Query(ctx, appendSQL, chatID, scope.App, scope.User, int64(n), now, status, turn, set, del, ids, types, ts, agentIDs, agentNames, envs, sources, extras, payloads)
+		rows, err := q.Query(ctx, appendSQL, append([]any{chatID, scope.App, scope.User, int64(n), now, status, turn, set, del, ids, types, ts, agentIDs, agentNames, envs, sources, extras, payloads}, use...)...)
 		if err != nil {
 			return err
 		}
@@ -112,12 +121,12 @@ func (s *Store) Append(ctx context.Context, scope baton.Scope, chatID string, ev
 	}
 	if !slow {
 		var plain *plainAppend
-		if status == nil && turn == nil && set == nil {
+		if status == nil && turn == nil && set == nil && (u == nil || len(u.Usage) == 0) {
 			plain = &plainAppend{app: scope.App, user: scope.User, ids: ids, types: types, agentIDs: agentIDs, agentNames: agentNames,
 				envs: envs, srcs: sources, ts: ts, extras: extras, payloads: payloads}
 		}
-		seqs, err := s.groupAppend(ctx, chatID, []any{chatID, scope.App, scope.User, int64(n), now, status, turn, set, del,
-			ids, types, ts, agentIDs, agentNames, envs, sources, extras, payloads}, plain)
+		seqs, err := s.groupAppend(ctx, chatID, append([]any{chatID, scope.App, scope.User, int64(n), now, status, turn, set, del,
+			ids, types, ts, agentIDs, agentNames, envs, sources, extras, payloads}, use...), plain)
 		if err != nil {
 			return nil, s.dbErr("append", err)
 		}
@@ -146,15 +155,50 @@ func (s *Store) Append(ctx context.Context, scope baton.Scope, chatID string, ev
 			}
 		}
 		if n > 0 {
-			return insert(ctx, tx)
+			return insert(ctx, tx) // with the usage rows
 		}
-		_, err := tx.Exec(ctx, updateSQL, chatID, now, status, turn, set, del)
-		return err
+		if _, err := tx.Exec(ctx, updateSQL, chatID, now, status, turn, set, del); err != nil {
+			return err
+		}
+		return insertUsage(ctx, tx, scope, chatID, u, now)
 	})
 	if err != nil {
 		return nil, s.dbErr("append", err)
 	}
 	return evs, nil
+}
+
+// usageArgsOf returns the usage rows of u as appendSQL's $19..$27 (and
+// usageSQL's $3..$11): one array per column, empty when there are none. A
+// row with no time is stamped now.
+func usageArgsOf(u *baton.ChatUpdate, now time.Time) []any {
+	var n int
+	if u != nil {
+		n = len(u.Usage)
+	}
+	wfs, agents, models := make([]string, n), make([]string, n), make([]string, n)
+	prompt, completion, cached, reasoning := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	cost, at := make([]float64, n), make([]time.Time, n)
+	for i := range n {
+		r := &u.Usage[i]
+		wfs[i], agents[i], models[i] = r.Workflow, r.Agent, r.Model
+		prompt[i], completion[i], cached[i], reasoning[i] = r.PromptTokens, r.CompletionTokens, r.CachedTokens, r.ReasoningTokens
+		cost[i], at[i] = r.Cost, r.At
+		if r.At.IsZero() {
+			at[i] = now
+		}
+	}
+	return []any{wfs, agents, models, prompt, completion, cached, reasoning, cost, at}
+}
+
+// insertUsage inserts u's usage rows for the chat id of scope, which the
+// caller has checked, in tx.
+func insertUsage(ctx context.Context, tx pgx.Tx, scope baton.Scope, id string, u *baton.ChatUpdate, now time.Time) error {
+	if u == nil || len(u.Usage) == 0 {
+		return nil
+	}
+	_, err := tx.Exec(ctx, usageSQL, append([]any{id, scope.App}, usageArgsOf(u, now)...)...)
+	return err
 }
 
 // updateArgs are a ChatUpdate's parameters of appendSQL and updateSQL.

@@ -153,39 +153,69 @@ func bulkAppend(ctx context.Context, w *wconn, reqs []*request) error {
 	clear(w.args) // drop the references to the batch's strings
 
 	// Chat updates in batch order, after the counters (which also set
-	// updated_at, so they need not touch it).
+	// updated_at, so they need not touch it); then the updates' usage rows,
+	// together.
+	var use []usageRow
 	for _, r := range reqs {
 		if a := r.app; a.err == nil && a.u != nil {
 			if err := applyUpdate(ctx, w, a.chatID, a.u, a.now, false); err != nil {
 				return err
 			}
+			use = usageRowsOf(use, a.scope, a.chatID, a.u, a.now)
 		}
 	}
-	return nil
+	return insertUsage(ctx, w, use)
 }
 
 // usageReq is a RecordUsage waiting for the writer, which inserts the usage
-// rows of a batch together (bulkUsage).
+// rows of a batch together (insertUsage).
 type usageReq struct {
 	scope baton.Scope
 	rec   baton.UsageRecord
 }
 
-// bulkUsage inserts the usage rows reqs in the open transaction as a few
-// multi-row INSERT … SELECT statements. Each row is joined to its chat in
-// its scope, so a row whose chat is out of scope is not inserted; then the
-// statement inserts fewer rows than it was given, and bulkUsage returns
-// errBulk: the caller rolls back and runs the batch one request at a time,
-// which gives that row its ENOTFOUND. At 1,000 chats a turn's two usage
-// rows cost the writer a statement each; in bulk, a few per batch.
-func bulkUsage(ctx context.Context, w *wconn, reqs []*request) error {
-	for rest := reqs; len(rest) > 0; {
+// usageRow is a usage row to insert: a RecordUsage's, or one of an Append's
+// ChatUpdate.Usage.
+type usageRow struct {
+	scope  baton.Scope
+	chatID string
+	rec    *baton.UsageRecord
+	at     int64 // Unix microseconds: rec.At, or the write's time when that is zero
+}
+
+// usageRowsOf returns u's usage rows for the chat id of scope, stamped now
+// when they carry no time.
+func usageRowsOf(dst []usageRow, scope baton.Scope, id string, u *baton.ChatUpdate, now time.Time) []usageRow {
+	if u == nil {
+		return dst
+	}
+	for i := range u.Usage {
+		rec := &u.Usage[i]
+		at := now
+		if !rec.At.IsZero() {
+			at = rec.At
+		}
+		dst = append(dst, usageRow{scope: scope, chatID: id, rec: rec, at: micros(at)})
+	}
+	return dst
+}
+
+// insertUsage inserts rows in the open transaction as a few multi-row
+// INSERT … SELECT statements. Each row is joined to its chat in its scope,
+// so a row whose chat is out of scope is not inserted; then the statement
+// inserts fewer rows than it was given, and insertUsage returns errBulk.
+// For a batch of RecordUsage calls the caller then rolls back and runs them
+// one at a time, which gives that row its ENOTFOUND. At 1,000 chats a
+// turn's two usage rows cost the writer a statement each; in bulk, a few
+// per batch.
+func insertUsage(ctx context.Context, w *wconn, rows []usageRow) error {
+	for rest := rows; len(rest) > 0; {
 		k := chunk(len(rest))
 		args := w.args[:0]
 		for _, r := range rest[:k] {
-			u, sc := &r.use.rec, r.use.scope
-			args = append(args, u.ChatID, sc.App, sc.User, u.Workflow, u.Agent, u.Model,
-				u.PromptTokens, u.CompletionTokens, u.CachedTokens, u.ReasoningTokens, u.Cost, micros(u.At))
+			u := r.rec
+			args = append(args, r.chatID, r.scope.App, r.scope.User, u.Workflow, u.Agent, u.Model,
+				u.PromptTokens, u.CompletionTokens, u.CachedTokens, u.ReasoningTokens, u.Cost, r.at)
 		}
 		w.args = args
 		st, err := w.stmt(ctx, usageSQLs[k])
@@ -203,6 +233,33 @@ func bulkUsage(ctx context.Context, w *wconn, reqs []*request) error {
 	}
 	clear(w.args)
 	return nil
+}
+
+// updateUsage inserts u's usage rows, for the chat id of scope, in the open
+// transaction of an append or update that runs alone and has already
+// checked the chat's scope.
+func updateUsage(ctx context.Context, w *wconn, scope baton.Scope, id string, u *baton.ChatUpdate, now time.Time) error {
+	if u == nil || len(u.Usage) == 0 {
+		return nil
+	}
+	err := insertUsage(ctx, w, usageRowsOf(nil, scope, id, u, now))
+	if err == errBulk {
+		return notFound(id)
+	}
+	if err != nil {
+		return storeErr("record usage", err)
+	}
+	return nil
+}
+
+// bulkUsage inserts the usage rows of the RecordUsage requests reqs
+// (insertUsage).
+func bulkUsage(ctx context.Context, w *wconn, reqs []*request) error {
+	rows := make([]usageRow, len(reqs))
+	for i, r := range reqs {
+		rows[i] = usageRow{scope: r.use.scope, chatID: r.use.rec.ChatID, rec: &r.use.rec, at: micros(r.use.rec.At)}
+	}
+	return insertUsage(ctx, w, rows)
 }
 
 // chunk returns the largest of bulkChunks not above n.

@@ -245,6 +245,9 @@ func (s *Store) UpdateChat(ctx context.Context, scope baton.Scope, id string, u 
 		if err := applyUpdate(ctx, w, id, &u, now, true); err != nil {
 			return err
 		}
+		if err := updateUsage(ctx, w, scope, id, &u, now); err != nil {
+			return err
+		}
 		st, err := w.stmt(ctx, getChatSQL)
 		if err != nil {
 			return storeErr("update chat", err)

@@ -69,7 +69,10 @@ func (s *Store) Append(ctx context.Context, scope baton.Scope, chatID string, ev
 		if u == nil {
 			return nil
 		}
-		return applyUpdate(ctx, w, chatID, u, a.now, len(evs) == 0)
+		if err := applyUpdate(ctx, w, chatID, u, a.now, len(evs) == 0); err != nil {
+			return err
+		}
+		return updateUsage(ctx, w, scope, chatID, u, a.now)
 	}
 	if err := s.submit(ctx, &request{ctx: ctx, fn: fn, app: a, done: make(chan error, 1)}); err != nil {
 		return nil, err

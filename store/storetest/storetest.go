@@ -44,6 +44,7 @@ func Run(t *testing.T, newStore func(t *testing.T) baton.Store) {
 		{"EffectLedger", testEffectLedger},
 		{"LargeAndUnicode", testLargeAndUnicode},
 		{"Usage", testUsage},
+		{"UsageWithAppend", testUsageWithAppend},
 		{"Tasks", testTasks},
 		{"Leases", testLeases},
 		{"Validation", testValidation},

@@ -1,0 +1,153 @@
+package storetest
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/batonhq/baton"
+)
+
+// testUsageWithAppend checks ChatUpdate.Usage: the rows are written with the
+// append (or update) that carries them, in the chat appended to, and not at
+// all when the append fails.
+func testUsageWithAppend(t *testing.T, s baton.Store) {
+	ctx := ctxT(t)
+	scope := NewScope()
+	c := mustChat(t, s, scope, "hello")
+	other := mustChat(t, s, NewScope(), "hello")
+	calls := func(id string, sc baton.Scope) int64 {
+		t.Helper()
+		total, _, err := s.ChatUsage(ctx, sc, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return total.Calls
+	}
+	row := func(agent string, prompt int64) baton.UsageRecord {
+		return baton.UsageRecord{Workflow: "hello", Agent: agent, Model: "m", Usage: baton.Usage{PromptTokens: prompt, CompletionTokens: 1}, Cost: 0.5}
+	}
+
+	// An append with two rows; one names another chat and app, which the
+	// store ignores: a row belongs to the chat it is appended with.
+	stray := row("B", 2)
+	stray.ChatID, stray.App = other.ID, other.App
+	if _, err := s.Append(ctx, scope, c.ID, []baton.Event{TextEvent("A", "one")}, &baton.ChatUpdate{Usage: []baton.UsageRecord{row("A", 10), stray}}); err != nil {
+		t.Fatal(err)
+	}
+	total, per, err := s.ChatUsage(ctx, scope, c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total.Calls != 2 || total.PromptTokens != 12 || total.CompletionTokens != 2 || total.Cost != 1 || len(per) != 2 || per[0].Agent != "A" || per[1].Agent != "B" {
+		t.Fatalf("after an append with two rows: total %+v, per agent %+v", total, per)
+	}
+	if n := calls(other.ID, scopeOf(other)); n != 0 {
+		t.Fatalf("a row naming another chat went to it: %d calls", n)
+	}
+
+	// Usage alone, without events, and through UpdateChat.
+	if _, err := s.Append(ctx, scope, c.ID, nil, &baton.ChatUpdate{Usage: []baton.UsageRecord{row("A", 1)}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.UpdateChat(ctx, scope, c.ID, baton.ChatUpdate{Usage: []baton.UsageRecord{row("A", 1)}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := calls(c.ID, scope); n != 4 {
+		t.Fatalf("after usage without events: %d calls, want 4", n)
+	}
+
+	// A failed append writes none of its rows.
+	first, err := s.Events(ctx, scope, c.ID, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dup := TextEvent("A", "dup")
+	dup.ID = first[0].ID
+	bad := row("\xff", 1)
+	for _, tc := range []struct {
+		name   string
+		scope  baton.Scope
+		events []baton.Event
+		u      baton.ChatUpdate
+		code   string
+	}{
+		{"duplicate event id", scope, []baton.Event{TextEvent("A", "two"), dup}, baton.ChatUpdate{}, baton.ECONFLICT},
+		{"stale fence", scope, []baton.Event{TextEvent("A", "two")}, baton.ChatUpdate{Fence: 99}, baton.ECONFLICT},
+		{"unknown pending", scope, []baton.Event{TextEvent("A", "two")}, baton.ChatUpdate{ResolvePending: []string{"nope"}}, baton.ENOTFOUND},
+		{"another scope", NewScope(), []baton.Event{TextEvent("A", "two")}, baton.ChatUpdate{}, baton.ENOTFOUND},
+		{"invalid row", scope, []baton.Event{TextEvent("A", "two")}, baton.ChatUpdate{Usage: []baton.UsageRecord{row("A", 1), bad}}, baton.EINVALID},
+	} {
+		if tc.u.Usage == nil {
+			tc.u.Usage = []baton.UsageRecord{row("A", 1)}
+		}
+		_, err := s.Append(ctx, tc.scope, c.ID, tc.events, &tc.u)
+		wantCode(t, tc.name, err, tc.code)
+		if n := calls(c.ID, scope); n != 4 {
+			t.Fatalf("%s: the failed append wrote usage: %d calls, want 4", tc.name, n)
+		}
+	}
+	if _, err := s.UpdateChat(ctx, scope, c.ID, baton.ChatUpdate{Fence: 99, Usage: []baton.UsageRecord{row("A", 1)}}); err == nil {
+		t.Fatal("UpdateChat with a stale fence succeeded")
+	}
+	if n := calls(c.ID, scope); n != 4 {
+		t.Fatalf("a failed UpdateChat wrote usage: %d calls, want 4", n)
+	}
+
+	// Many chats at once, some appends failing among them, so that a store
+	// that writes a batch of appends together must attribute each row to
+	// its own append.
+	const chats, appends = 20, 10
+	ids := make([]string, chats)
+	for i := range ids {
+		ids[i] = mustChat(t, s, scope, "hello").ID
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, chats*appends)
+	for _, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var firstID string
+			for i := range appends {
+				u := &baton.ChatUpdate{Usage: []baton.UsageRecord{row("A", 1)}}
+				if _, err := s.Append(ctx, scope, id, []baton.Event{TextEvent("A", fmt.Sprint(i))}, u); err != nil {
+					errs <- fmt.Errorf("chat %s, append %d: %w", id, i, err)
+					return
+				}
+				if i == 0 {
+					evs, err := s.Events(ctx, scope, id, 0, 1)
+					if err != nil {
+						errs <- err
+						return
+					}
+					firstID = evs[0].ID
+				}
+				// A duplicate, refused: its row must not be written.
+				dup := TextEvent("A", "dup")
+				dup.ID = firstID
+				if _, err := s.Append(ctx, scope, id, []baton.Event{dup}, &baton.ChatUpdate{Usage: []baton.UsageRecord{row("A", 100)}}); baton.ErrorCode(err) != baton.ECONFLICT {
+					errs <- fmt.Errorf("chat %s: duplicate append returned %v, want conflict", id, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		total, _, err := s.ChatUsage(ctx, scope, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if total.Calls != appends || total.PromptTokens != appends {
+			t.Fatalf("chat %s: %d calls, %d prompt tokens; want %d of each", id, total.Calls, total.PromptTokens, appends)
+		}
+	}
+}
+
+// scopeOf returns the scope chat c belongs to.
+func scopeOf(c baton.Chat) baton.Scope { return baton.Scope{App: c.App, User: c.User} }
