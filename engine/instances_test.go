@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"os"
 	"path"
 	"strconv"
@@ -50,6 +51,12 @@ func pgSchema(t *testing.T) (dsn, schema string) {
 
 func newInstance(t *testing.T, dsn, schema, id string, wrap func(baton.Store) baton.Store, prov fakeProvider) *instance {
 	t.Helper()
+	return newInstanceWith(t, dsn, schema, id, wrap, prov)
+}
+
+// newInstanceWith is newInstance with any provider.
+func newInstanceWith(t *testing.T, dsn, schema, id string, wrap func(baton.Store) baton.Store, prov baton.Provider) *instance {
+	t.Helper()
 	ctx := context.Background()
 	pg, err := postgres.Open(ctx, dsn, postgres.WithSchema(schema))
 	if err != nil {
@@ -67,7 +74,7 @@ func newInstance(t *testing.T, dsn, schema, id string, wrap func(baton.Store) ba
 	eng, err := engine.New(engine.Config{
 		Store: st, Recorder: recorder.New(st, engine.ObserverPublisher{Bus: b}), Bus: b, Workflows: wfs, WorkflowRoot: loopDir,
 		Providers:   func(*workflow.Workflow) (baton.Provider, error) { return prov, nil },
-		ToolOptions: []tool.Option{bumpTool(new(atomic.Int64))}, Logger: discardLogger(),
+		ToolOptions: []tool.Option{bumpTool(new(atomic.Int64)), lookupTool}, Logger: discardLogger(),
 		InstanceID: id, LeaseTTL: 300 * time.Millisecond,
 	})
 	if err != nil {
@@ -186,6 +193,136 @@ func TestInstances_FencingAndTakeover(t *testing.T) {
 	}
 	if texts != 1 || evs[len(evs)-1].Type != baton.TypeChatRunComplete {
 		t.Fatalf("%d texts; last event %s", texts, evs[len(evs)-1].Type)
+	}
+}
+
+// stallingProvider answers "A speaks late" to a model call made while
+// stall is set, once released is closed, or the call's context error if the
+// run was stopped meanwhile; other calls it answers at once.
+type stallingProvider struct {
+	stall    atomic.Bool
+	calls    atomic.Int64 // stalled calls made
+	released chan struct{}
+}
+
+func (p *stallingProvider) Stream(ctx context.Context, req *baton.Request) iter.Seq2[baton.Delta, error] {
+	return func(yield func(baton.Delta, error) bool) {
+		if p.stall.Load() {
+			p.calls.Add(1)
+			<-p.released // the process is paused mid-call
+			if err := ctx.Err(); err != nil {
+				yield(baton.Delta{}, err)
+				return
+			}
+			yield(baton.Delta{Kind: baton.DeltaText, Text: "A speaks late"}, nil)
+			return
+		}
+		yield(baton.Delta{Kind: baton.DeltaText, Text: "A speaks"}, nil)
+	}
+}
+
+// conflictCounter counts lease renewals the store refused as taken over.
+type conflictCounter struct {
+	baton.Store
+	refused atomic.Int64
+}
+
+func (s *conflictCounter) RenewLease(ctx context.Context, chatID, instanceID string, token int64, ttl time.Duration) (baton.Lease, error) {
+	l, err := s.Store.RenewLease(ctx, chatID, instanceID, token, ttl)
+	if errors.Is(err, baton.ErrConflict) {
+		s.refused.Add(1)
+	}
+	return l, err
+}
+
+// TestInstances_EventAgentRetriesAfterLosingTheLease: instance A's
+// event-handler agent records an environment event in a chat and runs the
+// chat's agent, whose model call stalls with A's lease renewals. B takes the
+// chat over and answers. A's renewal then finds the lease taken, which
+// cancels A's run; the agent handles the event again under a new lease and
+// finds it recorded. The event is observed once, no handler error is left,
+// and A's late text never lands.
+func TestInstances_EventAgentRetriesAfterLosingTheLease(t *testing.T) {
+	dsn, schema := pgSchema(t)
+	renewals := make(chan struct{})
+	var counter *conflictCounter
+	prov := &stallingProvider{released: make(chan struct{})}
+	a := newInstanceWith(t, dsn, schema, "A", func(s baton.Store) baton.Store {
+		counter = &conflictCounter{Store: s}
+		return &stallingStore{Store: counter, stalled: renewals}
+	}, prov)
+	b := newInstance(t, dsn, schema, "B", nil, func(req *baton.Request) ([]baton.Delta, error) { return reply("B speaks"), nil })
+	if err := a.bus.RegisterRule(a.eng.AgentRule("sensors", []string{"sensor.*"}, 90, "Summarise the reading.", "", 0)); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	c, err := a.eng.Start(ctx, testScope, "assistant", engine.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitChat(t, a.store, c.ID, baton.ChatWaitingInput, 10*time.Second)
+
+	prov.stall.Store(true)
+	ev := engine.InputEvent(testScope, "sensor.reading", c.ID, json.RawMessage(`{"celsius":21}`))
+	ev.Metadata.Source = baton.SourceEnv
+	if err := a.bus.Publish(ctx, ev); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for prov.calls.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond) // waiting for A's agent to be mid-call
+	}
+	if prov.calls.Load() == 0 {
+		t.Fatal("A's event-handler agent never called the model")
+	}
+	// B's sweeper finds the chat running with an expired lease, takes it
+	// over and answers.
+	waitChat(t, b.store, c.ID, baton.ChatWaitingInput, 15*time.Second)
+	if b.eng.Takeovers() < 1 {
+		t.Fatalf("B took over %d chats", b.eng.Takeovers())
+	}
+	close(renewals) // A's next renewal finds the lease taken, which stops A's run
+	deadline = time.Now().Add(10 * time.Second)
+	for counter.refused.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond) // waiting for A's renewal to be refused
+	}
+	if counter.refused.Load() == 0 {
+		t.Fatal("A's lease renewal was never refused")
+	}
+	close(prov.released) // A's model call returns into a stopped run
+	deadline = time.Now().Add(10 * time.Second)
+	for (a.eng.LeaseLosses() == 0 || a.eng.Active() != 0) && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond) // waiting for the agent's second handling
+	}
+	if a.eng.LeaseLosses() == 0 {
+		t.Fatal("A's event-handler agent did not handle the event again after losing the lease")
+	}
+	if n := a.bus.Stats().HandlerErrors; n != 0 || a.eng.Active() != 0 {
+		t.Fatalf("A: %d handler errors, %d runs active; want the event handled again, cleanly", n, a.eng.Active())
+	}
+	evs, err := b.store.Events(ctx, testScope, c.ID, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSequences(t, evs)
+	observed, answers := 0, 0
+	for _, e := range evs {
+		var p struct{ Agent, Content string }
+		_ = json.Unmarshal(e.Payload, &p)
+		if e.Type != baton.TypeChatText {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(p.Content, "Observed event: sensor.reading"):
+			observed++
+		case p.Content == "A speaks late":
+			t.Fatal("a stale owner's text landed")
+		case p.Content == "B speaks":
+			answers++
+		}
+	}
+	if observed != 1 || answers != 1 {
+		t.Fatalf("the event was observed %d times and answered %d times; want once each", observed, answers)
 	}
 }
 
