@@ -97,9 +97,10 @@ type ChatUpdate struct {
 	Fence int64
 	// Usage records model calls' token use and cost in the same
 	// transaction, as RecordUsage would one by one: a usage row is then
-	// durable exactly when the events that report it are, and a turn that
-	// is re-run after a failed append is not counted twice. Each record's
-	// ChatID and App are the chat's, whatever they say.
+	// durable exactly when the events that report it are, in one commit
+	// with them. Each record's ChatID and App are the chat's, whatever they
+	// say. (When the append fails, no row is written; the engine then
+	// records them alone, as the calls were billed all the same.)
 	Usage []UsageRecord
 }
 

@@ -109,6 +109,15 @@ func TestRun_FailedAppendPausesTheChatAsFailed(t *testing.T) {
 	if countType(evs, baton.TypeChatError) != 1 || countType(evs, baton.TypeChatInputRequest) < 2 {
 		t.Fatalf("want the error recorded and the chat going on after the next message:\n%s", dump(evs))
 	}
+	// The model call whose append failed was billed: its usage is counted
+	// all the same, beside the calls the transcript reports.
+	total, _, err := h.store.ChatUsage(context.Background(), testScope, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reported := countType(evs, baton.TypeChatUsageSummary); total.Calls != int64(reported)+1 {
+		t.Fatalf("%d usage rows for %d reported calls and one whose append failed", total.Calls, reported)
+	}
 }
 
 // validOrder reports how msgs break the rule that an assistant message with

@@ -287,12 +287,15 @@ func (r *run) stage(events []baton.Event, u *baton.ChatUpdate) {
 	}
 	b.u.AddPending = append(b.u.AddPending, u.AddPending...)
 	b.u.ResolvePending = append(b.u.ResolvePending, u.ResolvePending...)
+	b.u.Usage = append(b.u.Usage, u.Usage...)
 }
 
-// flush records what the run staged, with its usage rows, in one append. When it returns nil, everything the state holds is
-// durable and published. When it fails nothing staged is recorded, the state
-// is ahead of the store, and the run must end with the error (its state is
-// then dropped, not cached).
+// flush records what the run staged in one append, with the usage rows of
+// the model calls it reports. When it returns nil, everything the state
+// holds is durable and published. When it fails nothing staged is recorded
+// (but the usage rows, alone: see usageAlone), the state is ahead of the
+// store, and the run must end with the error (its state is then dropped,
+// not cached).
 func (r *run) flush(ctx context.Context) error {
 	b := &r.staged
 	if b.empty() {
@@ -309,6 +312,7 @@ func (r *run) flush(ctx context.Context) error {
 		recorded, err = r.e.rec.Record(ctx, r.scope, r.st.chat.ID, events, &u)
 	}
 	if err != nil {
+		r.usageAlone(ctx, u.Usage)
 		return fmt.Errorf("record %d events: %w", len(events), err)
 	}
 	synthetic := 0
@@ -326,6 +330,31 @@ func (r *run) flush(ctx context.Context) error {
 		r.e.synthMu.Unlock()
 	}
 	return nil
+}
+
+// usageAloneTimeout bounds usageAlone's writes.
+const usageAloneTimeout = 2 * time.Second
+
+// usageAlone records, on their own, the usage rows of an append that
+// failed. A model call's row goes in the append that records the call's
+// chat.usage_summary, so that the row is durable with it and before the
+// next call's budget check; but the provider billed the call whether or not
+// the append was made, and budgets must see what was spent. So the rows of
+// a failed append are written alone (best effort, logged on failure), and
+// a turn run again after it counts its new calls too, as they are billed
+// too. The run's context may be what ended (a lost lease, a shutdown), so
+// the writes get their own, bounded one.
+func (r *run) usageAlone(ctx context.Context, usage []baton.UsageRecord) {
+	if len(usage) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), usageAloneTimeout)
+	defer cancel()
+	for _, rec := range usage {
+		if err := r.e.store.RecordUsage(ctx, r.scope, rec); err != nil {
+			r.e.log.Warn("engine: record usage of a failed append", "chat_id", rec.ChatID, "agent", rec.Agent, "err", err)
+		}
+	}
 }
 
 // driveOrStop drives the chat and, when the run stops on an error midway,
@@ -818,18 +847,16 @@ func (r *run) callModel(ctx context.Context) error {
 	// Staged: recorded before anything that must not be repeated (the next
 	// model call, a tool with effects, a pause); a crash before that asks
 	// the model again, as it would have before the text was recorded.
-	r.stage(events, u)
-	// The usage row goes in the same append: durable exactly when the
-	// chat.usage_summary that reports it is, never counted twice for a turn
-	// re-run after a failed append, and durable before the next model
-	// call's budget check. A row the store would refuse is logged and left
-	// out, never a run error (invariant 9).
+	// The call's usage row goes in the same append (see flush). A row the
+	// store would refuse is logged and left out, never a run error
+	// (invariant 9).
 	rec := baton.UsageRecord{ChatID: st.chat.ID, Workflow: r.wf.Name, Agent: agent.Name, Model: cfg.Model, Usage: usage, Cost: cost}
 	if err := rec.Validate(); err != nil {
 		r.e.log.Warn("engine: record usage", "chat_id", rec.ChatID, "agent", rec.Agent, "err", err)
 	} else {
-		r.staged.u.Usage = append(r.staged.u.Usage, rec)
+		u.Usage = []baton.UsageRecord{rec}
 	}
+	r.stage(events, u)
 	return nil
 }
 

@@ -168,14 +168,18 @@ func (s *Store) Append(ctx context.Context, scope baton.Scope, chatID string, ev
 	return evs, nil
 }
 
+// noUsageArgs are usageArgsOf's arrays for no rows: NULL arrays, which
+// unnest to nothing.
+var noUsageArgs = []any{[]string(nil), []string(nil), []string(nil), []int64(nil), []int64(nil), []int64(nil), []int64(nil), []float64(nil), []time.Time(nil)}
+
 // usageArgsOf returns the usage rows of u as appendSQL's $19..$27 (and
-// usageSQL's $3..$11): one array per column, empty when there are none. A
-// row with no time is stamped now.
+// usageSQL's $3..$11): one array per column. A row with no time is stamped
+// now.
 func usageArgsOf(u *baton.ChatUpdate, now time.Time) []any {
-	var n int
-	if u != nil {
-		n = len(u.Usage)
+	if u == nil || len(u.Usage) == 0 {
+		return noUsageArgs
 	}
+	n := len(u.Usage)
 	wfs, agents, models := make([]string, n), make([]string, n), make([]string, n)
 	prompt, completion, cached, reasoning := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	cost, at := make([]float64, n), make([]time.Time, n)

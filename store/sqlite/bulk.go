@@ -206,8 +206,8 @@ func usageRowsOf(dst []usageRow, scope baton.Scope, id string, u *baton.ChatUpda
 // inserts fewer rows than it was given, and insertUsage returns errBulk.
 // For a batch of RecordUsage calls the caller then rolls back and runs them
 // one at a time, which gives that row its ENOTFOUND. At 1,000 chats a
-// turn's two usage rows cost the writer a statement each; in bulk, a few
-// per batch.
+// row per statement cost the writer a statement for each model call; in
+// bulk, a few per batch.
 func insertUsage(ctx context.Context, w *wconn, rows []usageRow) error {
 	for rest := rows; len(rest) > 0; {
 		k := chunk(len(rest))

@@ -94,40 +94,47 @@ func testUsageWithAppend(t *testing.T, s baton.Store) {
 		t.Fatalf("a failed UpdateChat wrote usage: %d calls, want 4", n)
 	}
 
-	// Many chats at once, some appends failing among them, so that a store
-	// that writes a batch of appends together must attribute each row to
-	// its own append.
-	const chats, appends = 20, 10
+	// Many chats at once, two appenders per chat and refused appends among
+	// them (duplicates, and appends under another tenant's scope), so that
+	// a store that writes a batch of appends together must attribute each
+	// row to its own append, including two appends of one chat in a batch.
+	const chats, appenders, appends = 20, 2, 10
 	ids := make([]string, chats)
 	for i := range ids {
 		ids[i] = mustChat(t, s, scope, "hello").ID
 	}
 	var wg sync.WaitGroup
-	errs := make(chan error, chats*appends)
+	errs := make(chan error, chats*(appenders+1))
 	for _, id := range ids {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var firstID string
-			for i := range appends {
-				u := &baton.ChatUpdate{Usage: []baton.UsageRecord{row("A", 1)}}
-				if _, err := s.Append(ctx, scope, id, []baton.Event{TextEvent("A", fmt.Sprint(i))}, u); err != nil {
-					errs <- fmt.Errorf("chat %s, append %d: %w", id, i, err)
-					return
-				}
-				if i == 0 {
-					evs, err := s.Events(ctx, scope, id, 0, 1)
+		for range appenders {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range appends {
+					u := &baton.ChatUpdate{Usage: []baton.UsageRecord{row("A", 1)}}
+					got, err := s.Append(ctx, scope, id, []baton.Event{TextEvent("A", fmt.Sprint(i))}, u)
 					if err != nil {
-						errs <- err
+						errs <- fmt.Errorf("chat %s, append %d: %w", id, i, err)
 						return
 					}
-					firstID = evs[0].ID
+					// A duplicate, refused: its row must not be written.
+					dup := TextEvent("A", "dup")
+					dup.ID = got[0].ID
+					if _, err := s.Append(ctx, scope, id, []baton.Event{dup}, &baton.ChatUpdate{Usage: []baton.UsageRecord{row("A", 100)}}); baton.ErrorCode(err) != baton.ECONFLICT {
+						errs <- fmt.Errorf("chat %s: duplicate append returned %v, want conflict", id, err)
+						return
+					}
 				}
-				// A duplicate, refused: its row must not be written.
-				dup := TextEvent("A", "dup")
-				dup.ID = firstID
-				if _, err := s.Append(ctx, scope, id, []baton.Event{dup}, &baton.ChatUpdate{Usage: []baton.UsageRecord{row("A", 100)}}); baton.ErrorCode(err) != baton.ECONFLICT {
-					errs <- fmt.Errorf("chat %s: duplicate append returned %v, want conflict", id, err)
+			}()
+		}
+		wg.Add(1)
+		go func() { // another tenant: refused, and writes nothing
+			defer wg.Done()
+			foreign := NewScope()
+			for i := range appends {
+				u := &baton.ChatUpdate{Usage: []baton.UsageRecord{row("A", 1000)}}
+				if _, err := s.Append(ctx, foreign, id, []baton.Event{TextEvent("A", fmt.Sprint("foreign ", i))}, u); baton.ErrorCode(err) != baton.ENOTFOUND {
+					errs <- fmt.Errorf("chat %s: append under another scope returned %v, want not found", id, err)
 					return
 				}
 			}
@@ -143,9 +150,14 @@ func testUsageWithAppend(t *testing.T, s baton.Store) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if total.Calls != appends || total.PromptTokens != appends {
-			t.Fatalf("chat %s: %d calls, %d prompt tokens; want %d of each", id, total.Calls, total.PromptTokens, appends)
+		if want := int64(appenders * appends); total.Calls != want || total.PromptTokens != want {
+			t.Fatalf("chat %s: %d calls, %d prompt tokens; want %d of each", id, total.Calls, total.PromptTokens, want)
 		}
+		evs, err := s.Events(ctx, scope, id, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkSequences(t, evs, appenders*appends)
 	}
 }
 
