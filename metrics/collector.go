@@ -306,8 +306,9 @@ func (c *Collector) loop(ctx context.Context, sub *bus.Subscription) {
 			if !errors.Is(sub.Err(), bus.ErrSlowSubscriber) {
 				return // the bus closed
 			}
-			c.prom.subDrops.Inc()
+			// Logged before counted: whoever sees the count finds the line.
 			c.log.Warn("metrics: the bus dropped the collector's subscription (too slow); events were missed, subscribing again", "buffer", c.opts.Buffer)
+			c.prom.subDrops.Inc()
 			next, err := c.opts.Bus.Subscribe(patterns, bus.Buffer(c.opts.Buffer))
 			if err != nil {
 				c.log.Warn("metrics: subscribe again failed; metrics stop", "err", err)
