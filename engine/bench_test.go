@@ -12,20 +12,22 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
 	"github.com/batonhq/baton/engine"
+	"github.com/batonhq/baton/store/sqlite"
 	"github.com/batonhq/baton/tool"
 )
 
 // turnProvider answers like a model in a tool loop, with no delay: a tool
 // call after the person's message, a text after the tool's result. It is
 // stateless, as the scripted provider is.
-func turnProvider() harnessOption {
-	return fake(func(req *baton.Request) ([]baton.Delta, error) {
-		last := req.Messages[len(req.Messages)-1]
-		if last.Role == baton.RoleUser {
-			return callTool("", "lookup", `{"word":"baton"}`), nil
-		}
-		return reply("A baton is passed from one runner to the next."), nil
-	})
+func turnProvider() harnessOption { return fake(turnModel) }
+
+// turnModel is turnProvider's model.
+func turnModel(req *baton.Request) ([]baton.Delta, error) {
+	last := req.Messages[len(req.Messages)-1]
+	if last.Role == baton.RoleUser {
+		return callTool("", "lookup", `{"word":"baton"}`), nil
+	}
+	return reply("A baton is passed from one runner to the next."), nil
 }
 
 var lookupTool = tool.WithFuncs(tool.MustFunc("lookup", "Look a word up.", func(_ context.Context, _ *baton.CallContext, in struct {
@@ -63,71 +65,9 @@ func BenchmarkTurn(b *testing.B) {
 			t := &testing.T{}
 			h := newHarness(t, withWorkflows(loopDir), withTools(lookupTool), turnProvider(), withLogLevel(slog.LevelInfo))
 			defer h.close()
-			ctx := context.Background()
-			ids := make([]string, inFlight)
-			var mu sync.Mutex
-			waits := map[string]chan struct{}{} // by chat: its input requests
-			waitFor := func(id string) chan struct{} {
-				mu.Lock()
-				defer mu.Unlock()
-				ch := waits[id]
-				if ch == nil {
-					ch = make(chan struct{}, 4)
-					waits[id] = ch
-				}
-				return ch
-			}
-			sub, err := h.bus.Subscribe([]string{baton.TypeChatInputRequest}, bus.Buffer(4*inFlight+64))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer sub.Close()
-			go func() {
-				for ev := range sub.C() {
-					waitFor(ev.ChatID()) <- struct{}{}
-				}
-			}()
-			for i := range ids {
-				ids[i] = start(t, h, "assistant")
-				<-waitFor(ids[i])
-			}
-			per := (b.N + inFlight - 1) / inFlight
-			b.ReportAllocs()
-			b.ResetTimer()
-			stats0 := h.store.Stats()
-			cpu0, t0 := cpuTime(), time.Now()
-			var wg sync.WaitGroup
-			for i := range ids {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for n := range per {
-						if n > 0 && n%turnsPerChat == 0 {
-							// A fresh chat every 20 turns: a turn of a realistic
-							// conversation, not of one that grows without end.
-							c, err := h.eng.Start(ctx, testScope, "assistant", engine.StartOptions{})
-							if err != nil {
-								b.Error(err)
-								return
-							}
-							ids[i] = c.ID
-							<-waitFor(c.ID) // its first input request
-						}
-						if err := h.eng.Submit(ctx, testScope, ids[i], "What is a baton?", "api"); err != nil {
-							b.Error(err)
-							return
-						}
-						<-waitFor(ids[i])
-					}
-				}()
-			}
-			wg.Wait()
-			elapsed, cpu := time.Since(t0), cpuTime()-cpu0
+			var stats0 sqlite.Stats
+			turns := turnLoop(b, h.eng, h.bus, inFlight, func() { stats0 = h.store.Stats() })
 			stats := h.store.Stats()
-			b.StopTimer()
-			turns := float64(per * inFlight)
-			b.ReportMetric(turns/elapsed.Seconds(), "turns/s")
-			b.ReportMetric(float64(cpu.Microseconds())/turns, "cpu-µs/turn")
 			b.ReportMetric(float64(stats.Writes-stats0.Writes)/turns, "writes/turn")
 			b.ReportMetric(float64(stats.Commits-stats0.Commits)/turns, "commits/turn")
 			if t.Failed() {
@@ -135,6 +75,101 @@ func BenchmarkTurn(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkPostgresTurn is BenchmarkTurn on PostgreSQL, one instance
+// without leases (as `baton serve --store postgres://…` runs alone). Its
+// CPU per turn is baton's process only: the PostgreSQL server's is not in
+// it, unlike SQLite's, which runs in the process.
+//
+//	BATON_TEST_POSTGRES_DSN=… go test -run '^$' -bench BenchmarkPostgresTurn -benchmem ./engine
+func BenchmarkPostgresTurn(b *testing.B) {
+	for _, inFlight := range []int{1, 50} {
+		b.Run(fmt.Sprintf("chats=%d", inFlight), func(b *testing.B) {
+			dsn, schema := pgSchema(b)
+			in := newInstance(b, dsn, schema, "", nil, turnModel)
+			turnLoop(b, in.eng, in.bus, inFlight, nil)
+		})
+	}
+}
+
+// turnLoop runs b.N turns of the assistant workflow over inFlight chats on
+// eng, each turn ended by the chat's next input request, seen on bs; a
+// fresh chat every turnsPerChat turns. It reports turns/s and CPU per turn
+// and returns the turns run. started, when not nil, runs when the timing
+// starts.
+func turnLoop(b *testing.B, eng *engine.Engine, bs *bus.Bus, inFlight int, started func()) float64 {
+	ctx := context.Background()
+	ids := make([]string, inFlight)
+	var mu sync.Mutex
+	waits := map[string]chan struct{}{} // by chat: its input requests
+	waitFor := func(id string) chan struct{} {
+		mu.Lock()
+		defer mu.Unlock()
+		ch := waits[id]
+		if ch == nil {
+			ch = make(chan struct{}, 4)
+			waits[id] = ch
+		}
+		return ch
+	}
+	sub, err := bs.Subscribe([]string{baton.TypeChatInputRequest}, bus.Buffer(4*inFlight+64))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sub.Close()
+	go func() { // ends when sub closes
+		for ev := range sub.C() {
+			waitFor(ev.ChatID()) <- struct{}{}
+		}
+	}()
+	for i := range ids {
+		c, err := eng.Start(ctx, testScope, "assistant", engine.StartOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ids[i] = c.ID
+		<-waitFor(ids[i])
+	}
+	per := (b.N + inFlight - 1) / inFlight
+	b.ReportAllocs()
+	b.ResetTimer()
+	if started != nil {
+		started()
+	}
+	cpu0, t0 := cpuTime(), time.Now()
+	var wg sync.WaitGroup
+	for i := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := range per {
+				if n > 0 && n%turnsPerChat == 0 {
+					// A fresh chat every 20 turns: a turn of a realistic
+					// conversation, not of one that grows without end.
+					c, err := eng.Start(ctx, testScope, "assistant", engine.StartOptions{})
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					ids[i] = c.ID
+					<-waitFor(c.ID) // its first input request
+				}
+				if err := eng.Submit(ctx, testScope, ids[i], "What is a baton?", "api"); err != nil {
+					b.Error(err)
+					return
+				}
+				<-waitFor(ids[i])
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed, cpu := time.Since(t0), cpuTime()-cpu0
+	b.StopTimer()
+	turns := float64(per * inFlight)
+	b.ReportMetric(turns/elapsed.Seconds(), "turns/s")
+	b.ReportMetric(float64(cpu.Microseconds())/turns, "cpu-µs/turn")
+	return turns
 }
 
 // BenchmarkResume100 measures rebuilding a 100-message chat from the store

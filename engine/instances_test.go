@@ -38,7 +38,7 @@ type instance struct {
 	stop  func()
 }
 
-func pgSchema(t *testing.T) (dsn, schema string) {
+func pgSchema(t testing.TB) (dsn, schema string) {
 	dsn = testenv.PostgresDSN(t)
 	schema = fmt.Sprintf("inst_%d", time.Now().UnixNano())
 	t.Cleanup(func() {
@@ -50,13 +50,13 @@ func pgSchema(t *testing.T) (dsn, schema string) {
 	return dsn, schema
 }
 
-func newInstance(t *testing.T, dsn, schema, id string, wrap func(baton.Store) baton.Store, prov fakeProvider) *instance {
+func newInstance(t testing.TB, dsn, schema, id string, wrap func(baton.Store) baton.Store, prov fakeProvider) *instance {
 	t.Helper()
 	return newInstanceWith(t, dsn, schema, id, wrap, prov)
 }
 
 // newInstanceWith is newInstance with any provider.
-func newInstanceWith(t *testing.T, dsn, schema, id string, wrap func(baton.Store) baton.Store, prov baton.Provider) *instance {
+func newInstanceWith(t testing.TB, dsn, schema, id string, wrap func(baton.Store) baton.Store, prov baton.Provider) *instance {
 	t.Helper()
 	ctx := context.Background()
 	pg, err := postgres.Open(ctx, dsn, postgres.WithSchema(schema))
