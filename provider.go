@@ -201,25 +201,7 @@ type ProviderError struct {
 }
 
 // Error returns a one-line description.
-func (e *ProviderError) Error() string {
-	var b strings.Builder
-	b.WriteString("model ")
-	b.WriteString(strconv.Quote(e.Model))
-	b.WriteString(" at ")
-	b.WriteString(e.Endpoint)
-	b.WriteString(": ")
-	b.WriteString(string(e.Kind))
-	if e.Status != 0 {
-		b.WriteString(" (HTTP ")
-		b.WriteString(strconv.Itoa(e.Status))
-		b.WriteString(")")
-	}
-	if e.Message != "" {
-		b.WriteString(": ")
-		b.WriteString(e.Message)
-	}
-	return b.String()
-}
+func (e *ProviderError) Error() string { return e.describe(e.Endpoint, e.Message) }
 
 // ClientMessage describes e to clients — the person in the chat, a UI —
 // leaving out what only the operator should see: the endpoint (it may be an
@@ -229,9 +211,23 @@ func (e *ProviderError) Error() string {
 // organization id, a masked API key or a transport error's addresses.
 // Error has it all, for logs.
 func (e *ProviderError) ClientMessage() string {
+	switch e.Kind {
+	case ProviderBadRequest, ProviderContextLength, ProviderContentFilter, ProviderTimeout, ProviderProtocol:
+		return e.describe("", e.Message)
+	}
+	return e.describe("", "")
+}
+
+// describe writes `model "M"[ at ENDPOINT]: KIND[ (HTTP S)][: MESSAGE]`,
+// leaving out an empty endpoint or message.
+func (e *ProviderError) describe(endpoint, message string) string {
 	var b strings.Builder
 	b.WriteString("model ")
 	b.WriteString(strconv.Quote(e.Model))
+	if endpoint != "" {
+		b.WriteString(" at ")
+		b.WriteString(endpoint)
+	}
 	b.WriteString(": ")
 	b.WriteString(string(e.Kind))
 	if e.Status != 0 {
@@ -239,12 +235,9 @@ func (e *ProviderError) ClientMessage() string {
 		b.WriteString(strconv.Itoa(e.Status))
 		b.WriteString(")")
 	}
-	switch e.Kind {
-	case ProviderBadRequest, ProviderContextLength, ProviderContentFilter, ProviderTimeout, ProviderProtocol:
-		if e.Message != "" {
-			b.WriteString(": ")
-			b.WriteString(e.Message)
-		}
+	if message != "" {
+		b.WriteString(": ")
+		b.WriteString(message)
 	}
 	return b.String()
 }

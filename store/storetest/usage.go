@@ -107,9 +107,7 @@ func testUsageWithAppend(t *testing.T, s baton.Store) {
 	errs := make(chan error, chats*(appenders+1))
 	for _, id := range ids {
 		for range appenders {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				for i := range appends {
 					u := &baton.ChatUpdate{Usage: []baton.UsageRecord{row("A", 1)}}
 					got, err := s.Append(ctx, scope, id, []baton.Event{TextEvent("A", fmt.Sprint(i))}, u)
@@ -125,11 +123,9 @@ func testUsageWithAppend(t *testing.T, s baton.Store) {
 						return
 					}
 				}
-			}()
+			})
 		}
-		wg.Add(1)
-		go func() { // another tenant: refused, and writes nothing
-			defer wg.Done()
+		wg.Go(func() { // another tenant: refused, and writes nothing
 			foreign := NewScope()
 			for i := range appends {
 				u := &baton.ChatUpdate{Usage: []baton.UsageRecord{row("A", 1000)}}
@@ -138,7 +134,7 @@ func testUsageWithAppend(t *testing.T, s baton.Store) {
 					return
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	close(errs)
