@@ -168,6 +168,7 @@ func TestBridge_PerChatReceivesOnlyWatchedChats(t *testing.T) {
 	text := func(chat, content string) baton.Event {
 		return baton.NewEvent(baton.TypeChatText, baton.Metadata{TriggerSessionID: chat}, json.RawMessage(`{"content":"`+content+`"}`))
 	}
+	base := brB.Subscriptions()
 	release1 := brB.Watch("watched")
 	release2 := brB.Watch("watched")
 	if brB.Watched() != 1 {
@@ -189,6 +190,10 @@ func TestBridge_PerChatReceivesOnlyWatchedChats(t *testing.T) {
 	release2()
 	if brB.Watched() != 0 {
 		t.Fatal("the subscription outlived its last watch")
+	}
+	// Release hands the NATS unsubscription to a goroutine; wait for it.
+	if err := brB.WaitSubscriptions(ctx, base); err != nil {
+		t.Fatalf("the released watch's subscription was not dropped: %v", err)
 	}
 	// Unwatched now: a marker on a chat watched anew arrives, the old chat's event does not.
 	defer brB.Watch("marker")()
