@@ -572,37 +572,29 @@ func TestTenThousandEventsAcrossHundredChats(t *testing.T) {
 	}
 }
 
-// toolResultLost fails, once, the append that records the result of a
-// start_background_task call: the run dies after the task was created and
-// before the call's result was recorded.
-type toolResultLost struct {
-	engine.Recorder
-	failed atomic.Bool
-}
-
-func (f *toolResultLost) Record(ctx context.Context, scope baton.Scope, chatID string, events []baton.Event, u *baton.ChatUpdate) ([]baton.Event, error) {
-	for _, ev := range events {
-		if ev.Type == baton.TypeChatToolResponse && strings.Contains(string(ev.Payload), `"tool_name":"start_background_task"`) && f.failed.CompareAndSwap(false, true) {
-			return nil, errors.New("injected: the run died here")
-		}
-	}
-	return f.Recorder.Record(ctx, scope, chatID, events, u)
-}
-
 // TestBackgroundTask_CallRunAgainStartsOneTask: a start_background_task call
 // run again after its run died between creating the task and recording
 // the call's result (a lost lease, a crash) finds its task: one task runs,
 // and one completion is reported.
 func TestBackgroundTask_CallRunAgainStartsOneTask(t *testing.T) {
-	lost := &toolResultLost{}
-	eh := newEnvHarness(t, withRecorder(func(r engine.Recorder) engine.Recorder { lost.Recorder = r; return lost }))
+	// The append that records the call's result fails, once: the run dies
+	// after the task was created and before its result was recorded.
+	var lost atomic.Bool
+	eh := newEnvHarness(t, withFaults(func(events []baton.Event) error {
+		for _, ev := range events {
+			if ev.Type == baton.TypeChatToolResponse && strings.Contains(string(ev.Payload), `"tool_name":"start_background_task"`) && lost.CompareAndSwap(false, true) {
+				return errors.New("injected: the run died here")
+			}
+		}
+		return nil
+	}))
 	id := start(t, eh.harness, "assistant")
 	eh.waitStatus(id, baton.ChatWaitingInput)
 	if err := eh.eng.Submit(context.Background(), testScope, id, "make me a report", "ws"); err != nil {
 		t.Fatal(err)
 	}
 	eh.settle()
-	if !lost.failed.Load() {
+	if !lost.Load() {
 		t.Fatal("the failure was not injected")
 	}
 	if err := eh.eng.Resume(context.Background(), testScope, id); err != nil { // the run is resumed, as after a takeover

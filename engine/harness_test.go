@@ -67,6 +67,26 @@ func withRecorder(wrap func(engine.Recorder) engine.Recorder) harnessOption {
 	return func(h *harness) { h.wrap = wrap }
 }
 
+// faultyRecorder fails an append, before the store sees it, when fail
+// returns an error; fail sees every append through the recorder, in order.
+type faultyRecorder struct {
+	engine.Recorder
+	fail func(events []baton.Event) error
+}
+
+func (f *faultyRecorder) Record(ctx context.Context, scope baton.Scope, chatID string, events []baton.Event, u *baton.ChatUpdate) ([]baton.Event, error) {
+	if err := f.fail(events); err != nil {
+		return nil, err
+	}
+	return f.Recorder.Record(ctx, scope, chatID, events, u)
+}
+
+// withFaults wraps the recorder in a faultyRecorder that fails an append
+// when fail says so (to inject store failures at chosen points).
+func withFaults(fail func(events []baton.Event) error) harnessOption {
+	return withRecorder(func(r engine.Recorder) engine.Recorder { return &faultyRecorder{Recorder: r, fail: fail} })
+}
+
 // withTasks registers background task functions.
 func withTasks(m map[string]engine.TaskFunc) harnessOption { return func(h *harness) { h.tasks = m } }
 

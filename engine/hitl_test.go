@@ -283,31 +283,24 @@ func TestAutoTool_DuplicateIsSkipped(t *testing.T) {
 	}
 }
 
-// failingRecorder fails the first record of an auto-tool call, and every
-// record after it, as if the process died between recording the structured
-// output and the tool call: nothing more is recorded until the restart.
-type failingRecorder struct {
-	engine.Recorder
-	failed atomic.Bool
-}
-
-func (f *failingRecorder) Record(ctx context.Context, scope baton.Scope, chatID string, events []baton.Event, u *baton.ChatUpdate) ([]baton.Event, error) {
-	if f.failed.Load() {
-		return nil, errors.New("injected: the process is dead")
-	}
-	for _, ev := range events {
-		if ev.Type == baton.TypeChatToolCall && bytes.Contains(ev.Payload, []byte(`"interaction_type":"auto_tool"`)) && f.failed.CompareAndSwap(false, true) {
-			return nil, errors.New("injected: the process died here")
-		}
-	}
-	return f.Recorder.Record(ctx, scope, chatID, events, u)
-}
-
 func TestAutoTool_RestartBetweenOutputAndToolCallFiresOnce(t *testing.T) {
-	fr := &failingRecorder{}
-	h := newHarness(t, withRecorder(func(r engine.Recorder) engine.Recorder { fr.Recorder = r; return fr }))
+	// The first record of an auto-tool call fails, and every record after
+	// it, as if the process died between recording the structured output
+	// and the tool call: nothing more is recorded until the restart.
+	var failed atomic.Bool
+	h := newHarness(t, withFaults(func(events []baton.Event) error {
+		if failed.Load() {
+			return errors.New("injected: the process is dead")
+		}
+		for _, ev := range events {
+			if ev.Type == baton.TypeChatToolCall && bytes.Contains(ev.Payload, []byte(`"interaction_type":"auto_tool"`)) && failed.CompareAndSwap(false, true) {
+				return errors.New("injected: the process died here")
+			}
+		}
+		return nil
+	}))
 	id := runToPlan(t, h, baton.ChatRunning) // the auto-tool's record fails; the chat stays running
-	if !fr.failed.Load() {
+	if !failed.Load() {
 		t.Fatal("the failure was not injected")
 	}
 	evs := h.events(id)

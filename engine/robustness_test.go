@@ -72,17 +72,17 @@ func TestEvent_DoesNotRetryAFailedChat(t *testing.T) {
 	}
 }
 
-// failNth fails the nth append through the recorder from when it is armed.
+// failNth fails the nth append through the recorder (withFaults(f.fail)),
+// counted from the first; n is set to arm it.
 type failNth struct {
-	engine.Recorder
 	n, i atomic.Int64
 }
 
-func (f *failNth) Record(ctx context.Context, scope baton.Scope, chatID string, events []baton.Event, u *baton.ChatUpdate) ([]baton.Event, error) {
+func (f *failNth) fail([]baton.Event) error {
 	if f.i.Add(1) == f.n.Load() {
-		return nil, errors.New("injected: the store did not answer")
+		return errors.New("injected: the store did not answer")
 	}
-	return f.Recorder.Record(ctx, scope, chatID, events, u)
+	return nil
 }
 
 // TestRun_FailedAppendPausesTheChatAsFailed: a run whose append fails
@@ -92,7 +92,7 @@ func (f *failNth) Record(ctx context.Context, scope baton.Scope, chatID string, 
 func TestRun_FailedAppendPausesTheChatAsFailed(t *testing.T) {
 	fr := &failNth{}
 	h := newHarness(t, withWorkflows(loopDir), withTools(lookupTool), turnProvider(),
-		withRecorder(func(r engine.Recorder) engine.Recorder { fr.Recorder = r; return fr }))
+		withFaults(fr.fail))
 	id := start(t, h, "assistant")
 	h.waitStatus(id, baton.ChatWaitingInput)
 	fr.n.Store(fr.i.Load() + 3) // the turn's last append: text, usage, handoff, input request
@@ -265,7 +265,7 @@ func TestRun_MessageAfterAStopWithAnOpenCallFollowsItsAnswer(t *testing.T) {
 	fr := &failNth{}
 	var bad atomic.Value
 	h := newHarness(t, withWorkflows(loopDir), withTools(lookupTool),
-		withRecorder(func(r engine.Recorder) engine.Recorder { fr.Recorder = r; return fr }),
+		withFaults(fr.fail),
 		fake(func(req *baton.Request) ([]baton.Delta, error) {
 			if s := validOrder(req.Messages); s != "" {
 				bad.Store(s)
@@ -329,7 +329,7 @@ func TestRun_StartHandledAgainAfterAStoreErrorKeepsTheFirstMessage(t *testing.T)
 	fr := &failNth{}
 	fr.n.Store(1)
 	h := newHarness(t, withWorkflows(loopDir), withTools(lookupTool), turnProvider(),
-		withRecorder(func(r engine.Recorder) engine.Recorder { fr.Recorder = r; return fr }))
+		withFaults(fr.fail))
 	c, err := h.eng.Start(context.Background(), testScope, "assistant", engine.StartOptions{Message: "first words"})
 	if err != nil {
 		t.Fatal(err)
