@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/batonhq/baton"
@@ -24,17 +25,35 @@ func (s *Server) metricsHandler(build func(*metrics.Collector) http.Handler) htt
 	}
 }
 
-// metricsScope is the tenant of a /metrics/perf request: the API key's
-// scope (in --dev mode without a key, ?app= names the app). The metrics
-// handlers write its errors with baton.ErrorMessage, so a key store that
-// is down is reported here, and shown as the generic message.
-func (s *Server) metricsScope(r *http.Request) (baton.Scope, error) {
-	p, err := s.principal(r, r.URL.Query().Get("app"))
-	if baton.ErrorCode(err) == baton.EUNAVAILABLE {
-		s.log.Warn("server: unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
-		return baton.Scope{}, unavailable(msgUnavailable, err)
+// perfHandler serves a /metrics/perf endpoint for the caller's tenant:
+// the server authenticates the request and answers its errors as on every
+// other route (401 with WWW-Authenticate, 429, 503 logged with its cause),
+// then build's handler reads the scope it found.
+func (s *Server) perfHandler(build func(*metrics.Collector, metrics.ScopeFunc) http.Handler) http.HandlerFunc {
+	return s.metricsHandler(func(c *metrics.Collector) http.Handler {
+		h := build(c, perfScope)
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			p, err := s.principal(r, r.URL.Query().Get("app")) // in --dev mode without a key, ?app= names the app
+			if err != nil {
+				s.writeError(w, r, err)
+				return
+			}
+			h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), perfScopeKey{}, p.scope)))
+		})
+	})
+}
+
+// perfScopeKey is the request context key of the scope perfHandler found.
+type perfScopeKey struct{}
+
+// perfScope is the metrics handlers' ScopeFunc: the scope perfHandler put
+// in the request's context.
+func perfScope(r *http.Request) (baton.Scope, error) {
+	scope, ok := r.Context().Value(perfScopeKey{}).(baton.Scope)
+	if !ok {
+		return baton.Scope{}, baton.Errorf(baton.EINTERNAL, "metrics: a request without its scope")
 	}
-	return p.scope, err
+	return scope, nil
 }
 
 // prometheusHandler serves the Prometheus text format to any valid API key

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -83,7 +84,11 @@ func TestOpenAPI_DocumentsEveryStatus(t *testing.T) {
 	dev := newEnv(t, withWorkflows(benchDir), withMetrics(), withConfig(func(c *Config) { c.Dev = true }))
 	for _, rt := range limited.srv.routes {
 		p := path(rt.pattern)
-		check("without a key", rt, limited.do(t, rt.method, p, "", nil).status)
+		if r := limited.do(t, rt.method, p, "", nil); r.status == http.StatusUnauthorized && r.header.Get("WWW-Authenticate") == "" {
+			t.Errorf("%s %s without a key: 401 without WWW-Authenticate", rt.method, rt.pattern)
+		} else {
+			check("without a key", rt, r.status)
+		}
 		key, hash, err := NewKey() // a bucket of its own
 		if err != nil {
 			t.Fatal(err)

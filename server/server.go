@@ -213,8 +213,8 @@ func New(cfg Config) (*Server, error) {
 		{"POST", "/api/events", s.handleExternalEvent},
 		{"POST", "/sessions/{id}/prompt", s.handlePrompt},
 		{"GET", "/ws/{app}/{chat_id}", s.handleWS},
-		{"GET", "/metrics/perf/aggregate", s.metricsHandler(func(c *metrics.Collector) http.Handler { return c.AggregateHandler(s.metricsScope) })},
-		{"GET", "/metrics/perf/chats/{chat_id}", s.metricsHandler(func(c *metrics.Collector) http.Handler { return c.ChatHandler(s.metricsScope) })},
+		{"GET", "/metrics/perf/aggregate", s.perfHandler((*metrics.Collector).AggregateHandler)},
+		{"GET", "/metrics/perf/chats/{chat_id}", s.perfHandler((*metrics.Collector).ChatHandler)},
 		{"GET", "/metrics/prometheus", s.metricsHandler(prometheusHandler(s))},
 		{"GET", "/metrics", s.metricsHandler(prometheusHandler(s))},
 	}
