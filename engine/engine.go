@@ -430,7 +430,16 @@ func (e *Engine) respondUI(ctx context.Context, scope baton.Scope, chatID, event
 			if e.sealer == nil {
 				return baton.Errorf(baton.EUNAVAILABLE, "secrets: no secret key is configured")
 			}
-			if resp.Sealed, err = e.sealer.sealForm(chatID, data); err != nil {
+			var names []string
+			if wf := e.workflows[chat.Workflow]; wf != nil {
+				if t := wf.Tool(pending.ToolName); t != nil {
+					names = t.SecretNames
+				}
+			}
+			if len(names) == 0 {
+				return baton.Errorf(baton.ECONFLICT, "ui_event_id %q: the secret form %q is no longer in workflow %q; its answer cannot be checked", uiEventID, pending.ToolName, chat.Workflow)
+			}
+			if resp.Sealed, err = e.sealer.sealForm(chatID, data, names); err != nil {
 				return err
 			}
 		}

@@ -42,17 +42,6 @@ func (r *run) nextLifecycle(trigger, agent, scope string) *workflow.Tool {
 	return nil
 }
 
-// isSecretTool reports whether a lifecycle UI tool collects secrets: its
-// configured arguments say "masked": true (a masked form). Its response is
-// sealed, never recorded.
-func isSecretTool(t *workflow.Tool) bool {
-	var args struct {
-		Masked bool `json:"masked"`
-	}
-	_ = json.Unmarshal(t.Arguments, &args)
-	return args.Masked
-}
-
 // runLifecycle runs one lifecycle tool. A UI tool pauses the chat for the
 // person (waiting_secret for a masked form); any other tool runs at once and
 // both its call and response are recorded.
@@ -96,7 +85,7 @@ func (r *run) runLifecycle(ctx context.Context, wt *workflow.Tool, trigger, agen
 		p.AwaitingResponse = true
 		p.UIEventID, p.ComponentType, p.Mode, p.Payload = ui.UIEventID, ui.Component, ui.Mode, ui.Payload
 		kind, status := baton.PendingUITool, baton.ChatWaitingUITool
-		if isSecretTool(wt) {
+		if wt.IsSecretForm() { // its response is sealed, never recorded
 			kind, status = baton.PendingSecret, baton.ChatWaitingSecret
 		}
 		p.PendingKind = kind

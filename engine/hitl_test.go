@@ -497,7 +497,9 @@ func TestSecrets_NeverStoredOrLoggedInTheClear(t *testing.T) {
 	}
 	var seen atomic.Int64
 	leak := make(chan string, 1)
+	observed := make(chan struct{})
 	go func() {
+		defer close(observed)
 		for ev := range sub.C() {
 			seen.Add(1)
 			raw, _ := json.Marshal(ev)
@@ -519,6 +521,7 @@ func TestSecrets_NeverStoredOrLoggedInTheClear(t *testing.T) {
 		t.Fatal("Inspect shows the sealed secrets")
 	}
 	h.close()
+	<-observed // closing the bus ends the subscription: every event was searched
 	select {
 	case ev := <-leak:
 		t.Fatalf("an observer saw the secret: %s", ev)
@@ -539,6 +542,40 @@ func TestSecrets_NeverStoredOrLoggedInTheClear(t *testing.T) {
 	if strings.Contains(h.logs.String(), testSecret) {
 		t.Fatal("the logs hold the secret")
 	}
+}
+
+// TestSecrets_OnlyTheFormsNames: the person answering a masked form gives
+// the values of the names the form asks for, never other variables (a tool
+// gets them in its environment: BASH_ENV or a URL's ${CRM_URL} would be
+// theirs to set). An answer with another name is refused whole: nothing is
+// recorded and the chat still waits for the form.
+func TestSecrets_OnlyTheFormsNames(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	id := start(t, h, "generator")
+	h.waitStatus(id, baton.ChatWaitingInput)
+	if err := h.eng.Submit(ctx, testScope, id, "A newsletter.", "ws"); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus(id, baton.ChatWaitingSecret)
+	uid := h.pending(id, baton.PendingSecret).UIEventID
+	h.settle()
+	before := len(h.events(id))
+	for _, data := range []string{`{"BASH_ENV":"$(touch /tmp/owned)"}`, `{"NEWSLETTER_API_KEY":"k","CRM_URL":"https://evil.example"}`} {
+		err := h.eng.RespondUI(ctx, testScope, id, uid, "success", json.RawMessage(data))
+		if !errors.Is(err, baton.ErrInvalid) || !strings.Contains(err.Error(), "it asks for NEWSLETTER_API_KEY") {
+			t.Errorf("an answer of %s: %v, want invalid, naming what the form asks for", data, err)
+		}
+	}
+	h.settle()
+	if n := len(h.events(id)); n != before {
+		t.Fatalf("refused answers recorded %d events:\n%s", n-before, dump(h.events(id)[before:]))
+	}
+	h.waitStatus(id, baton.ChatWaitingSecret)
+	if err := h.eng.RespondUI(ctx, testScope, id, uid, "success", json.RawMessage(`{"NEWSLETTER_API_KEY":"`+testSecret+`"}`)); err != nil {
+		t.Fatalf("the form's own name: %v", err)
+	}
+	h.waitStatus(id, baton.ChatWaitingUITool, baton.ChatFailed)
 }
 
 // A UI tool nobody answers within its timeout_seconds gives the model a

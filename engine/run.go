@@ -1007,7 +1007,7 @@ func (r *run) callContext(agent, key, callID string) *baton.CallContext {
 		ChatID: st.chat.ID, App: r.scope.App, User: r.scope.User, Workflow: r.wf.Name, Agent: agent,
 		TurnKey: key, ToolCallID: callID, EffectKey: baton.EffectKey(st.chat.ID, key, callID),
 		Vars:    baton.NewContextVars(st.vars),
-		Secrets: r.e.sealer.openAll(st.chat.ID, st.vars[secretsVar]),
+		Secrets: r.e.sealer.openAll(st.chat.ID, st.vars[secretsVar], r.wf.DeclaresSecret),
 	}
 }
 

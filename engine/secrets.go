@@ -77,13 +77,21 @@ func (s *sealer) open(chatID, name, sealed string) (string, error) {
 }
 
 // sealForm seals the string values of a secret form's data (name → value).
-func (s *sealer) sealForm(chatID string, data json.RawMessage) (map[string]string, error) {
+// Only the names the form asks for (declared, from its arguments.keys) are
+// taken: the person chooses the values, never which variables a tool gets.
+func (s *sealer) sealForm(chatID string, data json.RawMessage, declared []string) (map[string]string, error) {
 	var form map[string]any
 	if err := json.Unmarshal(data, &form); err != nil || form == nil {
 		return nil, baton.Errorf(baton.EINVALID, "data: a secret form's response must be an object of name to value")
 	}
 	sealed := make(map[string]string, len(form))
 	for name, v := range form {
+		if !slices.Contains(declared, name) {
+			if len(name) > 64 {
+				name = name[:64] + "…"
+			}
+			return nil, baton.Errorf(baton.EINVALID, "data.%q: not a secret this form asks for (it asks for %s)", name, strings.Join(declared, ", "))
+		}
 		str, ok := v.(string)
 		if !ok {
 			return nil, baton.Errorf(baton.EINVALID, "data.%s: a secret must be a string", name)
@@ -115,8 +123,10 @@ func mergeSealed(existing json.RawMessage, sealed map[string]string) (box, redac
 	return box, redacted, names
 }
 
-// openAll opens a chat's sealed secrets for a tool call.
-func (s *sealer) openAll(chatID string, sealed json.RawMessage) map[string]string {
+// openAll opens a chat's sealed secrets for a tool call: those the
+// workflow's masked forms still ask for (declared), so a secret stored
+// under another name — before the form changed, say — reaches no tool.
+func (s *sealer) openAll(chatID string, sealed json.RawMessage, declared func(name string) bool) map[string]string {
 	if s == nil || len(sealed) == 0 {
 		return nil
 	}
@@ -126,6 +136,9 @@ func (s *sealer) openAll(chatID string, sealed json.RawMessage) map[string]strin
 	}
 	out := make(map[string]string, len(box))
 	for name, v := range box {
+		if !declared(name) {
+			continue
+		}
 		if plain, err := s.open(chatID, name, v); err == nil {
 			out[name] = plain
 		}

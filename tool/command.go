@@ -91,14 +91,17 @@ func (t *commandTool) Description() string         { return t.desc }
 func (t *commandTool) Parameters() json.RawMessage { return t.params }
 
 func (t *commandTool) environ(cc *baton.CallContext) []string {
-	var env []string
+	// Secrets come first: of duplicate names the last wins, so neither a
+	// secret nor the person who typed it can replace the process's own
+	// variables or baton's (workflow load also refuses such secret names).
+	env := make([]string, 0, len(cc.Secrets)+len(t.env)+20)
+	for k, v := range cc.Secrets {
+		env = append(env, k+"="+v)
+	}
 	for _, k := range append([]string{"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "TZ"}, t.env...) {
 		if v, ok := os.LookupEnv(k); ok {
 			env = append(env, k+"="+v)
 		}
-	}
-	for k, v := range cc.Secrets {
-		env = append(env, k+"="+v)
 	}
 	vars, _ := json.Marshal(cc.Vars.Snapshot()) // raw JSON values always marshal
 	return append(env,

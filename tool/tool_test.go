@@ -283,8 +283,12 @@ func TestCommandTool(t *testing.T) {
 	t.Setenv("NOT_PASSED", "leak")
 	cc := callCtx("env-call")
 	cc.Vars = baton.NewContextVars(map[string]json.RawMessage{"plan": json.RawMessage(`{"steps":2}`)})
-	cc.Secrets = map[string]string{"MY_SECRET": "s3cret"}
+	// A secret never replaces the process's variables or baton's.
+	cc.Secrets = map[string]string{"MY_SECRET": "s3cret", "PATH": "/forged", "PASSED_VAR": "forged", "BATON_CHAT_ID": "forged"}
 	res = mustCall(t, lookup(t, r, "A", "env"), cc, `{}`)
+	if strings.Contains(res.Content, "forged") {
+		t.Errorf("a secret replaced a variable of the process or of baton:\n%s", res.Content)
+	}
 	for _, want := range []string{
 		"BATON_CHAT_ID=chat-1", "BATON_AGENT=A", "BATON_WORKFLOW=wf", "BATON_TOOL_CALL_ID=env-call",
 		"BATON_FUNCTION=fn", "BATON_EFFECT_KEY=chat-1/turn-1/env-call", `BATON_CONTEXT={"plan":{"steps":2}}`,

@@ -805,7 +805,80 @@ func (l *loader) checkTools() {
 				l.checkParameters(t, p)
 			}
 		}
+		l.checkSecretForm(t, p)
 	}
+}
+
+// checkSecretForm reads a masked form's secret names (arguments.keys) into
+// t.SecretNames. The person answering the form can set only these names,
+// and tools get them as environment variables, so a name must be declared
+// and must not be one that steers a process (ReservedSecretName).
+func (l *loader) checkSecretForm(t *Tool, p string) {
+	var args struct {
+		Masked bool `json:"masked"`
+		Keys   []struct {
+			Name string `json:"name"`
+		} `json:"keys"`
+	}
+	if len(t.Arguments) == 0 || json.Unmarshal(t.Arguments, &args) != nil || !args.Masked {
+		return
+	}
+	if t.ToolType != LifecycleTool || t.Kind != KindUI {
+		l.errorf(FileTools, p+".arguments.masked", "only a Lifecycle_Tool of kind ui is a masked form")
+		return
+	}
+	if len(args.Keys) == 0 {
+		l.errorf(FileTools, p+".arguments.keys", "required for a masked form: the secrets it asks for, as [{\"name\": \"API_KEY\", \"label\": \"...\"}]")
+		return
+	}
+	seen := map[string]bool{}
+	names := make([]string, 0, len(args.Keys))
+	for i, k := range args.Keys {
+		at := fmt.Sprintf("%s.arguments.keys[%d].name", p, i)
+		switch {
+		case !envNameRe.MatchString(k.Name):
+			l.errorf(FileTools, at, "%q is not an environment variable name (tools get secrets as environment variables)", k.Name)
+		case ReservedSecretName(k.Name):
+			l.errorf(FileTools, at, "%q is reserved: a secret must not be able to change how a tool's process runs (PATH, LD_*, BASH_ENV, BATON_* and the like)", k.Name)
+		case seen[k.Name]:
+			l.errorf(FileTools, at, "%q is listed twice", k.Name)
+		default:
+			seen[k.Name] = true
+			names = append(names, k.Name)
+		}
+	}
+	t.SecretNames = names
+}
+
+// reservedSecretNames and reservedSecretPrefixes are environment variables
+// that change how a process, its shell, its dynamic loader or its
+// interpreter runs. A secret may not take such a name: the person answering
+// a masked form chooses the values, and a command tool gets them in its
+// environment.
+var (
+	reservedSecretNames = []string{
+		"PATH", "HOME", "TMPDIR", "LANG", "TZ", "SHELL", "USER", "LOGNAME", "PWD", "IFS", "ENV", "BASH_ENV",
+		"SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND", "CDPATH", "GLOBIGNORE", "GCONV_PATH", "HOSTALIASES",
+		"RESOLV_HOST_CONF", "NLSPATH", "LOCPATH", "TERMINFO", "PERL5OPT", "PERL5LIB", "PERLLIB", "PERL5DB",
+		"NODE_OPTIONS", "NODE_PATH", "RUBYOPT", "RUBYLIB", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS",
+		"CLASSPATH", "GOFLAGS", "SSL_CERT_FILE", "SSL_CERT_DIR", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY",
+	}
+	reservedSecretPrefixes = []string{"BATON_", "LD_", "DYLD_", "LC_", "PYTHON", "GIT_", "MALLOC_", "BASH_FUNC_", "GLIBC_", "NPM_CONFIG_"}
+)
+
+// ReservedSecretName reports whether name may not be a secret's name (see
+// reservedSecretNames); the check ignores case, as some platforms do.
+func ReservedSecretName(name string) bool {
+	up := strings.ToUpper(name)
+	if slices.Contains(reservedSecretNames, up) {
+		return true
+	}
+	for _, prefix := range reservedSecretPrefixes {
+		if strings.HasPrefix(up, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 func (l *loader) checkCommandFile(t *Tool, p string) {

@@ -383,11 +383,19 @@ type Tool struct {
 	// Prefix is prepended to the names of the MCP tools.
 	Prefix string `json:"prefix"`
 
+	// SecretNames are, for a masked form (a Lifecycle_Tool of kind ui whose
+	// arguments say "masked": true), the names of the secrets it asks for
+	// (arguments.keys[].name), checked at load; nil for any other tool.
+	SecretNames []string `json:"-"`
 	// Index is the tool's position in tools.
 	Index int `json:"-"`
 	// Schema is the compiled Parameters, nil when there are none.
 	Schema *jsonschema.Schema `json:"-"`
 }
+
+// IsSecretForm reports whether the tool is a masked form that collects
+// secrets (SecretNames).
+func (t *Tool) IsSecretForm() bool { return len(t.SecretNames) > 0 }
 
 // Timeout returns timeout_seconds as a duration (0 when unset).
 func (t *Tool) Timeout() time.Duration {
@@ -485,6 +493,17 @@ func (w *Workflow) LifecycleTools(trigger, agent string) []*Tool {
 		}
 	}
 	return out
+}
+
+// DeclaresSecret reports whether one of the workflow's masked forms asks
+// for a secret called name.
+func (w *Workflow) DeclaresSecret(name string) bool {
+	for _, t := range w.Tools {
+		if slices.Contains(t.SecretNames, name) {
+			return true
+		}
+	}
+	return false
 }
 
 // DerivedFor returns the derived variables whose source is agent, in file order.

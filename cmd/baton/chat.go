@@ -228,8 +228,20 @@ func (c *chatUI) prompt(ctx context.Context, chat baton.Chat) error {
 	for _, p := range chat.Pending {
 		switch p.Kind {
 		case baton.PendingSecret:
-			fmt.Fprintf(c.out, "\n%s asks for secrets. Enter NAME=value (hidden), an empty line to finish.\n", p.ToolName)
 			form := map[string]string{}
+			if names := c.secretNames(p.ToolName); len(names) > 0 {
+				fmt.Fprintf(c.out, "\n%s asks for secrets (typed without echo).\n", p.ToolName)
+				for _, name := range names {
+					value, err := c.askSecret(name + ": ")
+					if err != nil {
+						return err
+					}
+					form[name] = value
+				}
+				data, _ := json.Marshal(form)
+				return c.rt.engine.RespondUI(ctx, c.scope, c.chatID, p.UIEventID, "success", data)
+			}
+			fmt.Fprintf(c.out, "\n%s asks for secrets. Enter NAME=value (hidden), an empty line to finish.\n", p.ToolName)
 			for {
 				line, err := c.askSecret("secret: ")
 				if err != nil {
@@ -266,6 +278,19 @@ func (c *chatUI) prompt(ctx context.Context, chat baton.Chat) error {
 				}
 			}
 			return c.rt.engine.RespondUI(ctx, c.scope, c.chatID, p.UIEventID, status, data)
+		}
+	}
+	return nil
+}
+
+// secretNames are the names the chat's workflow's masked form tool asks
+// for, or nil when the workflow or the tool is not loaded here.
+func (c *chatUI) secretNames(tool string) []string {
+	for _, wf := range c.rt.workflows {
+		if wf.Name == c.wf {
+			if t := wf.Tool(tool); t != nil {
+				return t.SecretNames
+			}
 		}
 	}
 	return nil

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -39,5 +40,37 @@ func TestChat_Usage(t *testing.T) {
 	}
 	if code := run(context.Background(), []string{"chat", "--data-dir", t.TempDir(), "no-such-workflow"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), `workflow "no-such-workflow": not found`) {
 		t.Fatalf("exit %d, stderr %q", code, errb.String())
+	}
+}
+
+// TestChat_GeneratorAsksForTheFormsSecrets runs `baton chat generator` with
+// its answers on standard input: the masked form asks for each secret it
+// lists by name, the value never shows, and the chat completes.
+func TestChat_GeneratorAsksForTheFormsSecrets(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const secret = "sk-chat-test-5b1e"
+	if _, err := w.WriteString("A newsletter.\n" + secret + "\napprove\n"); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	stdin := os.Stdin
+	os.Stdin = r
+	defer func() { os.Stdin = stdin; r.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out, errb bytes.Buffer
+	if code := run(ctx, []string{"chat", "--data-dir", t.TempDir(), "generator"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	}
+	for _, want := range []string{"NEWSLETTER_API_KEY: ", "Secrets received: NEWSLETTER_API_KEY.", "✓ chat complete"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String()+errb.String(), secret) {
+		t.Errorf("the secret was printed:\n%s\n%s", out.String(), errb.String())
 	}
 }
