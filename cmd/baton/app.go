@@ -22,6 +22,7 @@ import (
 	"github.com/batonhq/baton/bus"
 	"github.com/batonhq/baton/bus/natsbridge"
 	"github.com/batonhq/baton/engine"
+	"github.com/batonhq/baton/llm"
 	"github.com/batonhq/baton/llm/openai"
 	"github.com/batonhq/baton/llm/scripted"
 	"github.com/batonhq/baton/metrics"
@@ -353,7 +354,7 @@ func providerFor(log *slog.Logger) engine.ProviderFunc {
 				opts = append(opts, openai.WithTimeout(t))
 			}
 			p := openai.New(opts...)
-			log.Info("model provider", "workflow", wf.Name, "provider", "openai-compatible", "base_url", p.BaseURL(), "model", wf.Config.LLM.Model)
+			log.Info("model provider", "workflow", wf.Name, "provider", "openai-compatible", "base_url", llm.Endpoint(p.BaseURL()), "model", wf.Config.LLM.Model)
 			return p, nil
 		}
 		p, err := scripted.Load(wf.FS, path.Join(wf.Dir, "scripted.json"))
