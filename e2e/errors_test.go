@@ -167,10 +167,12 @@ func TestUITool_InlineForm(t *testing.T) {
 	b.shot(t, "20-inline-form")
 	b.do(t, "answer", chromedp.SendKeys(chromedp.CSS("form.inline-form input"), "yes, Friday"+kb.Enter))
 	b.waitFor(t, "the answer streaming", `!!document.querySelector('.msg.streaming[data-agent="Asker"]')`)
-	b.shot(t, "21-streaming")
-	if got := eval[string](t, b, `document.querySelector("#chat-status").textContent`); got != "running" {
+	// Read at once with the streaming bubble: on a busy machine the stream
+	// may have ended by the time a screenshot is taken.
+	if got := eval[string](t, b, `document.querySelector('.msg.streaming[data-agent="Asker"]') ? document.querySelector("#chat-status").textContent : "running (the stream ended)"`); !strings.HasPrefix(got, "running") {
 		t.Errorf("status %q once the form is answered and the agent writes", got)
 	}
+	b.shot(t, "21-streaming")
 	b.waitFor(t, "the agent's thanks and the badge", `[...document.querySelectorAll('#messages .msg.agent[data-agent="Asker"]')].some(n => n.textContent.includes("Thanks, noted. The release is set for Friday.")) && !!document.querySelector(".msg.badge")`)
 	if got := eval[string](t, b, `document.querySelector(".inline-form .component-done")?.textContent || ""`); got != "Answered." {
 		t.Errorf("the form after the answer says %q", got)

@@ -541,19 +541,24 @@ func TestHub_ResubscribesWhenDropped(t *testing.T) {
 }
 
 // TestWS_Keepalive: the server pings every PingInterval, and closes a
-// connection whose peer does not answer within WriteTimeout.
+// connection whose peer does not answer within WriteTimeout. The live peer
+// gets a WriteTimeout far longer than a pong can take on a loaded machine;
+// only the dead peer's server has a short one, which it must run out.
 func TestWS_Keepalive(t *testing.T) {
-	e := newEnv(t, withWorkflows(benchDir), withConfig(func(c *Config) {
-		c.PingInterval, c.WriteTimeout = 20*time.Millisecond, 200*time.Millisecond
-	}))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	chat, err := e.store.CreateChat(ctx, scopeAda, baton.Chat{Workflow: "bench", Status: baton.ChatWaitingInput})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dial := func(answer bool, pings chan<- struct{}) *websocket.Conn {
+	// dial opens a WebSocket to a new server pinging every 20ms with
+	// writeTimeout; its peer answers the pings if answer, and tells pings
+	// of each.
+	dial := func(writeTimeout time.Duration, answer bool, pings chan<- struct{}) *websocket.Conn {
 		t.Helper()
+		e := newEnv(t, withWorkflows(benchDir), withConfig(func(c *Config) {
+			c.PingInterval, c.WriteTimeout = 20*time.Millisecond, writeTimeout
+		}))
+		chat, err := e.store.CreateChat(ctx, scopeAda, baton.Chat{Workflow: "bench", Status: baton.ChatWaitingInput})
+		if err != nil {
+			t.Fatal(err)
+		}
 		c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(e.ts.URL, "http")+"/ws/acme/"+chat.ID, &websocket.DialOptions{
 			HTTPHeader: http.Header{"Authorization": {"Bearer " + e.keys[scopeAda]}},
 			OnPingReceived: func(context.Context, []byte) bool {
@@ -569,9 +574,11 @@ func TestWS_Keepalive(t *testing.T) {
 		}
 		return c
 	}
-	// A live peer is pinged again and again, and stays.
+	// A live peer is pinged again and again, and stays. The server sends a
+	// ping only once the last one was answered, so five pings received mean
+	// four answered.
 	pings := make(chan struct{}, 16)
-	live := dial(true, pings)
+	live := dial(10*time.Second, true, pings)
 	defer live.CloseNow()
 	rctx, rcancel := context.WithCancel(ctx)
 	defer rcancel()
@@ -583,13 +590,13 @@ func TestWS_Keepalive(t *testing.T) {
 		case err := <-readErr:
 			t.Fatalf("a peer that answers pings was disconnected after %d: %v", i, err)
 		case <-ctx.Done():
-			t.Fatalf("%d pings in 20 s", i)
+			t.Fatalf("%d pings in 30 s", i)
 		}
 	}
 	rcancel()
 	<-readErr
-	// A peer that never answers is cut off.
-	dead := dial(false, make(chan struct{}, 1))
+	// A peer that never answers is cut off once a ping has waited 200ms.
+	dead := dial(200*time.Millisecond, false, make(chan struct{}, 1))
 	defer dead.CloseNow()
 	if _, _, err := dead.Read(ctx); err == nil || ctx.Err() != nil {
 		t.Fatalf("a peer that does not answer pings: %v", err)
@@ -609,19 +616,23 @@ func (s slowEvents) Events(ctx context.Context, scope baton.Scope, chatID string
 }
 
 // TestWS_WriteTimeoutPerWrite: WriteTimeout bounds each write, not a whole
-// replay: a replay of several pages that takes longer than WriteTimeout,
-// because the store is slow, reaches a client that reads every write at once.
+// replay: a replay of two pages that takes longer than WriteTimeout, because
+// the store is slow (each read takes 1.5 WriteTimeouts, so a timer running
+// across the read between the pages, or from the connection's start, would
+// fire), reaches a client that reads every write at once. WriteTimeout is
+// long enough that a write descheduled on a loaded machine is not cut off.
 func TestWS_WriteTimeoutPerWrite(t *testing.T) {
+	const writeTimeout = time.Second
 	e := newEnv(t, withWorkflows(benchDir),
-		withServerStore(func(s baton.Store) baton.Store { return slowEvents{Store: s, delay: 150 * time.Millisecond} }),
-		withConfig(func(c *Config) { c.WriteTimeout = 100 * time.Millisecond }))
+		withServerStore(func(s baton.Store) baton.Store { return slowEvents{Store: s, delay: writeTimeout * 3 / 2} }),
+		withConfig(func(c *Config) { c.WriteTimeout = writeTimeout }))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	chat, err := e.store.CreateChat(ctx, scopeAda, baton.Chat{Workflow: "bench", Status: baton.ChatWaitingInput})
 	if err != nil {
 		t.Fatal(err)
 	}
-	const n = 2*replayPage + 10 // three pages
+	const n = replayPage + 10 // two pages
 	evs := make([]baton.Event, n)
 	for i := range evs {
 		evs[i] = baton.NewEvent(baton.TypeChatText, baton.Metadata{Source: baton.SourceUser}, json.RawMessage(`{"kind":"text","agent":"user","content":"x"}`))

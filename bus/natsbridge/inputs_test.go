@@ -172,8 +172,11 @@ func TestInputs_DeadOwnersInputsDrained(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitStatus(t, b, chat.ID, baton.ChatWaitingInput)
-	// A takes the chat's lease, then dies before it consumes anything.
-	if _, err := stores[0].AcquireLease(ctx, chat.ID, "A", 2*time.Second); err != nil {
+	quiesce(t, a, b) // B's run has released the chat's lease
+	// A takes the chat's lease, then dies before it consumes anything. The
+	// lease outlives the kill, so that B routes the input to A's subject;
+	// B's engine waits for it to expire before it handles the input.
+	if _, err := stores[0].AcquireLease(ctx, chat.ID, "A", 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	a.kill()
