@@ -417,16 +417,16 @@ func TestRateLimit(t *testing.T) {
 }
 
 // TestRateLimit_Metrics: Prometheus scrapes take rate tokens like every
-// other request, with a key and in dev mode without one.
+// other request, with the metrics token and in dev mode without one.
 func TestRateLimit_Metrics(t *testing.T) {
-	limited := func(c *Config) { c.RateLimit, c.RateBurst = 0.001, 2 }
+	limited := func(c *Config) { c.RateLimit, c.RateBurst, c.MetricsToken = 0.001, 2, testMetricsToken }
 	e := newEnv(t, withMetrics(), withConfig(limited))
 	dev := newEnv(t, withMetrics(), withConfig(limited), withConfig(func(c *Config) { c.Dev = true }))
 	for _, p := range []string{"/metrics", "/metrics/prometheus"} {
 		for _, tc := range []struct {
 			e   *env
 			key string
-		}{{e, e.keys[scopeAda]}, {dev, ""}} {
+		}{{e, testMetricsToken}, {dev, ""}} {
 			tc.e.limiterReset()
 			codes := []int{}
 			for range 3 {
@@ -434,6 +434,43 @@ func TestRateLimit_Metrics(t *testing.T) {
 			}
 			if !slices.Equal(codes, []int{200, 200, 429}) {
 				t.Errorf("%s (dev %v): statuses %v, want 200 200 429", p, tc.e.cfg.Dev, codes)
+			}
+		}
+	}
+}
+
+const testMetricsToken = "scraper-token-0123456789"
+
+// TestMetrics_OnlyTheOperatorsToken: the Prometheus series add up every
+// tenant, so a tenant's API key does not open them; the operator's metrics
+// token does, and without one set they are closed (dev mode aside).
+func TestMetrics_OnlyTheOperatorsToken(t *testing.T) {
+	e := newEnv(t, withMetrics(), withConfig(func(c *Config) { c.MetricsToken = testMetricsToken }))
+	closed := newEnv(t, withMetrics())
+	for _, p := range []string{"/metrics", "/metrics/prometheus"} {
+		for _, tc := range []struct {
+			what   string
+			e      *env
+			bearer string
+			status int
+		}{
+			{"the metrics token", e, testMetricsToken, http.StatusOK},
+			{"a tenant's API key", e, e.keys[scopeAda], http.StatusUnauthorized},
+			{"nothing", e, "", http.StatusUnauthorized},
+			{"the token with a byte more", e, testMetricsToken + "x", http.StatusUnauthorized},
+			{"the token's prefix", e, testMetricsToken[:8], http.StatusUnauthorized},
+			{"an API key, no token set", closed, closed.keys[scopeAda], http.StatusForbidden},
+			{"a guess, no token set", closed, "x", http.StatusForbidden},
+		} {
+			r := tc.e.do(t, "GET", p, tc.bearer, nil)
+			if r.status != tc.status {
+				t.Errorf("GET %s with %s: %d %s, want %d", p, tc.what, r.status, r.body, tc.status)
+			}
+			if tc.status == http.StatusOK && !bytes.Contains(r.body, []byte("baton_")) {
+				t.Errorf("GET %s with %s: no baton series:\n%.300s", p, tc.what, r.body)
+			}
+			if r.status == http.StatusUnauthorized && r.header.Get("WWW-Authenticate") == "" {
+				t.Errorf("GET %s with %s: 401 without WWW-Authenticate", p, tc.what)
 			}
 		}
 	}

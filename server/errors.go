@@ -123,7 +123,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	case baton.EUNAVAILABLE:
 		s.log.Warn("server: unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
-	if errors.Is(err, errUnauthorized) {
+	if code == baton.EUNAUTHORIZED { // every 401 says how to authenticate (RFC 9110)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="baton"`)
 	}
 	writeJSON(w, status, errorBody{Error: errorDetail{Code: code, Message: msg}})

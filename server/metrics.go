@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"net/http"
 
 	"github.com/batonhq/baton"
@@ -56,23 +58,37 @@ func perfScope(r *http.Request) (baton.Scope, error) {
 	return scope, nil
 }
 
-// prometheusHandler serves the Prometheus text format to any valid API key
-// (a scraper's bearer token), or to anyone in --dev mode. The series carry
-// no chat, user or message ids. Like every request, a scrape takes a token
-// from the key's (in dev mode without a key, the client address's) rate
-// bucket: a scraper every few seconds never notices, and the registry's
-// encoding is not free for a client that asks without end.
+// prometheusHandler serves the Prometheus text format to the operator's
+// scraper, which presents Config.MetricsToken (or to anyone in --dev mode
+// without a bearer). A tenant's API key is refused: the series add up
+// every tenant. Like every request, a scrape takes a token from a rate
+// bucket (the scraper's own, or in dev mode the client address's): a
+// scraper every few seconds never notices, and the registry's encoding is
+// not free for a client that asks without end.
 func prometheusHandler(s *Server) func(*metrics.Collector) http.Handler {
+	want := sha256.Sum256([]byte(s.cfg.MetricsToken))
 	return func(c *metrics.Collector) http.Handler {
 		prom := c.PrometheusHandler()
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			var err error
-			if s.cfg.Dev && bearer(r) == "" {
+			switch tok := bearer(r); {
+			case s.cfg.Dev && tok == "":
 				if !s.limiter.allow(devLimitKey(r)) {
 					err = errRateLimited
 				}
-			} else {
-				_, err = s.principal(r, "")
+			case s.cfg.MetricsToken == "":
+				err = errNoMetricsToken
+			case tok == "":
+				err = errMetricsToken
+			default:
+				// Hashes of equal length, compared in constant time: the
+				// comparison tells nothing of the token's length or prefix.
+				got := sha256.Sum256([]byte(tok))
+				if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+					err = errMetricsToken
+				} else if !s.limiter.allow("metrics-scraper") {
+					err = errRateLimited
+				}
 			}
 			if err != nil {
 				s.writeError(w, r, err)
@@ -82,3 +98,11 @@ func prometheusHandler(s *Server) func(*metrics.Collector) http.Handler {
 		})
 	}
 }
+
+var (
+	// errMetricsToken answers a scrape without the metrics token (a
+	// tenant's API key among them).
+	errMetricsToken = baton.Errorf(baton.EUNAUTHORIZED, "missing or wrong metrics token: /metrics takes the operator's BATON_METRICS_TOKEN as Authorization: Bearer <token>, not an API key")
+	// errNoMetricsToken answers a scrape when no metrics token is set.
+	errNoMetricsToken = baton.Errorf(baton.EFORBIDDEN, "/metrics is closed: the operator sets BATON_METRICS_TOKEN to open it to a Prometheus scraper")
+)

@@ -103,6 +103,12 @@ type Config struct {
 	// Metrics serves /metrics and /metrics/perf/* and counts WebSocket
 	// streams; nil answers those routes with 503.
 	Metrics *metrics.Collector
+	// MetricsToken is the bearer token a Prometheus scraper presents at
+	// GET /metrics and /metrics/prometheus. Those series add up every
+	// tenant's turns, tokens and cost, so a tenant's API key does not open
+	// them. Empty: they answer 403 (in dev mode a request without any
+	// bearer is let in).
+	MetricsToken string
 	// Watch, if set, is called when this server's streams start following
 	// a chat (its first stream here) and returns what to call when they
 	// stop (its last stream ends), before the stream replays from the

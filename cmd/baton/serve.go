@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -53,6 +54,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	// The metrics token comes from the environment only: a flag's value is
+	// on every process listing.
+	metricsToken := os.Getenv("BATON_METRICS_TOKEN")
+	if metricsToken != "" && len(metricsToken) < 16 {
+		return fmt.Errorf("BATON_METRICS_TOKEN: %d characters; use 16 or more (say, openssl rand -hex 24)", len(metricsToken))
+	}
 	if cfg.dev && !server.IsLoopback(cfg.addr) {
 		return fmt.Errorf("--dev allows requests without an API key, so it needs a loopback --addr (127.0.0.1:PORT, [::1]:PORT or localhost:PORT), not %q", cfg.addr)
 	}
@@ -85,7 +92,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	api, err := server.New(server.Config{
 		Store: rt.store, Keys: keys, Bus: rt.bus, Engine: rt.engine, Logger: log,
 		Dev: cfg.dev, AllowedOrigins: origins, MaxBody: cfg.maxBody, MaxMessage: cfg.maxMessage,
-		RateLimit: cfg.rateLimit, RateBurst: cfg.rateBurst, UI: web.Handler(), Metrics: rt.metrics,
+		RateLimit: cfg.rateLimit, RateBurst: cfg.rateBurst, UI: web.Handler(), Metrics: rt.metrics, MetricsToken: metricsToken,
 		Health: rt.health, Watch: rt.watch(),
 	})
 	if err != nil {

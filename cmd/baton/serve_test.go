@@ -23,6 +23,17 @@ func TestServe_DevNeedsLoopback(t *testing.T) {
 	}
 }
 
+// TestServe_ShortMetricsTokenRefused: a guessable metrics token stops the
+// server from starting, and the error does not echo it.
+func TestServe_ShortMetricsTokenRefused(t *testing.T) {
+	t.Setenv("BATON_METRICS_TOKEN", "hunter2")
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"serve", "--addr", "127.0.0.1:0", "--data-dir", t.TempDir()}, &out, &errb)
+	if code != 1 || !strings.Contains(errb.String(), "BATON_METRICS_TOKEN: 7 characters") || strings.Contains(errb.String(), "hunter2") {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+}
+
 // TestServe_DevSmoke starts `baton serve --dev` on a loopback port, runs the
 // hello chat to completion over HTTP, and shuts down gracefully.
 func TestServe_DevSmoke(t *testing.T) {
