@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"maps"
 	"os"
 	"path"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/batonhq/baton/engine"
 	"github.com/batonhq/baton/llm/scripted"
 	"github.com/batonhq/baton/store/sqlite"
+	"github.com/batonhq/baton/tool"
 	"github.com/batonhq/baton/workflow"
 )
 
@@ -575,7 +577,39 @@ func TestSecrets_OnlyTheFormsNames(t *testing.T) {
 	if err := h.eng.RespondUI(ctx, testScope, id, uid, "success", json.RawMessage(`{"NEWSLETTER_API_KEY":"`+testSecret+`"}`)); err != nil {
 		t.Fatalf("the form's own name: %v", err)
 	}
-	h.waitStatus(id, baton.ChatWaitingUITool, baton.ChatFailed)
+	if c := h.waitStatus(id, baton.ChatWaitingUITool, baton.ChatFailed); c.Status != baton.ChatWaitingUITool {
+		t.Fatalf("after the form's answer the chat is %s, want it at the action plan:\n%s", c.Status, dump(h.events(id)))
+	}
+}
+
+// TestSecrets_ReachTheToolThatUsesThem: the value the person typed into
+// the masked form is, opened, in the call context of the agent's Go tool,
+// under the name the form lists, and nothing else is.
+func TestSecrets_ReachTheToolThatUsesThem(t *testing.T) {
+	var got atomic.Value
+	useKey := tool.WithFuncs(tool.MustFunc("use_key", "Open the vault.", func(_ context.Context, cc *baton.CallContext, _ struct{}) (string, error) {
+		got.Store(maps.Clone(cc.Secrets))
+		return "opened", nil
+	}))
+	h := newHarness(t, withWorkflows(loopDir), withTools(useKey), fake(func(req *baton.Request) ([]baton.Delta, error) {
+		if last := req.Messages[len(req.Messages)-1]; last.Role == baton.RoleTool {
+			return reply("The vault is open."), nil
+		}
+		return callTool("c1", "use_key", `{}`), nil
+	}))
+	ctx := context.Background()
+	id := start(t, h, "vault")
+	h.waitStatus(id, baton.ChatWaitingSecret)
+	if err := h.eng.RespondUI(ctx, testScope, id, h.pending(id, baton.PendingSecret).UIEventID, "success", json.RawMessage(`{"VAULT_KEY":"`+testSecret+`"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if c := h.waitStatus(id, baton.ChatCompleted, baton.ChatFailed); c.Status != baton.ChatCompleted {
+		t.Fatalf("status %s:\n%s", c.Status, dump(h.events(id)))
+	}
+	secrets, _ := got.Load().(map[string]string)
+	if want := map[string]string{"VAULT_KEY": testSecret}; !maps.Equal(secrets, want) {
+		t.Fatalf("the tool got secrets %v, want %v", secrets, want)
+	}
 }
 
 // A UI tool nobody answers within its timeout_seconds gives the model a

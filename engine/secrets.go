@@ -96,6 +96,9 @@ func (s *sealer) sealForm(chatID string, data json.RawMessage, declared []string
 		if !ok {
 			return nil, baton.Errorf(baton.EINVALID, "data.%s: a secret must be a string", name)
 		}
+		if str == "" { // it would hide the server's variable of that name from http tools
+			return nil, baton.Errorf(baton.EINVALID, "data.%s: empty (leave a secret out rather than send it empty)", name)
+		}
 		var err error
 		if sealed[name], err = s.seal(chatID, name, str); err != nil {
 			return nil, err

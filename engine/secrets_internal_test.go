@@ -22,6 +22,9 @@ func TestSealer_OnlyDeclaredNames(t *testing.T) {
 	if _, err := s.sealForm("c1", json.RawMessage(`{"API_KEY":"k","LD_PRELOAD":"/tmp/x.so"}`), declared); !errors.Is(err, baton.ErrInvalid) {
 		t.Fatalf("an undeclared name: %v, want invalid", err)
 	}
+	if _, err := s.sealForm("c1", json.RawMessage(`{"API_KEY":""}`), declared); !errors.Is(err, baton.ErrInvalid) {
+		t.Fatalf("an empty secret: %v, want invalid", err)
+	}
 	sealed, err := s.sealForm("c1", json.RawMessage(`{"API_KEY":"k"}`), declared)
 	if err != nil {
 		t.Fatal(err)

@@ -510,14 +510,15 @@ func (s *Server) handlePrompt(w http.ResponseWriter, r *http.Request) {
 }
 
 // reservedExternal are the event types POST /api/events refuses: facts only
-// the runtime records or streams (its tools' tool.* reports, which metrics
-// count, and its background tasks' outcomes among them), its own commands,
-// and inputs that have their own validated endpoints.
+// the runtime records or streams (its tools' tool.* reports among them,
+// which metrics count by tool name), its own commands, and inputs that
+// have their own validated endpoints. background_task.* stays open: an
+// outside job runner reports its jobs' outcomes to a chat that way.
 func reservedExternal(typ string) bool {
 	switch {
 	case baton.IsChatType(typ), baton.IsStreamType(typ):
 		return true
-	case strings.HasPrefix(typ, "run."), strings.HasPrefix(typ, "session."), strings.HasPrefix(typ, "tool."), strings.HasPrefix(typ, "background_task."):
+	case strings.HasPrefix(typ, "run."), strings.HasPrefix(typ, "session."), strings.HasPrefix(typ, "tool."):
 		return true
 	case typ == baton.TypeUserQuery, typ == baton.TypeUIToolResponse:
 		return true

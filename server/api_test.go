@@ -191,7 +191,6 @@ func TestBadInput(t *testing.T) {
 		{"events reserved type", "POST", "/api/events", `{"type":"chat.text","chat_id":"` + id + `"}`, 400, "type"},
 		{"events user_query", "POST", "/api/events", `{"type":"user_query","chat_id":"` + id + `"}`, 400, "type"},
 		{"events tool report", "POST", "/api/events", `{"type":"tool.executed","chat_id":"` + id + `","payload":{"tool_name":"x1","status":"y1"}}`, 400, "type"},
-		{"events task outcome", "POST", "/api/events", `{"type":"background_task.completed","chat_id":"` + id + `","payload":{"taskId":"t1"}}`, 400, "type"},
 		{"events no chat", "POST", "/api/events", `{"type":"webhook.x"}`, 400, "chat_id"},
 		{"events unknown field", "POST", "/api/events", `{"type":"webhook.x","chat_id":"` + id + `","bogus":1}`, 400, "bogus"},
 		{"events bad source", "POST", "/api/events", `{"type":"webhook.x","chat_id":"` + id + `","metadata":{"source":"martian"}}`, 400, "metadata.source"},

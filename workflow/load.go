@@ -814,37 +814,49 @@ func (l *loader) checkTools() {
 // and tools get them as environment variables, so a name must be declared
 // and must not be one that steers a process (ReservedSecretName).
 func (l *loader) checkSecretForm(t *Tool, p string) {
-	var args struct {
-		Masked bool `json:"masked"`
-		Keys   []struct {
-			Name string `json:"name"`
-		} `json:"keys"`
+	// masked is read on its own: a form that says it is masked is one,
+	// and is sealed, however wrong the rest of its arguments are.
+	var fixed map[string]any
+	if len(t.Arguments) == 0 || json.Unmarshal(t.Arguments, &fixed) != nil || fixed["masked"] == nil {
+		return
 	}
-	if len(t.Arguments) == 0 || json.Unmarshal(t.Arguments, &args) != nil || !args.Masked {
+	if masked, ok := fixed["masked"].(bool); !ok {
+		l.errorf(FileTools, p+".arguments.masked", "must be true or false")
+		return
+	} else if !masked {
 		return
 	}
 	if t.ToolType != LifecycleTool || t.Kind != KindUI {
 		l.errorf(FileTools, p+".arguments.masked", "only a Lifecycle_Tool of kind ui is a masked form")
 		return
 	}
-	if len(args.Keys) == 0 {
+	keys, ok := fixed["keys"].([]any)
+	if fixed["keys"] != nil && !ok {
+		l.errorf(FileTools, p+".arguments.keys", "must be a list of {\"name\": \"API_KEY\", \"label\": \"...\"} objects")
+		return
+	}
+	if len(keys) == 0 {
 		l.errorf(FileTools, p+".arguments.keys", "required for a masked form: the secrets it asks for, as [{\"name\": \"API_KEY\", \"label\": \"...\"}]")
 		return
 	}
 	seen := map[string]bool{}
-	names := make([]string, 0, len(args.Keys))
-	for i, k := range args.Keys {
+	names := make([]string, 0, len(keys))
+	for i, k := range keys {
 		at := fmt.Sprintf("%s.arguments.keys[%d].name", p, i)
+		obj, _ := k.(map[string]any)
+		name, ok := obj["name"].(string)
 		switch {
-		case !envNameRe.MatchString(k.Name):
-			l.errorf(FileTools, at, "%q is not an environment variable name (tools get secrets as environment variables)", k.Name)
-		case ReservedSecretName(k.Name):
-			l.errorf(FileTools, at, "%q is reserved: a secret must not be able to change how a tool's process runs (PATH, LD_*, BASH_ENV, BATON_* and the like)", k.Name)
-		case seen[k.Name]:
-			l.errorf(FileTools, at, "%q is listed twice", k.Name)
+		case !ok:
+			l.errorf(FileTools, at, "required: each key is an object with the secret's name (a string)")
+		case !envNameRe.MatchString(name):
+			l.errorf(FileTools, at, "%q is not an environment variable name (tools get secrets as environment variables)", name)
+		case ReservedSecretName(name):
+			l.errorf(FileTools, at, "%q is reserved: a secret must not be able to change how a tool's process runs (PATH, LD_*, BASH_ENV, BATON_* and the like)", name)
+		case seen[name]:
+			l.errorf(FileTools, at, "%q is listed twice", name)
 		default:
-			seen[k.Name] = true
-			names = append(names, k.Name)
+			seen[name] = true
+			names = append(names, name)
 		}
 	}
 	t.SecretNames = names
@@ -861,9 +873,11 @@ var (
 		"SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND", "CDPATH", "GLOBIGNORE", "GCONV_PATH", "HOSTALIASES",
 		"RESOLV_HOST_CONF", "NLSPATH", "LOCPATH", "TERMINFO", "PERL5OPT", "PERL5LIB", "PERLLIB", "PERL5DB",
 		"NODE_OPTIONS", "NODE_PATH", "RUBYOPT", "RUBYLIB", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS",
-		"CLASSPATH", "GOFLAGS", "SSL_CERT_FILE", "SSL_CERT_DIR", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY",
+		"CLASSPATH", "GOFLAGS", "GODEBUG", "GOTOOLCHAIN", "SSL_CERT_FILE", "SSL_CERT_DIR", "HTTP_PROXY", "HTTPS_PROXY",
+		"ALL_PROXY", "NO_PROXY", "TMP", "TEMP", "ZDOTDIR", "OPENSSL_CONF", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
 	}
-	reservedSecretPrefixes = []string{"BATON_", "LD_", "DYLD_", "LC_", "PYTHON", "GIT_", "MALLOC_", "BASH_FUNC_", "GLIBC_", "NPM_CONFIG_"}
+	reservedSecretPrefixes = []string{"BATON_", "LD_", "DYLD_", "LC_", "PYTHON", "PERL", "RUBY", "NODE_", "JAVA_", "_JAVA_",
+		"JDK_", "DOTNET_", "LUA_", "XDG_", "GIT_", "MALLOC_", "BASH_FUNC_", "GLIBC_", "NPM_CONFIG_"}
 )
 
 // ReservedSecretName reports whether name may not be a secret's name (see

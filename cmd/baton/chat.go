@@ -228,34 +228,20 @@ func (c *chatUI) prompt(ctx context.Context, chat baton.Chat) error {
 	for _, p := range chat.Pending {
 		switch p.Kind {
 		case baton.PendingSecret:
-			form := map[string]string{}
-			if names := c.secretNames(p.ToolName); len(names) > 0 {
-				fmt.Fprintf(c.out, "\n%s asks for secrets (typed without echo).\n", p.ToolName)
-				for _, name := range names {
+			names := c.secretNames(p.ToolName)
+			if len(names) == 0 {
+				return fmt.Errorf("%s asks for secrets, but workflow %q as loaded here has no such masked form: its answer cannot be checked", p.ToolName, c.wf)
+			}
+			fmt.Fprintf(c.out, "\n%s asks for secrets (typed without echo).\n", p.ToolName)
+			form := make(map[string]string, len(names))
+			for _, name := range names {
+				for form[name] == "" { // an empty secret would hide the server's variable of that name
 					value, err := c.askSecret(name + ": ")
 					if err != nil {
 						return err
 					}
 					form[name] = value
 				}
-				data, _ := json.Marshal(form)
-				return c.rt.engine.RespondUI(ctx, c.scope, c.chatID, p.UIEventID, "success", data)
-			}
-			fmt.Fprintf(c.out, "\n%s asks for secrets. Enter NAME=value (hidden), an empty line to finish.\n", p.ToolName)
-			for {
-				line, err := c.askSecret("secret: ")
-				if err != nil {
-					return err
-				}
-				if line == "" {
-					break
-				}
-				name, value, ok := strings.Cut(line, "=")
-				if !ok {
-					fmt.Fprintln(c.out, "  write NAME=value")
-					continue
-				}
-				form[strings.TrimSpace(name)] = value
 			}
 			data, _ := json.Marshal(form)
 			return c.rt.engine.RespondUI(ctx, c.scope, c.chatID, p.UIEventID, "success", data)
