@@ -1,6 +1,7 @@
 package workflow_test
 
 import (
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"path"
@@ -67,6 +68,7 @@ func fuzzFile(f *testing.F, name string) {
 	f.Add([]byte(`{"structured_outputs": {"models": {"A": {"fields": {"a": {"type": "list[optional[Literal['x', 1, True]]]"}}}}}}`))
 	f.Add([]byte(`{"handoff_rules": [{"source_agent": "user", "condition": "${x"}]}`))
 	f.Add([]byte("{\"a\":\xff}"))
+	f.Add([]byte(`{"tools": [{"agent": "InterviewAgent", "name": "k", "tool_type": "Lifecycle_Tool", "kind": "ui", "trigger": "before_chat", "ui": {"component": "SecretsInput"}, "arguments": {"masked": true, "keys": ["API_KEY"]}}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		fsys := fstest.MapFS{}
 		for k, v := range base {
@@ -77,6 +79,16 @@ func fuzzFile(f *testing.F, name string) {
 		if err == nil {
 			if w.Name != "generator" || len(w.Agents) == 0 {
 				t.Fatalf("loaded an incomplete workflow: %+v", w)
+			}
+			// A form that says it is masked is a secret form: its answer is
+			// sealed, never stored in the clear.
+			for _, tl := range w.Tools {
+				var args struct {
+					Masked any `json:"masked"`
+				}
+				if json.Unmarshal(tl.Arguments, &args) == nil && args.Masked == true && !tl.IsSecretForm() {
+					t.Fatalf("tool %q says masked and loaded as no secret form", tl.Name)
+				}
 			}
 			return
 		}
