@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	neturl "net/url"
 	"strings"
 
 	"github.com/batonhq/baton"
@@ -41,7 +42,14 @@ func (t *httpTool) Description() string         { return t.desc }
 func (t *httpTool) Parameters() json.RawMessage { return t.params }
 
 func (t *httpTool) Call(ctx context.Context, cc *baton.CallContext, args json.RawMessage) (baton.ToolResult, error) {
-	url, err := expandEnv(t.url, cc.Secrets)
+	// A secret is the person's text: in the URL it is escaped, so it can
+	// add no path segment, query parameter or fragment. The operator's own
+	// variables (a base URL, say) are used as they are.
+	escaped := make(map[string]string, len(cc.Secrets))
+	for k, v := range cc.Secrets {
+		escaped[k] = neturl.QueryEscape(v)
+	}
+	url, err := expandEnv(t.url, escaped)
 	if err != nil {
 		return errorResult("tool %s: url: %s", t.name, baton.ErrorMessage(err)), nil
 	}

@@ -437,6 +437,11 @@ func TestHTTPTool(t *testing.T) {
 			}
 		case "/slow":
 			<-req.Context().Done()
+		default:
+			if strings.HasPrefix(req.URL.Path, "/orders/") {
+				content, _ := json.Marshal(req.URL.EscapedPath() + " " + req.URL.RawQuery)
+				fmt.Fprintf(w, `{"content": %s}`, content)
+			}
 		}
 	}))
 	defer srv.Close()
@@ -477,6 +482,17 @@ func TestHTTPTool(t *testing.T) {
 		if res.Status != tt.status || !strings.Contains(res.Content, tt.want) || len(res.Content) > 4200 {
 			t.Errorf("%s: status %s, content %.200q, want %s containing %q", tt.name, res.Status, res.Content, tt.status, tt.want)
 		}
+	}
+
+	// A secret the person typed goes into the URL escaped: it adds no path
+	// segment, parameter or fragment. The operator's variables do not.
+	t.Setenv("ORDERS_BASE", srv.URL)
+	r = newRegistry(t, []tool.Spec{{Agent: "A", Name: "order", URL: "${ORDERS_BASE}/orders/${ACCOUNT}?key=${ACCOUNT}", TimeoutSeconds: 5}})
+	cc := callCtx("c")
+	cc.Secrets = map[string]string{"ACCOUNT": "a/../admin?x=1&role=root#f"}
+	res = mustCall(t, lookup(t, r, "A", "order"), cc, `{}`)
+	if want := `/orders/a%2F..%2Fadmin%3Fx%3D1%26role%3Droot%23f key=a%2F..%2Fadmin%3Fx%3D1%26role%3Droot%23f`; res.Status != "ok" || res.Content != want {
+		t.Errorf("order: %+v, want the secret escaped: %s", res, want)
 	}
 }
 
