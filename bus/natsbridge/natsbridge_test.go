@@ -277,6 +277,18 @@ const ttlFor = 5 * time.Second
 // to chats' owners through JetStream.
 func newInstanceIn(t testing.TB, id string, st baton.Store, natsURL, dir string) *instance {
 	t.Helper()
+	return newInstanceWith(t, id, st, natsURL, dir, instanceOptions{leaseTTL: ttlFor, inactiveAfter: 3 * time.Second})
+}
+
+// instanceOptions are an instance's timings: its chat leases' TTL, and how
+// long NATS keeps its input consumer once it stops asking.
+type instanceOptions struct {
+	leaseTTL, inactiveAfter time.Duration
+}
+
+// newInstanceWith is newInstanceIn with the timings of opts.
+func newInstanceWith(t testing.TB, id string, st baton.Store, natsURL, dir string, opts instanceOptions) *instance {
+	t.Helper()
 	wfs, err := workflow.LoadAll(os.DirFS(dir))
 	if err != nil {
 		t.Fatal(err)
@@ -287,7 +299,7 @@ func newInstanceIn(t testing.TB, id string, st baton.Store, natsURL, dir string)
 		Providers: func(wf *workflow.Workflow) (baton.Provider, error) {
 			return scripted.Load(wf.FS, path.Join(wf.Dir, "scripted.json"))
 		},
-		Logger: quiet(), InstanceID: id, LeaseTTL: ttlFor,
+		Logger: quiet(), InstanceID: id, LeaseTTL: opts.leaseTTL,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -301,7 +313,7 @@ func newInstanceIn(t testing.TB, id string, st baton.Store, natsURL, dir string)
 	in := &instance{id: id, store: st, bus: b, eng: eng, srv: srv, ts: httptest.NewServer(srv.Handler())}
 	br, err = natsbridge.Start(natsbridge.Config{URL: natsURL, Bus: b, Instance: id, Logger: quiet(), OnReconnect: srv.Resync,
 		Namespace: namespace(t, natsURL), PerChat: true,
-		Inputs: &natsbridge.InputsConfig{Leases: st, IsInput: engine.IsInput, InactiveAfter: 3 * time.Second}})
+		Inputs: &natsbridge.InputsConfig{Leases: st, IsInput: engine.IsInput, InactiveAfter: opts.inactiveAfter}})
 	if err != nil {
 		t.Fatal(err)
 	}

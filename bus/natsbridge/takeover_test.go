@@ -3,8 +3,6 @@ package natsbridge_test
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"path"
 	"testing"
 	"time"
 
@@ -12,12 +10,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/bus"
 	"github.com/batonhq/baton/bus/natsbridge"
 	"github.com/batonhq/baton/engine"
 	"github.com/batonhq/baton/internal/testenv"
-	"github.com/batonhq/baton/llm/scripted"
-	"github.com/batonhq/baton/recorder"
 	"github.com/batonhq/baton/workflow"
 )
 
@@ -31,38 +26,9 @@ func TestInstances_TakeoverWaitsForAQueuedStart(t *testing.T) {
 	natsURL := testenv.NATSURL(t)
 	st := pgStores(t, 1)[0]
 	ctx := context.Background()
-	wfs, err := workflow.LoadAll(os.DirFS(echoDir))
-	if err != nil {
-		t.Fatal(err)
-	}
 	nsName := namespace(t, natsURL)
-	b := bus.New(bus.WithLogger(quiet()))
-	eng, err := engine.New(engine.Config{
-		Store: st, Recorder: recorder.New(st, engine.ObserverPublisher{Bus: b}), Bus: b, Workflows: wfs, WorkflowRoot: echoDir,
-		Providers: func(wf *workflow.Workflow) (baton.Provider, error) {
-			return scripted.Load(wf.FS, path.Join(wf.Dir, "scripted.json"))
-		},
-		Logger: quiet(), InstanceID: "B", LeaseTTL: 300 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	br, err := natsbridge.Start(natsbridge.Config{URL: natsURL, Bus: b, Instance: "B", Logger: quiet(), Namespace: nsName, PerChat: true,
-		Inputs: &natsbridge.InputsConfig{Leases: st, IsInput: engine.IsInput, InactiveAfter: 2 * time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	ran := make(chan struct{})
-	go func() { defer close(ran); _ = eng.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		<-ran
-		br.StopInputs()
-		_ = b.Close(context.Background())
-		_ = br.Close(context.Background())
-		_ = eng.Close()
-	})
+	b := newInstanceWith(t, "B", st, natsURL, echoDir, instanceOptions{leaseTTL: 300 * time.Millisecond, inactiveAfter: 2 * time.Second})
+	eng, br := b.eng, b.bridge
 
 	// A was alive (its consumer exists), created the chat and routed its
 	// run.start to itself; then it died.
