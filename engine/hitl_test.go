@@ -50,18 +50,26 @@ func (f providerFunc) Stream(ctx context.Context, req *baton.Request) iter.Seq2[
 
 const validPlan = `{"ActionPlan":{"workflow":{"name":"Plan B","description":"d","trigger":"manual","phases":[],"integrations":[],"estimated_minutes_saved":1}},"agent_message":"Look."}`
 
+// runToSecretForm drives the generator to its masked form and returns the
+// chat and the form's ui_event_id.
+func runToSecretForm(t *testing.T, h *harness) (id, uiEventID string) {
+	t.Helper()
+	id = start(t, h, "generator")
+	h.waitStatus(id, baton.ChatWaitingInput)
+	if err := h.eng.Submit(context.Background(), testScope, id, "A newsletter.", "ws"); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus(id, baton.ChatWaitingSecret)
+	return id, h.pending(id, baton.PendingSecret).UIEventID
+}
+
 // runToPlan drives the generator to the ActionPlan pause (or to one of
 // the statuses given).
 func runToPlan(t *testing.T, h *harness, until ...baton.ChatStatus) string {
 	t.Helper()
 	ctx := context.Background()
-	id := start(t, h, "generator")
-	h.waitStatus(id, baton.ChatWaitingInput)
-	if err := h.eng.Submit(ctx, testScope, id, "A newsletter.", "ws"); err != nil {
-		t.Fatal(err)
-	}
-	h.waitStatus(id, baton.ChatWaitingSecret)
-	if err := h.eng.RespondUI(ctx, testScope, id, h.pending(id, baton.PendingSecret).UIEventID, "success", json.RawMessage(`{"NEWSLETTER_API_KEY":"`+testSecret+`"}`)); err != nil {
+	id, uid := runToSecretForm(t, h)
+	if err := h.eng.RespondUI(ctx, testScope, id, uid, "success", json.RawMessage(`{"NEWSLETTER_API_KEY":"`+testSecret+`"}`)); err != nil {
 		t.Fatal(err)
 	}
 	if len(until) == 0 {
@@ -554,13 +562,7 @@ func TestSecrets_NeverStoredOrLoggedInTheClear(t *testing.T) {
 func TestSecrets_OnlyTheFormsNames(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
-	id := start(t, h, "generator")
-	h.waitStatus(id, baton.ChatWaitingInput)
-	if err := h.eng.Submit(ctx, testScope, id, "A newsletter.", "ws"); err != nil {
-		t.Fatal(err)
-	}
-	h.waitStatus(id, baton.ChatWaitingSecret)
-	uid := h.pending(id, baton.PendingSecret).UIEventID
+	id, uid := runToSecretForm(t, h)
 	h.settle()
 	before := len(h.events(id))
 	for _, data := range []string{`{"BASH_ENV":"$(touch /tmp/owned)"}`, `{"NEWSLETTER_API_KEY":"k","CRM_URL":"https://evil.example"}`} {
