@@ -31,6 +31,13 @@ const (
 	TypeChatWorkflowResumed       = "chat.workflow_resumed"
 	TypeChatRunComplete           = "chat.run_complete"
 	TypeChatError                 = "chat.error"
+	// TypeChatNotice is a status line for the person while something
+	// recovers on its own (a slow model being retried, an interrupted tool
+	// call being recovered). It is recorded like every chat.* event, so a
+	// client that reconnects sees it too, but it is no message: it never
+	// enters the model's history, and a UI shows it until the next event
+	// of the chat replaces it. Its payload is a NoticePayload.
+	TypeChatNotice = "chat.notice"
 
 	TypeStreamStart     = "stream.start"
 	TypeStreamText      = "stream.text"
@@ -49,6 +56,27 @@ const (
 	TypeToolExecuted            = "tool.executed"
 	TypeToolError               = "tool.error"
 )
+
+// Notice codes, the values of NoticePayload.Code.
+const (
+	// NoticeModelRetry: the model call failed or stalled and is tried again.
+	NoticeModelRetry = "model_retry"
+	// NoticeToolRecovery: a tool call interrupted by a crash or a lost
+	// owner is run again under the same effect key.
+	NoticeToolRecovery = "tool_recovery"
+)
+
+// NoticePayload is the payload of a chat.notice event.
+type NoticePayload struct {
+	Kind        string `json:"kind"` // always "notice"
+	Code        string `json:"code"` // one of the Notice* codes
+	Message     string `json:"message"`
+	Agent       string `json:"agent,omitempty"`
+	Attempt     int    `json:"attempt,omitempty"`      // the attempt about to start, from 2
+	MaxAttempts int    `json:"max_attempts,omitempty"` // how many attempts there will be at most
+	Tool        string `json:"tool,omitempty"`         // tool_recovery: the tool's name
+	ToolCallID  string `json:"tool_call_id,omitempty"` // tool_recovery: the interrupted call
+}
 
 // Event sources, the values of Metadata.Source.
 const (
