@@ -763,6 +763,12 @@ func (r *run) callModel(ctx context.Context) error {
 
 	var acc llm.Accumulator
 	_ = r.e.cast.Broadcast(llm.StreamStartEvent(st.chat.ID, agent.Name, msgID))
+	gate := newTextGate(r.wf, agent) // hidden text never streams (hidden.go)
+	emit := func(d baton.Delta) {
+		if ev, ok := llm.StreamEvent(st.chat.ID, agent.Name, msgID, d); ok {
+			_ = r.e.cast.Broadcast(ev) // observers are never waited for
+		}
+	}
 	var streamErr error
 	for d, err := range r.prov.Stream(ctx, req) {
 		if err != nil {
@@ -770,9 +776,7 @@ func (r *run) callModel(ctx context.Context) error {
 			break
 		}
 		acc.Add(d)
-		if ev, ok := llm.StreamEvent(st.chat.ID, agent.Name, msgID, d); ok {
-			_ = r.e.cast.Broadcast(ev) // observers are never waited for
-		}
+		gate.pass(d, emit)
 	}
 	if streamErr != nil {
 		if ctx.Err() != nil {
@@ -797,9 +801,10 @@ func (r *run) callModel(ctx context.Context) error {
 		h, u.Context, ctxEv = r.textDerived(agent.Name, text)
 		hidden = hidden || h
 	}
+	gate.end(hidden, emit)
 	events = append(events, r.synthetic(agent.Name, text)...)
 	toolOnly := strings.TrimSpace(text) == "" && len(calls) > 0 // as FinalText decides on the fallback
-	events = append(events, r.textEvent(agent.Name, msgID, t.key, acc.FinalText(), toolOnly, len(calls) > 0, hidden, usage, cost))
+	events = append(events, r.textEvent(agent.Name, msgID, t.key, acc.FinalText(), toolOnly, len(calls) > 0, hidden, usage, cost, gate.retraction(hidden, msgID)))
 	if ctxEv != nil {
 		events = append(events, *ctxEv)
 	}
@@ -860,11 +865,13 @@ func (r *run) callModel(ctx context.Context) error {
 	return nil
 }
 
-func (r *run) textEvent(agent, msgID, key, content string, toolOnly, hasCalls, hidden bool, usage baton.Usage, cost float64) baton.Event {
+// textEvent builds the chat.text of a model call; retract names the
+// streamed message a hidden text retracts (see hidden.go), if any.
+func (r *run) textEvent(agent, msgID, key, content string, toolOnly, hasCalls, hidden bool, usage baton.Usage, cost float64, retract string) baton.Event {
 	return chatEvent(baton.TypeChatText, r.st.chat.ID, agent, textPayload{
 		Kind: "text", Agent: agent, Content: content, Index: r.st.texts, AgentMessageID: msgID,
 		Tokens: usage.PromptTokens + usage.CompletionTokens, Cost: cost, UIHidden: hidden,
-		HasToolCalls: hasCalls, ToolOnly: toolOnly, TurnKey: key,
+		HasToolCalls: hasCalls, ToolOnly: toolOnly, TurnKey: key, RetractMessageID: retract,
 	})
 }
 
