@@ -40,6 +40,7 @@ import (
 	"github.com/batonhq/baton/bus"
 	"github.com/batonhq/baton/tool"
 	"github.com/batonhq/baton/workflow"
+	"github.com/google/uuid"
 )
 
 // Input event types the engine handles besides user_query and
@@ -170,6 +171,7 @@ type Engine struct {
 	tasks taskRunner
 
 	instance    string
+	holder      baton.EffectHolder // names this process in the effect ledger's claims
 	leaseTTL    time.Duration
 	startGrace  time.Duration
 	leases      leaseStore
@@ -205,6 +207,7 @@ func New(cfg Config) (*Engine, error) {
 		budget:     cfg.Budget,
 		showEvents: cfg.ShowEvents,
 		instance:   cfg.InstanceID,
+		holder:     baton.EffectHolder{Instance: cfg.InstanceID, Boot: uuid.NewString()},
 		leaseTTL:   cfg.LeaseTTL,
 		startGrace: cfg.StartGrace,
 		running:    map[string]bool{},
@@ -585,6 +588,7 @@ func (e *Engine) registry(wf *workflow.Workflow) (*tool.Registry, error) {
 	opts := append([]tool.Option{
 		tool.WithFuncs(e.getEventInfoTool(), e.startTaskTool()),
 		tool.WithLedger(e.store),
+		tool.WithClaimant(tool.Claimant{Holder: e.holder, Gone: e.holderGone}),
 		tool.WithPublisher(e.bus),
 		tool.WithLogger(e.log),
 		tool.WithMCPServers(servers),
@@ -595,6 +599,24 @@ func (e *Engine) registry(wf *workflow.Workflow) (*tool.Registry, error) {
 	}
 	e.registries[wf.Name] = r
 	return r, nil
+}
+
+// holderGone reports whether the process holding an effect's claim is
+// gone, so that its unfinished call is recovered at once instead of after
+// the claim's age: this instance before a restart (the same instance id, or
+// none for a single process, with another boot id), or another instance —
+// tools run only under the chat's lease, which this instance now holds, so
+// that instance lost it (died, or stalled and was taken over; its run was
+// cancelled with the lease). A claim recorded without a holder (before
+// holders were) is left to its age.
+func (e *Engine) holderGone(h baton.EffectHolder) bool {
+	switch {
+	case h.Boot == "" || h == e.holder:
+		return false
+	case h.Instance == e.holder.Instance:
+		return true
+	}
+	return e.instance != "" && h.Instance != ""
 }
 
 // Close stops what the engine started (MCP servers of tool registries). The

@@ -57,6 +57,8 @@ type run struct {
 	fence        int64  // the chat's lease token, stamped on every append (0: no leases)
 
 	staged staged // applied to st, not yet recorded (see stage)
+
+	waitingFor string // the effect key whose claim elsewhere the run waits for (logged once)
 }
 
 // handle is the engine's bus handler: one input for one chat.
@@ -932,11 +934,25 @@ func (r *run) runTool(ctx context.Context, oc openCall) error {
 		}
 		cc := r.callContext(oc.agent, t.key, oc.id)
 		res, err = tl.Call(ctx, cc, oc.args)
+		if err != nil && errors.Is(err, tool.ErrInterrupted) {
+			// The process that ran the call is gone (killed, restarted, or
+			// its instance lost the chat): the person is told, then the call
+			// runs again at once under the same effect key.
+			if err := r.recovering(ctx, oc); err != nil {
+				return err
+			}
+			cc.Recovery = true
+			res, err = tl.Call(ctx, cc, oc.args)
+		}
 		if err != nil && errors.Is(err, baton.ErrConflict) {
 			// The effect was claimed by a process that may still be running
 			// it (or died very recently): wait and try again, recording
-			// nothing, until the claim is old enough to be re-run.
-			r.logger().Info("engine: tool effect in flight elsewhere; waiting", "tool", oc.name, "err", err)
+			// nothing, until the claim is old enough to be re-run. Logged
+			// once per call, not once per try.
+			if r.waitingFor != cc.EffectKey {
+				r.waitingFor = cc.EffectKey
+				r.logger().Info("engine: tool effect in flight elsewhere; waiting", "tool", oc.name, "err", err)
+			}
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
@@ -983,6 +999,18 @@ func (r *run) runTool(ctx context.Context, oc openCall) error {
 	}
 	r.stage(events, &baton.ChatUpdate{Context: patch})
 	return nil
+}
+
+// recovering records the chat.notice that an interrupted tool call is run
+// again, before it runs: what the run staged goes with it, so the notice is
+// durable (and sent) before the tool starts.
+func (r *run) recovering(ctx context.Context, oc openCall) error {
+	r.logger().Warn("engine: tool call interrupted by a process that is gone; running it again with the same effect key", "tool", oc.name, "tool_call_id", oc.id)
+	r.stage([]baton.Event{chatEvent(baton.TypeChatNotice, r.st.chat.ID, oc.agent, baton.NoticePayload{
+		Kind: "notice", Code: baton.NoticeToolRecovery, Agent: oc.agent, Tool: oc.name, ToolCallID: oc.id,
+		Message: fmt.Sprintf("Recovering the interrupted call of %s.", oc.name),
+	})}, nil)
+	return r.flush(ctx)
 }
 
 // deferrable reports whether an open tool call may run before what the run

@@ -64,10 +64,11 @@ func visible(wf *workflow.Workflow, ev *baton.Event, v *eventView) bool {
 	switch ev.Type {
 	case baton.TypeChatInputRequest, baton.TypeChatRunComplete, baton.TypeChatError, baton.TypeChatWorkflowResumed:
 		return true // the UI needs these whoever the agent is
-	case baton.TypeChatSelectSpeaker:
+	case baton.TypeChatSelectSpeaker, baton.TypeChatNotice:
 		// The person sees who is working, even an internal agent (a
-		// thinking bubble while it runs); only that agent's text, tool
-		// calls and updates stay hidden.
+		// thinking bubble while it runs), and what is being recovered (a
+		// notice names no more than the agent and the tool); only that
+		// agent's text, tool calls and updates stay hidden.
 		return true
 	case baton.TypeChatToolCall, baton.TypeChatToolResponse:
 		if v.UIEventID != "" || v.AwaitingResponse {

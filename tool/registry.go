@@ -41,6 +41,7 @@ type options struct {
 	funcs       map[string]baton.Tool
 	servers     map[string]MCPServer
 	ledger      baton.EffectLedger
+	claimant    Claimant
 	pub         Publisher
 	log         *slog.Logger
 	timeout     time.Duration
@@ -67,6 +68,11 @@ func WithMCPServers(servers map[string]MCPServer) Option {
 // WithLedger sets the effect ledger that side_effects tools run through. A
 // registry with such a tool and no ledger is an error.
 func WithLedger(l baton.EffectLedger) Option { return func(o *options) { o.ledger = l } }
+
+// WithClaimant sets who claims effects in the ledger and how a claim's gone
+// holder is recognised (see Once). Without it claims name no holder and
+// only their age decides.
+func WithClaimant(c Claimant) Option { return func(o *options) { o.claimant = c } }
 
 // WithPublisher sets where tool.executed and tool.error events go.
 func WithPublisher(p Publisher) Option { return func(o *options) { o.pub = p } }
@@ -474,7 +480,7 @@ func (r *Registry) call(ctx context.Context, e *entry, cc *baton.CallContext, ar
 	}
 	scope := baton.Scope{App: c.App, User: c.User}
 	res, replayed, err = r.flights.do(ctx, c.EffectKey, func() (baton.ToolResult, bool, error) {
-		return Once(ctx, r.opts.ledger, scope, c.ChatID, c.EffectKey, e.timeout+pendingGrace, func(ctx context.Context) (baton.ToolResult, error) {
+		return Once(ctx, r.opts.ledger, scope, c.ChatID, c.EffectKey, e.timeout+pendingGrace, r.opts.claimant, c.Recovery, func(ctx context.Context) (baton.ToolResult, error) {
 			return r.run(ctx, e, &c, args)
 		})
 	})
