@@ -352,6 +352,7 @@ func (e *Engine) Start(ctx context.Context, scope baton.Scope, workflowName stri
 	if err != nil {
 		return baton.Chat{}, fmt.Errorf("start %s: %w", workflowName, err)
 	}
+	e.publishSession(ctx, scope, baton.TypeSessionCreated, chat, "")
 	payload, _ := json.Marshal(struct {
 		Message string `json:"message,omitempty"`
 	}{opts.Message})
@@ -359,6 +360,37 @@ func (e *Engine) Start(ctx context.Context, scope baton.Scope, workflowName stri
 		return chat, err
 	}
 	return chat, nil
+}
+
+// sessionPayload is the payload of session.created and session.updated.
+type sessionPayload struct {
+	ChatID         string           `json:"chat_id"`
+	Workflow       string           `json:"workflow"`
+	Status         baton.ChatStatus `json:"status"`
+	PreviousStatus baton.ChatStatus `json:"previous_status,omitempty"` // session.updated: the status before
+	Sequence       int64            `json:"sequence"`                  // the chat's last sequence with this status
+}
+
+// sessionPublishTimeout bounds the publication of a session event: it is
+// published from within the chat's own handling (its bus lane), and an
+// observation never holds up a run (invariant 9).
+const sessionPublishTimeout = time.Second
+
+// publishSession publishes session.created (a chat was started) or
+// session.updated (its recorded status changed from prev) for rules on
+// session.* to see. Its id is derived from the chat and its sequence, so a
+// republication of the same change is dropped by the bus. A failure is
+// logged, never returned: the chat goes on whether or not it was observed.
+func (e *Engine) publishSession(ctx context.Context, scope baton.Scope, typ string, chat baton.Chat, prev baton.ChatStatus) {
+	payload, _ := json.Marshal(sessionPayload{ChatID: chat.ID, Workflow: chat.Workflow, Status: chat.Status, PreviousStatus: prev, Sequence: chat.LastSequence})
+	ev := InputEvent(scope, typ, chat.ID, payload)
+	ev.ID = fmt.Sprintf("%s/%s/%d", typ, chat.ID, chat.LastSequence)
+	ev.Metadata.Source = baton.SourceSystem
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sessionPublishTimeout)
+	defer cancel()
+	if err := e.bus.Publish(pctx, ev); err != nil {
+		e.log.Warn("engine: publish session event", "event_type", typ, "chat_id", chat.ID, "err", err)
+	}
 }
 
 // Submit publishes a person's message to a chat (user_query). source says

@@ -59,6 +59,9 @@ type run struct {
 	staged staged // applied to st, not yet recorded (see stage)
 
 	waitingFor string // the effect key whose claim elsewhere the run waits for (logged once)
+
+	recordedStatus baton.ChatStatus // the chat's status as last recorded (session.updated on a change)
+	quiet          bool             // publish no session.updated: the run handles a session.* event
 }
 
 // handle is the engine's bus handler: one input for one chat.
@@ -218,7 +221,7 @@ func (e *Engine) load(ctx context.Context, scope baton.Scope, chatID string, cac
 		return nil, err
 	}
 	return &run{
-		e: e, scope: scope, st: st, wf: wf, prov: prov, reg: reg,
+		e: e, scope: scope, st: st, wf: wf, prov: prov, reg: reg, recordedStatus: chat.Status,
 	}, nil
 }
 
@@ -330,6 +333,16 @@ func (r *run) flush(ctx context.Context) error {
 		r.e.synthMu.Lock()
 		r.e.synthetic[r.wf.Name] += int64(synthetic)
 		r.e.synthMu.Unlock()
+	}
+	if u.Status != nil && *u.Status != r.recordedStatus {
+		// The chat resumed, paused, failed or ended: rules on session.*
+		// see it (a run handling a session.* event publishes none, so
+		// that a rule waking an agent on them cannot feed itself).
+		prev := r.recordedStatus
+		r.recordedStatus = *u.Status
+		if !r.quiet {
+			r.e.publishSession(ctx, r.scope, baton.TypeSessionUpdated, r.st.chat, prev)
+		}
 	}
 	return nil
 }

@@ -547,6 +547,7 @@ func (e *entry) safeCall(ctx context.Context, cc *baton.CallContext, args json.R
 
 // toolEvent is the payload of tool.executed and tool.error.
 type toolEvent struct {
+	ChatID     string  `json:"chat_id,omitempty"`
 	ToolName   string  `json:"tool_name"`
 	Kind       string  `json:"kind"`
 	Agent      string  `json:"agent,omitempty"`
@@ -561,12 +562,17 @@ type toolEvent struct {
 
 func (r *Registry) publish(ctx context.Context, e *entry, cc *baton.CallContext, res baton.ToolResult, err error, replayed bool, d time.Duration) {
 	p := toolEvent{
-		ToolName: e.Name(), Kind: e.spec.Kind, Agent: cc.Agent, Workflow: cc.Workflow,
+		ChatID: cc.ChatID, ToolName: e.Name(), Kind: e.spec.Kind, Agent: cc.Agent, Workflow: cc.Workflow,
 		ToolCallID: cc.ToolCallID, TurnKey: cc.TurnKey, Status: res.Status,
 		DurationMS: float64(d.Microseconds()) / 1000, Replayed: replayed,
 	}
 	typ := baton.TypeToolExecuted
 	switch {
+	case errors.Is(err, ErrInterrupted) || errors.Is(err, baton.ErrConflict):
+		// The call did not run: its effect is claimed by another process,
+		// or was interrupted and is about to be recovered. Not a tool's
+		// outcome, and retried every second while it waits: no event.
+		return
 	case err != nil:
 		typ, p.Status, p.Error = baton.TypeToolError, baton.ToolStatusError, baton.ErrorMessage(err)
 		r.log.Warn("tool call failed", slog.String("tool", e.Name()), slog.String("chat_id", cc.ChatID), slog.String("app", cc.App),
@@ -578,10 +584,16 @@ func (r *Registry) publish(ctx context.Context, e *entry, cc *baton.CallContext,
 		return
 	}
 	payload, _ := json.Marshal(p) // plain strings and numbers always marshal
+	// The chat's tenant goes with the event, under the keys engine.InputEvent
+	// uses, so that a rule routing tool.error to the event-handler agent
+	// finds the chat (engine.ScopeOf); without it the event is of no chat.
+	app, _ := json.Marshal(cc.App)
+	user, _ := json.Marshal(cc.User)
 	ev := baton.NewEvent(typ, baton.Metadata{
 		TriggerSessionID: cc.ChatID,
 		TriggerAgentName: cc.Agent,
 		Source:           baton.SourceTool,
+		Extra:            map[string]json.RawMessage{"app": app, "user": user},
 	}, payload)
 	// Events never fail or hold up the call (invariant 9): a short, detached
 	// deadline bounds a full bus.
