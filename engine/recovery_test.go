@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/testenv"
 	"github.com/batonhq/baton/store"
 	"github.com/batonhq/baton/store/postgres"
 )
@@ -52,21 +54,8 @@ func recoveryTest(t *testing.T, dir string, env []string, open func(context.Cont
 		t.Fatal("child did not start")
 	}
 	// The tool writes its pid once it runs: that is the moment to kill.
-	deadline := time.Now().Add(30 * time.Second)
-	var pid int
-	for {
-		raw, err := os.ReadFile(effects + ".pid")
-		if n, perr := strconv.Atoi(strings.TrimSpace(string(raw))); err == nil && perr == nil {
-			pid = n
-			break
-		}
-		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			t.Fatal("the tool did not start")
-		}
-		time.Sleep(5 * time.Millisecond) // polling the tool's pid file with a deadline
-	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	pid := waitToolPID(t, effects)
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +82,32 @@ func recoveryTest(t *testing.T, dir string, env []string, open func(context.Cont
 		t.Fatal(err)
 	}
 	defer st.Close()
-	evs, err := st.Events(ctx, testScope, killChatID, 0, 1000)
+	checkRecovered(t, st, killChatID, effects)
+}
+
+// waitToolPID waits until the slow tool runs and returns its pid.
+func waitToolPID(t *testing.T, effects string) int {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		raw, err := os.ReadFile(effects + ".pid")
+		if n, perr := strconv.Atoi(strings.TrimSpace(string(raw))); err == nil && perr == nil {
+			return n
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the tool did not start")
+		}
+		time.Sleep(5 * time.Millisecond) // polling the tool's pid file with a deadline
+	}
+}
+
+// checkRecovered checks a chat of slowfx whose process was killed while
+// its tool ran: one tool_recovery notice for the call, before its response;
+// the tool ran twice with the same effect key, the second time as a
+// recovery; its effect is in the file once; the chat completed.
+func checkRecovered(t *testing.T, st baton.Store, chatID, effects string) {
+	t.Helper()
+	evs, err := st.Events(context.Background(), testScope, chatID, 0, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,4 +157,41 @@ func recoveryTest(t *testing.T, dir string, env []string, open func(context.Cont
 	if lines := strings.Split(strings.TrimSpace(string(data)), "\n"); len(lines) != 1 || !strings.HasPrefix(lines[0], key0+" ") {
 		t.Fatalf("effects file:\n%s\nwant the key %s once", data, key0)
 	}
+}
+
+// TestInstances_ToolRecoveredOnTakeover: two instances, each its own
+// process, on one PostgreSQL schema with inputs routed through NATS
+// JetStream. Instance A is SIGKILLed while a side-effecting command tool
+// of its chat runs; B takes the chat over when A's lease expires, sees the
+// claim's holder (instance A) is gone, and recovers the call at once —
+// notice, same effect key — instead of after the claim's age (70 s).
+func TestInstances_ToolRecoveredOnTakeover(t *testing.T) {
+	dsn, schema := pgSchema(t)
+	natsURL := testenv.NATSURL(t)
+	ns := fmt.Sprintf("enginerecover%d", time.Now().UnixNano())
+	t.Cleanup(func() { deleteInputsStream(natsURL, ns) })
+	dir := t.TempDir()
+	effects := filepath.Join(dir, "effects.txt")
+	env := append(os.Environ(), "CRASH_STORE="+dsn, "CRASH_PG_SCHEMA="+schema, "EFFECTS_FILE="+effects,
+		"NATS_URL="+natsURL, "NATS_NS="+ns, "TAKEOVERS_DIR="+dir, "CRASH_WORKFLOW=slowfx")
+	survivor := startInstanceChild(t, append(env, survivorChildEnv+"=1", "INSTANCE_ID=B"))
+	owner := startInstanceChild(t, append(env, ownerChildEnv+"=1", "OWNER_CHATS=1"))
+	pid := waitToolPID(t, effects)
+	_ = owner.cmd.Process.Signal(syscall.SIGKILL)
+	_ = owner.cmd.Wait()
+	_ = syscall.Kill(pid, syscall.SIGKILL) // the dead instance's orphaned tool
+	killedAt := time.Now()
+
+	st, err := postgres.Open(context.Background(), dsn, postgres.WithSchema(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	waitChat(t, st, "owned-0", baton.ChatCompleted, recoveryFinish) // a hang catch, below the claim's age
+	t.Logf("chat complete %s after the kill (lease TTL 500ms)", time.Since(killedAt).Round(time.Millisecond))
+	_ = survivor.cmd.Process.Signal(syscall.SIGTERM)
+	if err := survivor.cmd.Wait(); err != nil {
+		t.Fatalf("survivor: %v", err)
+	}
+	checkRecovered(t, st, "owned-0", effects)
 }
