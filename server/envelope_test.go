@@ -36,6 +36,7 @@ func TestEnvelopeFilter(t *testing.T) {
 		{"internal agent usage", baton.TypeChatUsageSummary, internal, `{"kind":"usage_summary","agent":"ContextVariablesAgent"}`, false},
 		{"internal agent context", baton.TypeChatContextUpdated, internal, `{"kind":"context_updated","agent":"ContextVariablesAgent","variables":{"a":1}}`, false},
 		{"internal agent select_speaker", baton.TypeChatSelectSpeaker, internal, `{"kind":"select_speaker","agent":"ContextVariablesAgent"}`, true},
+		{"notice of an internal agent's tool", baton.TypeChatNotice, internal, `{"kind":"notice","code":"tool_recovery","agent":"ContextVariablesAgent","tool":"t","tool_call_id":"c"}`, true},
 		{"internal agent synthetic select_speaker", baton.TypeChatSelectSpeaker, internal, `{"kind":"select_speaker","agent":"ContextVariablesAgent","source":"synthetic","_synthetic":true}`, true},
 		{"user text", baton.TypeChatText, "user", `{"kind":"text","agent":"user","content":"hello"}`, true},
 		{"system text", baton.TypeChatText, "system", `{"kind":"text","agent":"system","content":"[SYSTEM_RESUME_SIGNAL]","ui_hidden":true}`, true},
