@@ -254,3 +254,41 @@ func TestEffectGoneHolder(t *testing.T) {
 		t.Fatalf("second take-over of the same claim: %v, %v", ok, err)
 	}
 }
+
+// TestEffectWaitPublishesNothing: a call that does not run because its
+// effect is claimed by a live holder (it waits, and is tried again every
+// second) or by a gone one (it is about to be recovered) publishes no
+// tool.error, so that a rule on tool.error sees only tools' outcomes.
+func TestEffectWaitPublishesNothing(t *testing.T) {
+	charge, n, _ := counted()
+	ledger := &memLedger{}
+	ctx := context.Background()
+	live := baton.EffectHolder{Instance: "b", Boot: "1"}
+	gone := baton.EffectHolder{Instance: "a", Boot: "0"}
+	for _, h := range []baton.EffectHolder{live, gone} {
+		cc := callCtx("pay-" + h.Instance)
+		if _, err := ledger.ClaimEffect(ctx, baton.Scope{App: cc.App, User: cc.User}, cc.ChatID, baton.EffectKey(cc.ChatID, cc.TurnKey, cc.ToolCallID), h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := &recorder{}
+	r := newRegistry(t, effectSpecs(), tool.WithFuncs(charge), tool.WithLedger(ledger), tool.WithPublisher(rec),
+		tool.WithClaimant(tool.Claimant{Holder: baton.EffectHolder{Instance: "a", Boot: "1"}, Gone: func(h baton.EffectHolder) bool { return h == gone }}))
+	if _, err := lookup(t, r, "A", "charge").Call(ctx, callCtx("pay-b"), json.RawMessage(`{"amount": 1}`)); !errors.Is(err, baton.ErrConflict) {
+		t.Fatalf("claimed by a live holder: err = %v, want a conflict", err)
+	}
+	if _, err := lookup(t, r, "A", "charge").Call(ctx, callCtx("pay-a"), json.RawMessage(`{"amount": 1}`)); !errors.Is(err, tool.ErrInterrupted) {
+		t.Fatalf("claimed by a gone holder: err = %v, want ErrInterrupted", err)
+	}
+	if evs := rec.all(); len(evs) != 0 || n.Load() != 0 {
+		t.Fatalf("calls that did not run: %d events published, %d runs", len(evs), n.Load())
+	}
+	cc := callCtx("pay-a")
+	cc.Recovery = true
+	if res := mustCall(t, lookup(t, r, "A", "charge"), cc, `{"amount": 1}`); n.Load() != 1 || res.Status != baton.ToolStatusOK {
+		t.Fatalf("recovery: %+v, %d runs", res, n.Load())
+	}
+	if evs := rec.all(); len(evs) != 1 || evs[0].Type != baton.TypeToolExecuted {
+		t.Fatalf("recovery published %v, want one tool.executed", evs)
+	}
+}
