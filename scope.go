@@ -36,15 +36,35 @@ type Effect struct {
 	State     EffectState
 	Result    json.RawMessage // set when State is EffectDone
 	ClaimedAt time.Time
+	Holder    EffectHolder // the process that claimed it (or took the claim over last)
+}
+
+// EffectHolder names the process that holds an effect's claim, so that a
+// claim left by a process that is gone (it was killed, or its instance lost
+// the chat's lease) is recovered at once rather than after the claim's age.
+type EffectHolder struct {
+	// Instance is the engine's instance id (engine.Config.InstanceID); empty
+	// for a single process that owns its store.
+	Instance string
+	// Boot is a random id drawn at every process start: the same instance
+	// with another boot is a process that died or was restarted.
+	Boot string
 }
 
 // EffectLedger makes side effects happen at most once per key across
 // retries, replays, restarts and instances (invariant 5). The key for a tool
 // call is (chat, turn key, tool-call id).
 type EffectLedger interface {
-	// ClaimEffect claims key for the chat. Exactly one of any number of
-	// concurrent claims of a key gets EffectNew.
-	ClaimEffect(ctx context.Context, scope Scope, chatID, key string) (Effect, error)
+	// ClaimEffect claims key for the chat on behalf of holder. Exactly one of
+	// any number of concurrent claims of a key gets EffectNew, and holder is
+	// recorded with the claim; the others get the entry as it is.
+	ClaimEffect(ctx context.Context, scope Scope, chatID, key string, holder EffectHolder) (Effect, error)
+	// TakeOverEffect moves the pending claim prev (as ClaimEffect returned
+	// it) to holder, claimed now. It reports false, changing nothing, when
+	// the entry is no longer prev: another process took it over first, or
+	// its result was recorded. Exactly one of concurrent take-overs of one
+	// claim gets true.
+	TakeOverEffect(ctx context.Context, scope Scope, chatID string, prev Effect, holder EffectHolder) (bool, error)
 	// RecordEffect stores the result of a claimed effect. A later claim
 	// returns it with EffectDone.
 	RecordEffect(ctx context.Context, scope Scope, chatID, key string, result json.RawMessage) error

@@ -510,6 +510,14 @@ func ValidateTaskUpdate(status TaskStatus, result json.RawMessage, errMsg string
 	return ValidateText("task error", errMsg)
 }
 
+// Validate checks an effect holder's ids as text every store keeps.
+func (h EffectHolder) Validate() error {
+	if err := ValidateText("effect holder instance", h.Instance); err != nil {
+		return err
+	}
+	return ValidateText("effect holder boot", h.Boot)
+}
+
 // ValidateEffect checks ClaimEffect's and RecordEffect's arguments: a key
 // both stores can keep and a JSON result (nil for none).
 func ValidateEffect(key string, result json.RawMessage) error {

@@ -52,6 +52,11 @@ type CallContext struct {
 	// effects should use it to de-duplicate (it is sent as BATON_EFFECT_KEY
 	// to commands and as the Idempotency-Key header to HTTP tools).
 	EffectKey string
+	// Recovery is set when the call is run again because the process that
+	// ran it before is gone and no result was recorded: the effect may
+	// have happened once already, under the same EffectKey. (Commands get
+	// it as BATON_EFFECT_RECOVERY=1.)
+	Recovery bool
 	// Vars are the chat's context variables; a tool reads them and sets
 	// updates, which the engine applies after the call (recording
 	// chat.context_updated). May be nil when the chat has none.

@@ -40,6 +40,7 @@ import (
 	"github.com/batonhq/baton/bus"
 	"github.com/batonhq/baton/tool"
 	"github.com/batonhq/baton/workflow"
+	"github.com/google/uuid"
 )
 
 // Input event types the engine handles besides user_query and
@@ -170,6 +171,7 @@ type Engine struct {
 	tasks taskRunner
 
 	instance    string
+	holder      baton.EffectHolder // names this process in the effect ledger's claims
 	leaseTTL    time.Duration
 	startGrace  time.Duration
 	leases      leaseStore
@@ -205,6 +207,7 @@ func New(cfg Config) (*Engine, error) {
 		budget:     cfg.Budget,
 		showEvents: cfg.ShowEvents,
 		instance:   cfg.InstanceID,
+		holder:     baton.EffectHolder{Instance: cfg.InstanceID, Boot: uuid.NewString()},
 		leaseTTL:   cfg.LeaseTTL,
 		startGrace: cfg.StartGrace,
 		running:    map[string]bool{},
@@ -349,6 +352,7 @@ func (e *Engine) Start(ctx context.Context, scope baton.Scope, workflowName stri
 	if err != nil {
 		return baton.Chat{}, fmt.Errorf("start %s: %w", workflowName, err)
 	}
+	e.publishSession(ctx, scope, baton.TypeSessionCreated, chat, "")
 	payload, _ := json.Marshal(struct {
 		Message string `json:"message,omitempty"`
 	}{opts.Message})
@@ -356,6 +360,37 @@ func (e *Engine) Start(ctx context.Context, scope baton.Scope, workflowName stri
 		return chat, err
 	}
 	return chat, nil
+}
+
+// sessionPayload is the payload of session.created and session.updated.
+type sessionPayload struct {
+	ChatID         string           `json:"chat_id"`
+	Workflow       string           `json:"workflow"`
+	Status         baton.ChatStatus `json:"status"`
+	PreviousStatus baton.ChatStatus `json:"previous_status,omitempty"` // session.updated: the status before
+	Sequence       int64            `json:"sequence"`                  // the chat's last sequence with this status
+}
+
+// sessionPublishTimeout bounds the publication of a session event: it is
+// published from within the chat's own handling (its bus lane), and an
+// observation never holds up a run (invariant 9).
+const sessionPublishTimeout = time.Second
+
+// publishSession publishes session.created (a chat was started) or
+// session.updated (its recorded status changed from prev) for rules on
+// session.* to see. Its id is derived from the chat and its sequence, so a
+// republication of the same change is dropped by the bus. A failure is
+// logged, never returned: the chat goes on whether or not it was observed.
+func (e *Engine) publishSession(ctx context.Context, scope baton.Scope, typ string, chat baton.Chat, prev baton.ChatStatus) {
+	payload, _ := json.Marshal(sessionPayload{ChatID: chat.ID, Workflow: chat.Workflow, Status: chat.Status, PreviousStatus: prev, Sequence: chat.LastSequence})
+	ev := InputEvent(scope, typ, chat.ID, payload)
+	ev.ID = fmt.Sprintf("%s/%s/%d", typ, chat.ID, chat.LastSequence)
+	ev.Metadata.Source = baton.SourceSystem
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sessionPublishTimeout)
+	defer cancel()
+	if err := e.bus.Publish(pctx, ev); err != nil {
+		e.log.Warn("engine: publish session event", "event_type", typ, "chat_id", chat.ID, "err", err)
+	}
 }
 
 // Submit publishes a person's message to a chat (user_query). source says
@@ -585,6 +620,7 @@ func (e *Engine) registry(wf *workflow.Workflow) (*tool.Registry, error) {
 	opts := append([]tool.Option{
 		tool.WithFuncs(e.getEventInfoTool(), e.startTaskTool()),
 		tool.WithLedger(e.store),
+		tool.WithClaimant(tool.Claimant{Holder: e.holder, Gone: e.holderGone}),
 		tool.WithPublisher(e.bus),
 		tool.WithLogger(e.log),
 		tool.WithMCPServers(servers),
@@ -595,6 +631,24 @@ func (e *Engine) registry(wf *workflow.Workflow) (*tool.Registry, error) {
 	}
 	e.registries[wf.Name] = r
 	return r, nil
+}
+
+// holderGone reports whether the process holding an effect's claim is
+// gone, so that its unfinished call is recovered at once instead of after
+// the claim's age: this instance before a restart (the same instance id, or
+// none for a single process, with another boot id), or another instance —
+// tools run only under the chat's lease, which this instance now holds, so
+// that instance lost it (died, or stalled and was taken over; its run was
+// cancelled with the lease). A claim recorded without a holder (before
+// holders were) is left to its age.
+func (e *Engine) holderGone(h baton.EffectHolder) bool {
+	switch {
+	case h.Boot == "" || h == e.holder:
+		return false
+	case h.Instance == e.holder.Instance:
+		return true
+	}
+	return e.instance != "" && h.Instance != ""
 }
 
 // Close stops what the engine started (MCP servers of tool registries). The

@@ -97,6 +97,7 @@ func (a *eventAgent) handle(ctx context.Context, ev baton.Event) (err error) {
 	if lease != nil {
 		r.fence = lease.token
 	}
+	r.quiet = strings.HasPrefix(ev.Type, "session.")
 	clean := false
 	defer func() {
 		if clean {

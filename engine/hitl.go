@@ -220,7 +220,7 @@ func (r *run) fireAutoTool(ctx context.Context) error {
 	agent := r.wf.Agent(t.agent)
 	wt := agent.AutoTool()
 	key := st.chat.ID + ":" + t.key
-	eff, err := r.e.store.ClaimEffect(ctx, r.scope, st.chat.ID, "auto_tool/"+key)
+	eff, err := r.e.store.ClaimEffect(ctx, r.scope, st.chat.ID, "auto_tool/"+key, r.e.holder)
 	if err != nil {
 		return err
 	}

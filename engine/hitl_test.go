@@ -332,7 +332,7 @@ func TestAutoTool_RestartBetweenOutputAndToolCallFiresOnce(t *testing.T) {
 	if n := len(autoToolCalls(t, evs)); n != 1 {
 		t.Fatalf("%d auto-tool calls after the restart, want exactly 1", n)
 	}
-	eff, err := h.store.ClaimEffect(context.Background(), testScope, id, "auto_tool/"+id+":"+autoToolCalls(t, evs)[0]["corr"].(string))
+	eff, err := h.store.ClaimEffect(context.Background(), testScope, id, "auto_tool/"+id+":"+autoToolCalls(t, evs)[0]["corr"].(string), baton.EffectHolder{})
 	if err != nil || eff.State != baton.EffectDone {
 		t.Fatalf("the ledger does not hold the auto-tool as done: %+v %v", eff, err)
 	}

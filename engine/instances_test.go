@@ -420,8 +420,12 @@ func runOwnerChild() int {
 		}
 	}
 	n, _ := strconv.Atoi(os.Getenv("OWNER_CHATS"))
+	wf := os.Getenv("CRASH_WORKFLOW")
+	if wf == "" {
+		wf = "effects"
+	}
 	for i := 0; i < n; i++ {
-		if _, err := eng.Start(ctx, testScope, "effects", engine.StartOptions{ChatID: fmt.Sprint("owned-", i)}); err != nil {
+		if _, err := eng.Start(ctx, testScope, wf, engine.StartOptions{ChatID: fmt.Sprint("owned-", i)}); err != nil {
 			fmt.Fprintln(os.Stderr, "owner: start:", err)
 			return 1
 		}

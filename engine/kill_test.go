@@ -84,7 +84,11 @@ func runChild() int {
 		return 1
 	}
 	if _, err := st.GetChat(ctx, testScope, killChatID); err != nil {
-		if _, err := eng.Start(ctx, testScope, "effects", engine.StartOptions{ChatID: killChatID}); err != nil {
+		wf := os.Getenv("CRASH_WORKFLOW")
+		if wf == "" {
+			wf = "effects"
+		}
+		if _, err := eng.Start(ctx, testScope, wf, engine.StartOptions{ChatID: killChatID}); err != nil {
 			fmt.Fprintln(os.Stderr, "child: start:", err)
 			return 1
 		}

@@ -32,6 +32,10 @@ type textPayload struct {
 	EventID        string  `json:"event_id,omitempty"`       // an observed environment event's id
 	InputID        string  `json:"input_id,omitempty"`       // the id of the user_query this message came from
 	TurnKey        string  `json:"turn_key,omitempty"`
+	// RetractMessageID names the message whose stream.text deltas reached
+	// clients before the text turned out to be hidden (ui_hidden): a client
+	// drops what it showed of that message.
+	RetractMessageID string `json:"retract_message_id,omitempty"`
 }
 
 // Interaction types of tool calls the model did not make.

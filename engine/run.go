@@ -57,6 +57,11 @@ type run struct {
 	fence        int64  // the chat's lease token, stamped on every append (0: no leases)
 
 	staged staged // applied to st, not yet recorded (see stage)
+
+	waitingFor string // the effect key whose claim elsewhere the run waits for (logged once)
+
+	recordedStatus baton.ChatStatus // the chat's status as last recorded (session.updated on a change)
+	quiet          bool             // publish no session.updated: the run handles a session.* event
 }
 
 // handle is the engine's bus handler: one input for one chat.
@@ -216,7 +221,7 @@ func (e *Engine) load(ctx context.Context, scope baton.Scope, chatID string, cac
 		return nil, err
 	}
 	return &run{
-		e: e, scope: scope, st: st, wf: wf, prov: prov, reg: reg,
+		e: e, scope: scope, st: st, wf: wf, prov: prov, reg: reg, recordedStatus: chat.Status,
 	}, nil
 }
 
@@ -328,6 +333,16 @@ func (r *run) flush(ctx context.Context) error {
 		r.e.synthMu.Lock()
 		r.e.synthetic[r.wf.Name] += int64(synthetic)
 		r.e.synthMu.Unlock()
+	}
+	if u.Status != nil && *u.Status != r.recordedStatus {
+		// The chat resumed, paused, failed or ended: rules on session.*
+		// see it (a run handling a session.* event publishes none, so
+		// that a rule waking an agent on them cannot feed itself).
+		prev := r.recordedStatus
+		r.recordedStatus = *u.Status
+		if !r.quiet {
+			r.e.publishSession(ctx, r.scope, baton.TypeSessionUpdated, r.st.chat, prev)
+		}
 	}
 	return nil
 }
@@ -763,6 +778,12 @@ func (r *run) callModel(ctx context.Context) error {
 
 	var acc llm.Accumulator
 	_ = r.e.cast.Broadcast(llm.StreamStartEvent(st.chat.ID, agent.Name, msgID))
+	gate := newTextGate(r.wf, agent) // hidden text never streams (hidden.go)
+	emit := func(d baton.Delta) {
+		if ev, ok := llm.StreamEvent(st.chat.ID, agent.Name, msgID, d); ok {
+			_ = r.e.cast.Broadcast(ev) // observers are never waited for
+		}
+	}
 	var streamErr error
 	for d, err := range r.prov.Stream(ctx, req) {
 		if err != nil {
@@ -770,9 +791,7 @@ func (r *run) callModel(ctx context.Context) error {
 			break
 		}
 		acc.Add(d)
-		if ev, ok := llm.StreamEvent(st.chat.ID, agent.Name, msgID, d); ok {
-			_ = r.e.cast.Broadcast(ev) // observers are never waited for
-		}
+		gate.pass(d, emit)
 	}
 	if streamErr != nil {
 		if ctx.Err() != nil {
@@ -797,9 +816,10 @@ func (r *run) callModel(ctx context.Context) error {
 		h, u.Context, ctxEv = r.textDerived(agent.Name, text)
 		hidden = hidden || h
 	}
+	gate.end(hidden, emit)
 	events = append(events, r.synthetic(agent.Name, text)...)
 	toolOnly := strings.TrimSpace(text) == "" && len(calls) > 0 // as FinalText decides on the fallback
-	events = append(events, r.textEvent(agent.Name, msgID, t.key, acc.FinalText(), toolOnly, len(calls) > 0, hidden, usage, cost))
+	events = append(events, r.textEvent(agent.Name, msgID, t.key, acc.FinalText(), toolOnly, len(calls) > 0, hidden, usage, cost, gate.retraction(hidden, msgID)))
 	if ctxEv != nil {
 		events = append(events, *ctxEv)
 	}
@@ -860,11 +880,13 @@ func (r *run) callModel(ctx context.Context) error {
 	return nil
 }
 
-func (r *run) textEvent(agent, msgID, key, content string, toolOnly, hasCalls, hidden bool, usage baton.Usage, cost float64) baton.Event {
+// textEvent builds the chat.text of a model call; retract names the
+// streamed message a hidden text retracts (see hidden.go), if any.
+func (r *run) textEvent(agent, msgID, key, content string, toolOnly, hasCalls, hidden bool, usage baton.Usage, cost float64, retract string) baton.Event {
 	return chatEvent(baton.TypeChatText, r.st.chat.ID, agent, textPayload{
 		Kind: "text", Agent: agent, Content: content, Index: r.st.texts, AgentMessageID: msgID,
 		Tokens: usage.PromptTokens + usage.CompletionTokens, Cost: cost, UIHidden: hidden,
-		HasToolCalls: hasCalls, ToolOnly: toolOnly, TurnKey: key,
+		HasToolCalls: hasCalls, ToolOnly: toolOnly, TurnKey: key, RetractMessageID: retract,
 	})
 }
 
@@ -925,11 +947,25 @@ func (r *run) runTool(ctx context.Context, oc openCall) error {
 		}
 		cc := r.callContext(oc.agent, t.key, oc.id)
 		res, err = tl.Call(ctx, cc, oc.args)
+		if err != nil && errors.Is(err, tool.ErrInterrupted) {
+			// The process that ran the call is gone (killed, restarted, or
+			// its instance lost the chat): the person is told, then the call
+			// runs again at once under the same effect key.
+			if err := r.recovering(ctx, oc); err != nil {
+				return err
+			}
+			cc.Recovery = true
+			res, err = tl.Call(ctx, cc, oc.args)
+		}
 		if err != nil && errors.Is(err, baton.ErrConflict) {
 			// The effect was claimed by a process that may still be running
 			// it (or died very recently): wait and try again, recording
-			// nothing, until the claim is old enough to be re-run.
-			r.logger().Info("engine: tool effect in flight elsewhere; waiting", "tool", oc.name, "err", err)
+			// nothing, until the claim is old enough to be re-run. Logged
+			// once per call, not once per try.
+			if r.waitingFor != cc.EffectKey {
+				r.waitingFor = cc.EffectKey
+				r.logger().Info("engine: tool effect in flight elsewhere; waiting", "tool", oc.name, "err", err)
+			}
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
@@ -976,6 +1012,18 @@ func (r *run) runTool(ctx context.Context, oc openCall) error {
 	}
 	r.stage(events, &baton.ChatUpdate{Context: patch})
 	return nil
+}
+
+// recovering records the chat.notice that an interrupted tool call is run
+// again, before it runs: what the run staged goes with it, so the notice is
+// durable (and sent) before the tool starts.
+func (r *run) recovering(ctx context.Context, oc openCall) error {
+	r.logger().Warn("engine: tool call interrupted by a process that is gone; running it again with the same effect key", "tool", oc.name, "tool_call_id", oc.id)
+	r.stage([]baton.Event{chatEvent(baton.TypeChatNotice, r.st.chat.ID, oc.agent, baton.NoticePayload{
+		Kind: "notice", Code: baton.NoticeToolRecovery, Agent: oc.agent, Tool: oc.name, ToolCallID: oc.id,
+		Message: fmt.Sprintf("Recovering the interrupted call of %s.", oc.name),
+	})}, nil)
+	return r.flush(ctx)
 }
 
 // deferrable reports whether an open tool call may run before what the run

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -158,6 +159,48 @@ func TestInstances_ThreeProcessesOwnerKilled(t *testing.T) {
 		t.Fatal("no chat was taken over: the kill came too late")
 	}
 	checkOwnedChats(t, st, chats, effects)
+	checkRecoveryNotices(t, st, effects)
+}
+
+// checkRecoveryNotices: every tool call that ran more than once (its
+// process was killed mid-call, another instance took the chat over) was
+// recovered under the same effect key after a chat.notice tool_recovery
+// naming it, not after the claim's age.
+func checkRecoveryNotices(t *testing.T, st baton.Store, effects string) {
+	t.Helper()
+	raw, err := os.ReadFile(effects + ".exec")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := map[string]int{}
+	for l := range strings.SplitSeq(strings.TrimSpace(string(raw)), "\n") {
+		key, _, _ := strings.Cut(l, " ")
+		runs[key]++
+	}
+	recovered := 0
+	for key, n := range runs {
+		if n < 2 {
+			continue
+		}
+		recovered++
+		chatID, _, _ := strings.Cut(key, "/")
+		callID := key[strings.LastIndex(key, "/")+1:]
+		evs, err := st.Events(context.Background(), testScope, chatID, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, ev := range evs {
+			var p baton.NoticePayload
+			if ev.Type == baton.TypeChatNotice && json.Unmarshal(ev.Payload, &p) == nil && p.Code == baton.NoticeToolRecovery && p.ToolCallID == callID {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("call %s ran %d times without a tool_recovery notice", key, n)
+		}
+	}
+	t.Logf("%d interrupted tool calls recovered with a notice", recovered)
 }
 
 // childProc is a child test process running one instance.

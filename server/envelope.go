@@ -51,7 +51,7 @@ func viewOf(payload []byte) eventView {
 // the event is about. A nil wf (the server does not know the chat's
 // workflow: it runs no engine, or the workflow was removed) fails closed:
 // the person's, the system's and agent-less events, and the types the UI
-// needs whoever the agent, are shown; no agent's text, tool calls or
+// needs whoever the agent (select_speaker among them), are shown; no agent's text, tool calls or
 // context updates are, since any agent might be internal.
 func visible(wf *workflow.Workflow, ev *baton.Event, v *eventView) bool {
 	isVisual := func(agent string) bool {
@@ -64,6 +64,12 @@ func visible(wf *workflow.Workflow, ev *baton.Event, v *eventView) bool {
 	switch ev.Type {
 	case baton.TypeChatInputRequest, baton.TypeChatRunComplete, baton.TypeChatError, baton.TypeChatWorkflowResumed:
 		return true // the UI needs these whoever the agent is
+	case baton.TypeChatSelectSpeaker, baton.TypeChatNotice:
+		// The person sees who is working, even an internal agent (a
+		// thinking bubble while it runs), and what is being recovered (a
+		// notice names no more than the agent and the tool); only that
+		// agent's text, tool calls and updates stay hidden.
+		return true
 	case baton.TypeChatToolCall, baton.TypeChatToolResponse:
 		if v.UIEventID != "" || v.AwaitingResponse {
 			return true // a UI tool or a form the person answers, and its result

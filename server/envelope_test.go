@@ -35,7 +35,9 @@ func TestEnvelopeFilter(t *testing.T) {
 		{"internal agent text", baton.TypeChatText, internal, `{"kind":"text","agent":"ContextVariablesAgent","content":"x"}`, false},
 		{"internal agent usage", baton.TypeChatUsageSummary, internal, `{"kind":"usage_summary","agent":"ContextVariablesAgent"}`, false},
 		{"internal agent context", baton.TypeChatContextUpdated, internal, `{"kind":"context_updated","agent":"ContextVariablesAgent","variables":{"a":1}}`, false},
-		{"internal agent select_speaker", baton.TypeChatSelectSpeaker, internal, `{"kind":"select_speaker","agent":"ContextVariablesAgent"}`, false},
+		{"internal agent select_speaker", baton.TypeChatSelectSpeaker, internal, `{"kind":"select_speaker","agent":"ContextVariablesAgent"}`, true},
+		{"notice of an internal agent's tool", baton.TypeChatNotice, internal, `{"kind":"notice","code":"tool_recovery","agent":"ContextVariablesAgent","tool":"t","tool_call_id":"c"}`, true},
+		{"internal agent synthetic select_speaker", baton.TypeChatSelectSpeaker, internal, `{"kind":"select_speaker","agent":"ContextVariablesAgent","source":"synthetic","_synthetic":true}`, true},
 		{"user text", baton.TypeChatText, "user", `{"kind":"text","agent":"user","content":"hello"}`, true},
 		{"system text", baton.TypeChatText, "system", `{"kind":"text","agent":"system","content":"[SYSTEM_RESUME_SIGNAL]","ui_hidden":true}`, true},
 		{"user select_speaker", baton.TypeChatSelectSpeaker, "user", `{"kind":"select_speaker","agent":"user","_synthetic":true}`, true},
@@ -177,6 +179,7 @@ func TestEnvelopeFilter_UnknownWorkflowFailsClosed(t *testing.T) {
 		{"UI tool call awaiting the person", baton.TypeChatToolCall, agent, `{"kind":"tool_call","agent":"ContextVariablesAgent","ui_event_id":"u1","awaiting_response":true}`, true},
 		{"run complete", baton.TypeChatRunComplete, "", `{"kind":"run_complete","status":"success"}`, true},
 		{"error", baton.TypeChatError, agent, `{"kind":"error","agent":"ContextVariablesAgent","message":"m"}`, true},
+		{"select_speaker", baton.TypeChatSelectSpeaker, agent, `{"kind":"select_speaker","agent":"ContextVariablesAgent"}`, true},
 	} {
 		ev := baton.NewEvent(tc.typ, baton.Metadata{TriggerSessionID: "c1", TriggerAgentName: tc.agent}, json.RawMessage(tc.payload))
 		if baton.IsChatType(tc.typ) {

@@ -104,6 +104,9 @@ func (t *commandTool) environ(cc *baton.CallContext) []string {
 		}
 	}
 	vars, _ := json.Marshal(cc.Vars.Snapshot()) // raw JSON values always marshal
+	if cc.Recovery {
+		env = append(env, "BATON_EFFECT_RECOVERY=1")
+	}
 	return append(env,
 		"BATON_CHAT_ID="+cc.ChatID,
 		"BATON_APP="+cc.App,

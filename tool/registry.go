@@ -41,6 +41,7 @@ type options struct {
 	funcs       map[string]baton.Tool
 	servers     map[string]MCPServer
 	ledger      baton.EffectLedger
+	claimant    Claimant
 	pub         Publisher
 	log         *slog.Logger
 	timeout     time.Duration
@@ -67,6 +68,11 @@ func WithMCPServers(servers map[string]MCPServer) Option {
 // WithLedger sets the effect ledger that side_effects tools run through. A
 // registry with such a tool and no ledger is an error.
 func WithLedger(l baton.EffectLedger) Option { return func(o *options) { o.ledger = l } }
+
+// WithClaimant sets who claims effects in the ledger and how a claim's gone
+// holder is recognised (see Once). Without it claims name no holder and
+// only their age decides.
+func WithClaimant(c Claimant) Option { return func(o *options) { o.claimant = c } }
 
 // WithPublisher sets where tool.executed and tool.error events go.
 func WithPublisher(p Publisher) Option { return func(o *options) { o.pub = p } }
@@ -474,7 +480,7 @@ func (r *Registry) call(ctx context.Context, e *entry, cc *baton.CallContext, ar
 	}
 	scope := baton.Scope{App: c.App, User: c.User}
 	res, replayed, err = r.flights.do(ctx, c.EffectKey, func() (baton.ToolResult, bool, error) {
-		return Once(ctx, r.opts.ledger, scope, c.ChatID, c.EffectKey, e.timeout+pendingGrace, func(ctx context.Context) (baton.ToolResult, error) {
+		return Once(ctx, r.opts.ledger, scope, c.ChatID, c.EffectKey, e.timeout+pendingGrace, r.opts.claimant, c.Recovery, func(ctx context.Context) (baton.ToolResult, error) {
 			return r.run(ctx, e, &c, args)
 		})
 	})
@@ -541,6 +547,7 @@ func (e *entry) safeCall(ctx context.Context, cc *baton.CallContext, args json.R
 
 // toolEvent is the payload of tool.executed and tool.error.
 type toolEvent struct {
+	ChatID     string  `json:"chat_id,omitempty"`
 	ToolName   string  `json:"tool_name"`
 	Kind       string  `json:"kind"`
 	Agent      string  `json:"agent,omitempty"`
@@ -555,12 +562,17 @@ type toolEvent struct {
 
 func (r *Registry) publish(ctx context.Context, e *entry, cc *baton.CallContext, res baton.ToolResult, err error, replayed bool, d time.Duration) {
 	p := toolEvent{
-		ToolName: e.Name(), Kind: e.spec.Kind, Agent: cc.Agent, Workflow: cc.Workflow,
+		ChatID: cc.ChatID, ToolName: e.Name(), Kind: e.spec.Kind, Agent: cc.Agent, Workflow: cc.Workflow,
 		ToolCallID: cc.ToolCallID, TurnKey: cc.TurnKey, Status: res.Status,
 		DurationMS: float64(d.Microseconds()) / 1000, Replayed: replayed,
 	}
 	typ := baton.TypeToolExecuted
 	switch {
+	case errors.Is(err, ErrInterrupted) || errors.Is(err, baton.ErrConflict):
+		// The call did not run: its effect is claimed by another process,
+		// or was interrupted and is about to be recovered. Not a tool's
+		// outcome, and retried every second while it waits: no event.
+		return
 	case err != nil:
 		typ, p.Status, p.Error = baton.TypeToolError, baton.ToolStatusError, baton.ErrorMessage(err)
 		r.log.Warn("tool call failed", slog.String("tool", e.Name()), slog.String("chat_id", cc.ChatID), slog.String("app", cc.App),
@@ -572,10 +584,16 @@ func (r *Registry) publish(ctx context.Context, e *entry, cc *baton.CallContext,
 		return
 	}
 	payload, _ := json.Marshal(p) // plain strings and numbers always marshal
+	// The chat's tenant goes with the event, under the keys engine.InputEvent
+	// uses, so that a rule routing tool.error to the event-handler agent
+	// finds the chat (engine.ScopeOf); without it the event is of no chat.
+	app, _ := json.Marshal(cc.App)
+	user, _ := json.Marshal(cc.User)
 	ev := baton.NewEvent(typ, baton.Metadata{
 		TriggerSessionID: cc.ChatID,
 		TriggerAgentName: cc.Agent,
 		Source:           baton.SourceTool,
+		Extra:            map[string]json.RawMessage{"app": app, "user": user},
 	}, payload)
 	// Events never fail or hold up the call (invariant 9): a short, detached
 	// deadline bounds a full bus.

@@ -410,6 +410,13 @@ function onText(d, env) {
     view.settled.add(id);
     view.streams.delete(id);
   }
+  // A text hidden only after it streamed names the streamed message: drop its bubble.
+  const retracted = d.retract_message_id ? view.streams.get(d.retract_message_id) : null;
+  if (retracted) {
+    retracted.node.remove();
+    view.streams.delete(d.retract_message_id);
+  }
+  if (d.retract_message_id) view.settled.add(d.retract_message_id);
   if (d.ui_hidden || d.tool_only || (!d.content && d.has_tool_calls)) {
     if (s) s.node.remove();
     return;

@@ -28,37 +28,41 @@ const inScope = `EXISTS (SELECT 1 FROM chats WHERE id = $1 AND (app, user_id) IS
 // either creates the row or, for a key already claimed (also by a
 // concurrent claim, which the unique key makes wait), does nothing, so
 // exactly one claim gets EffectNew.
-func (s *Store) ClaimEffect(ctx context.Context, scope baton.Scope, chatID, key string) (baton.Effect, error) {
+func (s *Store) ClaimEffect(ctx context.Context, scope baton.Scope, chatID, key string, holder baton.EffectHolder) (baton.Effect, error) {
 	if err := s.check(); err != nil {
 		return baton.Effect{}, err
 	}
 	if err := baton.ValidateEffect(key, nil); err != nil {
 		return baton.Effect{}, err
 	}
+	if err := holder.Validate(); err != nil {
+		return baton.Effect{}, err
+	}
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	var e baton.Effect
 	err := s.write(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
-		tag, err := c.Exec(ctx, `INSERT INTO effects (chat_id, key, claimed_at) SELECT $1, $4, $5 WHERE `+inScope+` ON CONFLICT DO NOTHING`,
-			chatID, scope.App, scope.User, key, now)
+		tag, err := c.Exec(ctx, `INSERT INTO effects (chat_id, key, claimed_at, holder_instance, holder_boot) SELECT $1, $4, $5, $6, $7 WHERE `+inScope+` ON CONFLICT DO NOTHING`,
+			chatID, scope.App, scope.User, key, now, holder.Instance, holder.Boot)
 		if err != nil {
 			return err
 		}
 		if tag.RowsAffected() == 1 {
-			e = baton.Effect{Key: key, State: baton.EffectNew, ClaimedAt: now}
+			e = baton.Effect{Key: key, State: baton.EffectNew, ClaimedAt: now, Holder: holder}
 			return nil
 		}
 		var done bool
 		var result *string
 		var at time.Time
-		err = c.QueryRow(ctx, `SELECT done, result, claimed_at FROM effects WHERE chat_id = $1 AND key = $4 AND `+inScope,
-			chatID, scope.App, scope.User, key).Scan(&done, &result, &at)
+		var h baton.EffectHolder
+		err = c.QueryRow(ctx, `SELECT done, result, claimed_at, holder_instance, holder_boot FROM effects WHERE chat_id = $1 AND key = $4 AND `+inScope,
+			chatID, scope.App, scope.User, key).Scan(&done, &result, &at, &h.Instance, &h.Boot)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return notFound(chatID)
 		}
 		if err != nil {
 			return err
 		}
-		e = baton.Effect{Key: key, State: baton.EffectPending, ClaimedAt: at.UTC()}
+		e = baton.Effect{Key: key, State: baton.EffectPending, ClaimedAt: at.UTC(), Holder: h}
 		if done {
 			e.State = baton.EffectDone
 			if result != nil {
@@ -71,6 +75,48 @@ func (s *Store) ClaimEffect(ctx context.Context, scope baton.Scope, chatID, key 
 		return baton.Effect{}, s.dbErr("claim effect", err)
 	}
 	return e, nil
+}
+
+// TakeOverEffect moves a pending claim to holder; see baton.EffectLedger.
+// The update is conditional on the claim being prev's (holder and claim
+// time), so of concurrent take-overs the row lock lets one win. A key never
+// claimed is ENOTFOUND.
+func (s *Store) TakeOverEffect(ctx context.Context, scope baton.Scope, chatID string, prev baton.Effect, holder baton.EffectHolder) (bool, error) {
+	if err := s.check(); err != nil {
+		return false, err
+	}
+	if err := baton.ValidateEffect(prev.Key, nil); err != nil {
+		return false, err
+	}
+	if err := holder.Validate(); err != nil {
+		return false, err
+	}
+	taken := false
+	err := s.write(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+		tag, err := c.Exec(ctx, `UPDATE effects SET claimed_at = $5, holder_instance = $6, holder_boot = $7
+			WHERE chat_id = $1 AND key = $4 AND NOT done AND claimed_at = $8 AND holder_instance = $9 AND holder_boot = $10 AND `+inScope,
+			chatID, scope.App, scope.User, prev.Key, time.Now().UTC().Truncate(time.Microsecond), holder.Instance, holder.Boot,
+			prev.ClaimedAt.UTC().Truncate(time.Microsecond), prev.Holder.Instance, prev.Holder.Boot)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 1 {
+			taken = true
+			return nil
+		}
+		var n int
+		if err := c.QueryRow(ctx, `SELECT count(*) FROM effects WHERE chat_id = $1 AND key = $4 AND `+inScope, chatID, scope.App, scope.User, prev.Key).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			if _, gerr := getChat(ctx, c, scope, chatID); gerr != nil {
+				return gerr
+			}
+			return baton.Errorf(baton.ENOTFOUND, "effect %q: not claimed", prev.Key)
+		}
+		return nil
+	})
+	return taken, s.dbErr("take over effect", err)
 }
 
 // RecordEffect stores the result of a claimed effect; see baton.EffectLedger.

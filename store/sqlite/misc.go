@@ -13,8 +13,11 @@ import (
 // ClaimEffect claims key for the chat; see baton.EffectLedger. Claims are
 // serialised by the writer, so exactly one of concurrent claims inserts the
 // row and gets EffectNew.
-func (s *Store) ClaimEffect(ctx context.Context, scope baton.Scope, chatID, key string) (baton.Effect, error) {
+func (s *Store) ClaimEffect(ctx context.Context, scope baton.Scope, chatID, key string, holder baton.EffectHolder) (baton.Effect, error) {
 	if err := baton.ValidateEffect(key, nil); err != nil {
+		return baton.Effect{}, err
+	}
+	if err := holder.Validate(); err != nil {
 		return baton.Effect{}, err
 	}
 	var eff baton.Effect
@@ -23,21 +26,23 @@ func (s *Store) ClaimEffect(ctx context.Context, scope baton.Scope, chatID, key 
 		if _, err := chatSeq(ctx, w, scope, chatID); err != nil {
 			return err
 		}
-		res, err := w.exec(ctx, `INSERT INTO effects (chat_id, key, claimed_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`, chatID, key, micros(now))
+		res, err := w.exec(ctx, `INSERT INTO effects (chat_id, key, claimed_at, holder_instance, holder_boot) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+			chatID, key, micros(now), holder.Instance, holder.Boot)
 		if err != nil {
 			return storeErr("claim effect", err)
 		}
 		if n, _ := res.RowsAffected(); n == 1 {
-			eff = baton.Effect{Key: key, State: baton.EffectNew, ClaimedAt: fromMicros(micros(now))}
+			eff = baton.Effect{Key: key, State: baton.EffectNew, ClaimedAt: fromMicros(micros(now)), Holder: holder}
 			return nil
 		}
 		var done bool
 		var result sql.NullString
 		var at int64
-		if err := w.queryRow(ctx, `SELECT done, result, claimed_at FROM effects WHERE chat_id = ? AND key = ?`, chatID, key).Scan(&done, &result, &at); err != nil {
+		var h baton.EffectHolder
+		if err := w.queryRow(ctx, `SELECT done, result, claimed_at, holder_instance, holder_boot FROM effects WHERE chat_id = ? AND key = ?`, chatID, key).Scan(&done, &result, &at, &h.Instance, &h.Boot); err != nil {
 			return storeErr("claim effect", err)
 		}
-		eff = baton.Effect{Key: key, State: baton.EffectPending, ClaimedAt: fromMicros(at)}
+		eff = baton.Effect{Key: key, State: baton.EffectPending, ClaimedAt: fromMicros(at), Holder: h}
 		if done {
 			eff.State = baton.EffectDone
 			if result.Valid {
@@ -47,6 +52,44 @@ func (s *Store) ClaimEffect(ctx context.Context, scope baton.Scope, chatID, key 
 		return nil
 	})
 	return eff, err
+}
+
+// TakeOverEffect moves a pending claim to holder; see baton.EffectLedger.
+// A key never claimed is ENOTFOUND.
+func (s *Store) TakeOverEffect(ctx context.Context, scope baton.Scope, chatID string, prev baton.Effect, holder baton.EffectHolder) (bool, error) {
+	if err := baton.ValidateEffect(prev.Key, nil); err != nil {
+		return false, err
+	}
+	if err := holder.Validate(); err != nil {
+		return false, err
+	}
+	taken := false
+	err := s.write(ctx, func(ctx context.Context, w *wconn) error {
+		if _, err := chatSeq(ctx, w, scope, chatID); err != nil {
+			return err
+		}
+		// The claim is prev's only while its holder and claim time are:
+		// a take-over changes both, so one of several concurrent ones wins.
+		res, err := w.exec(ctx, `UPDATE effects SET claimed_at = ?, holder_instance = ?, holder_boot = ?
+			WHERE chat_id = ? AND key = ? AND NOT done AND claimed_at = ? AND holder_instance = ? AND holder_boot = ?`,
+			micros(time.Now()), holder.Instance, holder.Boot, chatID, prev.Key, micros(prev.ClaimedAt), prev.Holder.Instance, prev.Holder.Boot)
+		if err != nil {
+			return storeErr("take over effect", err)
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			taken = true
+			return nil
+		}
+		var n int
+		if err := w.queryRow(ctx, `SELECT count(*) FROM effects WHERE chat_id = ? AND key = ?`, chatID, prev.Key).Scan(&n); err != nil {
+			return storeErr("take over effect", err)
+		}
+		if n == 0 {
+			return baton.Errorf(baton.ENOTFOUND, "effect %q: not claimed", prev.Key)
+		}
+		return nil
+	})
+	return taken, err
 }
 
 // RecordEffect stores the result of a claimed effect; see baton.EffectLedger.

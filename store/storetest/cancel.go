@@ -118,11 +118,11 @@ func testCancelledWrites(t *testing.T, s baton.Store) {
 
 		key := fmt.Sprint("cancel-", i)
 		ectx, cancel := shortCtx()
-		_, err = s.ClaimEffect(ectx, scope, c.ID, key)
+		_, err = s.ClaimEffect(ectx, scope, c.ID, key, baton.EffectHolder{})
 		cancel()
 		if err != nil {
 			failed++
-			if e, cerr := s.ClaimEffect(ctx, scope, c.ID, key); cerr != nil || e.State != baton.EffectNew {
+			if e, cerr := s.ClaimEffect(ctx, scope, c.ID, key, baton.EffectHolder{}); cerr != nil || e.State != baton.EffectNew {
 				lie("round %d: ClaimEffect returned %v, but the claim was written (%+v, %v)", i, err, e, cerr)
 			}
 		}

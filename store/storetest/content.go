@@ -86,7 +86,7 @@ func testContent(t *testing.T, s baton.Store) {
 	if tk, _ := s.GetTask(ctx, scope, task.ID); tk.Status != baton.TaskQueued {
 		t.Fatalf("a refused UpdateTask changed the task: %+v", tk)
 	}
-	_, err = s.ClaimEffect(ctx, scope, c.ID, "k\x00")
+	_, err = s.ClaimEffect(ctx, scope, c.ID, "k\x00", baton.EffectHolder{})
 	wantInvalid(t, "NUL in an effect key", err, "effect key")
 	err = s.RecordUsage(ctx, scope, baton.UsageRecord{ChatID: c.ID, Agent: "\xff"})
 	wantInvalid(t, "invalid UTF-8 in a usage agent", err, "usage.agent")

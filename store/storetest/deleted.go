@@ -18,7 +18,7 @@ func testDeletedChat(t *testing.T, s baton.Store) {
 	if _, err := s.Append(ctx, scope, c.ID, []baton.Event{TextEvent("A", "x")}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.ClaimEffect(ctx, scope, c.ID, "claimed"); err != nil {
+	if _, err := s.ClaimEffect(ctx, scope, c.ID, "claimed", baton.EffectHolder{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.RecordUsage(ctx, scope, baton.UsageRecord{ChatID: c.ID, Agent: "A", Usage: baton.Usage{PromptTokens: 1}}); err != nil {
@@ -51,9 +51,13 @@ func testDeletedChat(t *testing.T, s baton.Store) {
 			return err
 		},
 		"Events":              func() error { _, err := s.Events(ctx, scope, c.ID, 0, 0); return err },
-		"ClaimEffect (new)":   func() error { _, err := s.ClaimEffect(ctx, scope, c.ID, "new"); return err },
-		"ClaimEffect (known)": func() error { _, err := s.ClaimEffect(ctx, scope, c.ID, "claimed"); return err },
+		"ClaimEffect (new)":   func() error { _, err := s.ClaimEffect(ctx, scope, c.ID, "new", baton.EffectHolder{}); return err },
+		"ClaimEffect (known)": func() error { _, err := s.ClaimEffect(ctx, scope, c.ID, "claimed", baton.EffectHolder{}); return err },
 		"RecordEffect":        func() error { return s.RecordEffect(ctx, scope, c.ID, "claimed", json.RawMessage(`1`)) },
+		"TakeOverEffect": func() error {
+			_, err := s.TakeOverEffect(ctx, scope, c.ID, baton.Effect{Key: "claimed"}, baton.EffectHolder{Boot: "b"})
+			return err
+		},
 		"RecordUsage": func() error {
 			return s.RecordUsage(ctx, scope, baton.UsageRecord{ChatID: c.ID, Agent: "A", Usage: baton.Usage{PromptTokens: 1}})
 		},

@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -42,6 +43,7 @@ func Run(t *testing.T, newStore func(t *testing.T) baton.Store) {
 		{"Pending", testPending},
 		{"TenantIsolation", testTenantIsolation},
 		{"EffectLedger", testEffectLedger},
+		{"EffectHolder", testEffectHolder},
 		{"LargeAndUnicode", testLargeAndUnicode},
 		{"Usage", testUsage},
 		{"UsageWithAppend", testUsageWithAppend},
@@ -560,7 +562,7 @@ func testTenantIsolation(t *testing.T, s baton.Store) {
 	if _, err := s.Append(ctx, owner, c.ID, []baton.Event{TextEvent("A", "secret")}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.ClaimEffect(ctx, owner, c.ID, "k"); err != nil {
+	if _, err := s.ClaimEffect(ctx, owner, c.ID, "k", baton.EffectHolder{}); err != nil {
 		t.Fatal(err)
 	}
 	task, err := s.CreateTask(ctx, owner, baton.Task{ChatID: c.ID, Kind: "k"})
@@ -589,7 +591,7 @@ func testTenantIsolation(t *testing.T, s baton.Store) {
 					return err
 				},
 				"Events":       func() error { _, err := s.Events(ctx, sc, c.ID, 0, 0); return err },
-				"ClaimEffect":  func() error { _, err := s.ClaimEffect(ctx, sc, c.ID, "k2"); return err },
+				"ClaimEffect":  func() error { _, err := s.ClaimEffect(ctx, sc, c.ID, "k2", baton.EffectHolder{}); return err },
 				"RecordEffect": func() error { return s.RecordEffect(ctx, sc, c.ID, "k", json.RawMessage(`1`)) },
 				"RecordUsage": func() error {
 					return s.RecordUsage(ctx, sc, baton.UsageRecord{ChatID: c.ID, Usage: baton.Usage{PromptTokens: 1}})
@@ -621,12 +623,12 @@ func testTenantIsolation(t *testing.T, s baton.Store) {
 	if err != nil || got.Status != baton.ChatRunning || got.LastSequence != 1 {
 		t.Fatalf("owner's chat after strangers: %+v, %v", got, err)
 	}
-	eff, err := s.ClaimEffect(ctx, owner, c.ID, "k")
+	eff, err := s.ClaimEffect(ctx, owner, c.ID, "k", baton.EffectHolder{})
 	if err != nil || eff.State != baton.EffectPending {
 		t.Fatalf("owner's effect after strangers: %+v, %v", eff, err)
 	}
 	// A stranger's claim of k2 wrote no row: the owner's is the first.
-	if eff, err := s.ClaimEffect(ctx, owner, c.ID, "k2"); err != nil || eff.State != baton.EffectNew {
+	if eff, err := s.ClaimEffect(ctx, owner, c.ID, "k2", baton.EffectHolder{}); err != nil || eff.State != baton.EffectNew {
 		t.Fatalf("owner's claim of a key only strangers tried: %+v, %v; want new", eff, err)
 	}
 	tk, err := s.GetTask(ctx, owner, task.ID)
@@ -648,7 +650,7 @@ func testEffectLedger(t *testing.T, s baton.Store) {
 	var wg sync.WaitGroup
 	for range claimers {
 		wg.Go(func() {
-			e, err := s.ClaimEffect(ctx, scope, c.ID, "turn-1/call-1")
+			e, err := s.ClaimEffect(ctx, scope, c.ID, "turn-1/call-1", baton.EffectHolder{})
 			if err != nil {
 				t.Error(err)
 				return
@@ -668,7 +670,7 @@ func testEffectLedger(t *testing.T, s baton.Store) {
 	if err := s.RecordEffect(ctx, scope, c.ID, "turn-1/call-1", json.RawMessage(`{"ok":true,"n":"é"}`)); err != nil {
 		t.Fatal(err)
 	}
-	e, err := s.ClaimEffect(ctx, scope, c.ID, "turn-1/call-1")
+	e, err := s.ClaimEffect(ctx, scope, c.ID, "turn-1/call-1", baton.EffectHolder{})
 	if err != nil || e.State != baton.EffectDone || string(e.Result) != `{"ok":true,"n":"é"}` {
 		t.Fatalf("claim after record = %+v (%s), %v", e, e.Result, err)
 	}
@@ -676,9 +678,88 @@ func testEffectLedger(t *testing.T, s baton.Store) {
 	wantCode(t, "record unclaimed", s.RecordEffect(ctx, scope, c.ID, "never", json.RawMessage(`1`)), baton.ENOTFOUND)
 	// The same key in another chat is another effect.
 	c2 := mustChat(t, s, scope, "hello")
-	e, err = s.ClaimEffect(ctx, scope, c2.ID, "turn-1/call-1")
+	e, err = s.ClaimEffect(ctx, scope, c2.ID, "turn-1/call-1", baton.EffectHolder{})
 	if err != nil || e.State != baton.EffectNew {
 		t.Fatalf("same key, other chat = %+v, %v", e, err)
+	}
+}
+
+// testEffectHolder: a claim records its holder (instance and boot id),
+// every later claim returns it; a take-over moves a pending claim to a new
+// holder once — a second take-over of the same claim, one of a recorded
+// effect, or one naming a stale holder changes nothing — and an unknown
+// key or another tenant's chat is not found.
+func testEffectHolder(t *testing.T, s baton.Store) {
+	ctx := ctxT(t)
+	scope := NewScope()
+	c := mustChat(t, s, scope, "hello")
+	a1 := baton.EffectHolder{Instance: "a", Boot: "boot-1 é"}
+	a2 := baton.EffectHolder{Instance: "a", Boot: "boot-2"}
+	b1 := baton.EffectHolder{Instance: "b", Boot: "boot-3"}
+	first, err := s.ClaimEffect(ctx, scope, c.ID, "k", a1)
+	if err != nil || first.State != baton.EffectNew || first.Holder != a1 {
+		t.Fatalf("first claim = %+v, %v", first, err)
+	}
+	prev, err := s.ClaimEffect(ctx, scope, c.ID, "k", b1)
+	if err != nil || prev.State != baton.EffectPending || prev.Holder != a1 || !prev.ClaimedAt.Equal(first.ClaimedAt) {
+		t.Fatalf("claim of a pending key = %+v, %v; want its holder %+v and claim time %v", prev, err, a1, first.ClaimedAt)
+	}
+	if ok, err := s.TakeOverEffect(ctx, scope, c.ID, prev, a2); !ok || err != nil {
+		t.Fatalf("take-over: %v, %v", ok, err)
+	}
+	now, err := s.ClaimEffect(ctx, scope, c.ID, "k", b1)
+	if err != nil || now.State != baton.EffectPending || now.Holder != a2 || now.ClaimedAt.Before(prev.ClaimedAt) {
+		t.Fatalf("after the take-over = %+v, %v; want holder %+v", now, err, a2)
+	}
+	if ok, err := s.TakeOverEffect(ctx, scope, c.ID, prev, b1); ok || err != nil {
+		t.Fatalf("take-over of a claim already taken over: %v, %v; want false", ok, err)
+	}
+	// Concurrent take-overs of one claim: exactly one wins.
+	const racers = 10
+	wins := make(chan bool, racers)
+	var wg sync.WaitGroup
+	for i := range racers {
+		wg.Go(func() {
+			ok, err := s.TakeOverEffect(ctx, scope, c.ID, now, baton.EffectHolder{Instance: "r", Boot: strconv.Itoa(i)})
+			if err != nil {
+				t.Error(err)
+			}
+			wins <- ok
+		})
+	}
+	wg.Wait()
+	close(wins)
+	n := 0
+	for ok := range wins {
+		if ok {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d of %d concurrent take-overs won, want 1", n, racers)
+	}
+	cur, err := s.ClaimEffect(ctx, scope, c.ID, "k", a1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RecordEffect(ctx, scope, c.ID, "k", json.RawMessage(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.TakeOverEffect(ctx, scope, c.ID, cur, a1); ok || err != nil {
+		t.Fatalf("take-over of a recorded effect: %v, %v; want false", ok, err)
+	}
+	if e, err := s.ClaimEffect(ctx, scope, c.ID, "k", a1); err != nil || e.State != baton.EffectDone || e.Holder != cur.Holder {
+		t.Fatalf("recorded effect = %+v, %v", e, err)
+	}
+	_, err = s.TakeOverEffect(ctx, scope, c.ID, baton.Effect{Key: "never", State: baton.EffectPending}, a1)
+	wantCode(t, "take over an unclaimed key", err, baton.ENOTFOUND)
+	_, err = s.TakeOverEffect(ctx, NewScope(), c.ID, cur, a1)
+	wantCode(t, "take over in another tenant's chat", err, baton.ENOTFOUND)
+	_, err = s.ClaimEffect(ctx, scope, c.ID, "k2", baton.EffectHolder{Instance: "a\x00"})
+	wantCode(t, "holder with a NUL", err, baton.EINVALID)
+	// A claim without a holder (a caller that names none) keeps it empty.
+	if e, err := s.ClaimEffect(ctx, scope, c.ID, "k3", baton.EffectHolder{}); err != nil || e.Holder != (baton.EffectHolder{}) {
+		t.Fatalf("claim without a holder = %+v, %v", e, err)
 	}
 }
 
@@ -956,8 +1037,12 @@ func testClosed(t *testing.T, s baton.Store) {
 			_, err := s.Append(ctx, scope, c.ID, []baton.Event{TextEvent("A", "x")}, nil)
 			return err
 		},
-		"Events":       func() error { _, err := s.Events(ctx, scope, c.ID, 0, 0); return err },
-		"ClaimEffect":  func() error { _, err := s.ClaimEffect(ctx, scope, c.ID, "k"); return err },
+		"Events":      func() error { _, err := s.Events(ctx, scope, c.ID, 0, 0); return err },
+		"ClaimEffect": func() error { _, err := s.ClaimEffect(ctx, scope, c.ID, "k", baton.EffectHolder{}); return err },
+		"TakeOverEffect": func() error {
+			_, err := s.TakeOverEffect(ctx, scope, c.ID, baton.Effect{Key: "k"}, baton.EffectHolder{})
+			return err
+		},
 		"RecordEffect": func() error { return s.RecordEffect(ctx, scope, c.ID, "k", nil) },
 		"RecordUsage":  func() error { return s.RecordUsage(ctx, scope, baton.UsageRecord{ChatID: c.ID}) },
 		"ChatUsage":    func() error { _, _, err := s.ChatUsage(ctx, scope, c.ID); return err },

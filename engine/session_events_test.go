@@ -1,0 +1,164 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/bus"
+)
+
+// capture is a bus rule's handler that keeps the events it receives.
+type capture struct {
+	mu  sync.Mutex
+	evs []baton.Event
+}
+
+func (c *capture) handle(_ context.Context, ev baton.Event) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.evs = append(c.evs, ev)
+	return nil
+}
+
+func (c *capture) events() []baton.Event {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]baton.Event(nil), c.evs...)
+}
+
+// TestSessionRule_SeesChatStartAndStatusChanges: a rule on session.*
+// receives session.created when a chat is started and session.updated for
+// every change of its recorded status — paused for the person, resumed by
+// the person's message, paused again — with the previous status, each for
+// the chat and once.
+func TestSessionRule_SeesChatStartAndStatusChanges(t *testing.T) {
+	eh := newEnvHarness(t)
+	var c capture
+	mustRule(t, eh.bus, bus.Rule{Name: "session-watch", Types: []string{"session.*"}, Priority: 60, Handler: c.handle})
+	id := eh.pausedChat(t) // start → waiting_input → (hello) running → waiting_input
+	eh.settle()
+	var got []string
+	for _, ev := range c.events() {
+		if ev.ChatID() != id {
+			t.Fatalf("session event for chat %q, want %q: %s", ev.ChatID(), id, ev.Payload)
+		}
+		var p struct {
+			ChatID   string `json:"chat_id"`
+			Workflow string `json:"workflow"`
+			Status   string `json:"status"`
+			Prev     string `json:"previous_status"`
+		}
+		if err := json.Unmarshal(ev.Payload, &p); err != nil || p.ChatID != id || p.Workflow != "assistant" {
+			t.Fatalf("payload %s: %v", ev.Payload, err)
+		}
+		got = append(got, ev.Type+" "+p.Prev+">"+p.Status)
+	}
+	want := []string{
+		"session.created >running",
+		"session.updated running>waiting_input",
+		"session.updated waiting_input>running",
+		"session.updated running>waiting_input",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("session events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestToolErrorRule_ReceivesToolError: a tool call that fails goes back to
+// the model as today and is also published as tool.error, which a rule
+// receives with the chat, agent, tool and error.
+func TestToolErrorRule_ReceivesToolError(t *testing.T) {
+	h := newHarness(t, withWorkflows(loopDir), withTools(lookupTool), fake(func(req *baton.Request) ([]baton.Delta, error) {
+		last := req.Messages[len(req.Messages)-1]
+		if last.Role == baton.RoleTool {
+			return reply("The lookup failed: " + last.Content), nil
+		}
+		if last.Role == baton.RoleUser && strings.Contains(last.Content, "look") {
+			return callTool("c1", "lookup", `{"word": 5}`), nil // not a string: the tool refuses it
+		}
+		return reply("ok"), nil
+	}))
+	var c capture
+	mustRule(t, h.bus, bus.Rule{Name: "tool-errors", Types: []string{baton.TypeToolError}, Priority: 60, Handler: c.handle})
+	id := start(t, h, "assistant")
+	h.waitStatus(id, baton.ChatWaitingInput)
+	if err := h.eng.Submit(context.Background(), testScope, id, "look up baton", "ws"); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus(id, baton.ChatWaitingInput)
+	h.settle()
+	evs := c.events()
+	if len(evs) != 1 {
+		t.Fatalf("%d tool.error events reached the rule, want 1", len(evs))
+	}
+	var p struct {
+		ChatID   string `json:"chat_id"`
+		Agent    string `json:"agent"`
+		ToolName string `json:"tool_name"`
+		Error    string `json:"error"`
+	}
+	if err := json.Unmarshal(evs[0].Payload, &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.ChatID != id || evs[0].ChatID() != id || p.Agent != "Assistant" || p.ToolName != "lookup" || !strings.Contains(p.Error, "word") {
+		t.Fatalf("tool.error payload %s (chat %s)", evs[0].Payload, evs[0].ChatID())
+	}
+	// And the model got the error, as before.
+	if text := lastOfType(t, h.events(id), baton.TypeChatText); !strings.Contains(text["content"].(string), "The lookup failed") {
+		t.Fatalf("the model did not get the tool's error: %v", text)
+	}
+}
+
+// TestToolErrorRule_WakesEventAgent: a rule that routes tool.error to the
+// event-handler agent (spec §5.3) gets it observed in the chat — the
+// event's messages recorded, the agent run on it — not dropped as an event
+// of no chat.
+func TestToolErrorRule_WakesEventAgent(t *testing.T) {
+	var woken sync.Once
+	wake := make(chan struct{})
+	h := newHarness(t, withWorkflows(loopDir), withTools(lookupTool), fake(func(req *baton.Request) ([]baton.Delta, error) {
+		last := req.Messages[len(req.Messages)-1]
+		switch {
+		case last.Role == baton.RoleTool && last.Name == "get_event_info":
+			woken.Do(func() { close(wake) })
+			return reply("A tool failed; I will try another way."), nil
+		case last.Role == baton.RoleTool:
+			return reply("The lookup failed."), nil
+		case last.Role == baton.RoleUser && strings.Contains(last.Content, "look"):
+			return callTool("c1", "lookup", `{"word": 5}`), nil
+		}
+		return reply("ok"), nil
+	}))
+	mustRule(t, h.bus, h.eng.AgentRule("tool-errors", []string{baton.TypeToolError}, 60, "A tool failed. Recover.", "", 0))
+	id := start(t, h, "assistant")
+	h.waitStatus(id, baton.ChatWaitingInput)
+	if err := h.eng.Submit(context.Background(), testScope, id, "look up baton", "ws"); err != nil {
+		t.Fatal(err)
+	}
+	h.settle()
+	select {
+	case <-wake:
+	default:
+		t.Fatalf("the event-handler agent was not run on tool.error; events:\n%s", h.dump(id))
+	}
+	found := false
+	for _, ev := range h.events(id) {
+		found = found || (ev.Type == baton.TypeChatText && strings.Contains(string(ev.Payload), "Observed event: tool.error"))
+	}
+	if !found {
+		t.Fatalf("tool.error was not recorded as an observed event:\n%s", h.dump(id))
+	}
+}
+
+// dump lists a chat's recorded events, one a line, for a failure message.
+func (h *harness) dump(chatID string) string {
+	var b strings.Builder
+	for _, ev := range h.events(chatID) {
+		b.WriteString(ev.Type + " " + string(ev.Payload) + "\n")
+	}
+	return b.String()
+}
