@@ -412,17 +412,20 @@ func (s *Server) serveWS(ctx context.Context, cancel context.CancelFunc, ws *wsC
 	pinging := false
 	recheck := time.NewTicker(s.cfg.KeyRecheck)
 	defer recheck.Stop()
+	var batch []*frame
 	for {
 		var err error
 		select {
-		case f := <-sub.q:
-			err = cur.live(ctx, f, send)
-			f.release()
-			// What else is queued, without waiting; at most a queueful.
-			for n := 1; err == nil && n < cap(sub.q) && len(sub.q) > 0; n++ {
-				f = <-sub.q
-				err = cur.live(ctx, f, send)
+		case <-sub.q.ready:
+			// Everything queued, at once: merging can only touch frames
+			// still in the queue.
+			batch = sub.q.take(batch[:0])
+			for i, f := range batch {
+				if err == nil {
+					err = cur.live(ctx, f.prepare(), send)
+				}
 				f.release()
+				batch[i] = nil
 			}
 		case c := <-ctl:
 			switch {
@@ -735,12 +738,19 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 	defer tick.Stop()
 	recheck := time.NewTicker(s.cfg.KeyRecheck)
 	defer recheck.Stop()
+	var batch []*frame
 	for {
 		var err error
 		select {
-		case f := <-sub.q:
-			err = cur.live(ctx, f, send)
-			f.release()
+		case <-sub.q.ready:
+			batch = sub.q.take(batch[:0])
+			for i, f := range batch {
+				if err == nil {
+					err = cur.live(ctx, f.prepare(), send)
+				}
+				f.release()
+				batch[i] = nil
+			}
 		case <-tick.C:
 			err = write([]byte(": heartbeat\n\n"))
 		case <-recheck.C:
