@@ -111,7 +111,7 @@ type Collector struct {
 	prom *promMetrics
 
 	mu      sync.Mutex
-	chats   *lru[*chatAgg] // by chat id, at most Options.MaxChats
+	chats   *lru[*chatAgg]      // by chat id, at most Options.MaxChats
 	apps    map[string]*totals  // in-memory totals per app, since Start
 	appBase map[string]*appBase // per-app totals from the store, for budgets
 	written map[string]*totals  // what the writer has written, per app
