@@ -4,11 +4,16 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
+	"github.com/batonhq/baton/engine"
 	"github.com/batonhq/baton/metrics"
 )
 
@@ -120,5 +125,28 @@ func BenchmarkFinishedChatsHeap(b *testing.B) {
 		runtime.KeepAlive(c)
 		_ = c.Close(context.Background())
 		_ = bs.Close(context.Background())
+	}
+}
+
+// TestTracer_ChatsBoundedByCount: the tracer keeps the open spans of at
+// most its cap of chats; the least recently active one's run span is ended
+// (exported) when a newer chat would pass the cap, the others stay open.
+func TestTracer_ChatsBoundedByCount(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	defer tp.Shutdown(context.Background())
+	bs := bus.New()
+	defer bs.Close(context.Background())
+	tr := metrics.NewTracer(bs, tp, nil).WithMaxChats(2)
+	scope := baton.Scope{App: "acme", User: "ada"}
+	for i := range 3 {
+		tr.Observe(engine.InputEvent(scope, engine.TypeRunStart, fmt.Sprintf("chat-%d", i), nil))
+	}
+	spans := exp.GetSpans()
+	if len(spans) != 1 {
+		t.Fatalf("%d spans ended, want the run of chat-0 only", len(spans))
+	}
+	if got := spans[0].Attributes; !strings.Contains(fmt.Sprint(got), "chat-0") {
+		t.Fatalf("ended span %q %v, want chat-0's run", spans[0].Name, got)
 	}
 }
