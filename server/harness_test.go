@@ -108,9 +108,9 @@ func (l smallBufListener) Accept() (net.Conn, error) {
 	return c, err
 }
 
-// dialSmall opens a WebSocket whose TCP receive buffer is n bytes.
-func (e *env) dialSmall(ctx context.Context, t testing.TB, chatID string, lastSeq int64, n int) *websocket.Conn {
-	t.Helper()
+// smallBufClient is an HTTP client whose connections' TCP receive buffer
+// is n bytes.
+func smallBufClient(t testing.TB, n int) *http.Client {
 	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
 		if tc, ok := c.(*net.TCPConn); ok {
@@ -119,10 +119,16 @@ func (e *env) dialSmall(ctx context.Context, t testing.TB, chatID string, lastSe
 		return c, err
 	}}
 	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
+}
+
+// dialSmall opens a WebSocket whose TCP receive buffer is n bytes.
+func (e *env) dialSmall(ctx context.Context, t testing.TB, chatID string, lastSeq int64, n int) *websocket.Conn {
+	t.Helper()
 	h := http.Header{}
 	h.Set("Authorization", "Bearer "+e.keys[scopeAda])
 	u := "ws" + strings.TrimPrefix(e.ts.URL, "http") + "/ws/acme/" + chatID + "?last_sequence=" + itoa(lastSeq)
-	c, _, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPHeader: h, HTTPClient: &http.Client{Transport: tr}})
+	c, _, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPHeader: h, HTTPClient: smallBufClient(t, n)})
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}

@@ -171,8 +171,9 @@ func (q *queue) push(f *frame, d *lazyDelta, wf *workflow.Workflow) bool {
 		// The first delta of a merge: a frame of this stream's own, which
 		// later deltas extend.
 		m := &merged{ev: *dl.ev, wf: wf, rest: dl.rest, text: []byte(dl.text), n: 1}
-		f.release()
-		f = &frame{typ: f.typ, merge: m}
+		own := &frame{typ: f.typ, merge: m}
+		f.release() // after its type is copied: the last release recycles it
+		f = own
 	}
 	q.frames = append(q.frames, f)
 	if n == 0 {

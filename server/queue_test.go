@@ -59,6 +59,9 @@ func TestQueue_MergesDeltasOfOneMessageWhileLagging(t *testing.T) {
 		if err := json.Unmarshal(f.prepare().data, &v); err != nil {
 			t.Fatalf("frame is not JSON: %v: %s", err, f.data)
 		}
+		if f.typ != v.Type {
+			t.Fatalf("frame of type %q holds a %s envelope (SSE names the event by the frame's type)", f.typ, v.Type)
+		}
 		d, _ := v.Data["delta"].(string)
 		got = append(got, v.Type+":"+d)
 	}
