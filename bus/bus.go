@@ -138,7 +138,9 @@ func New(opts ...Option) *Bus {
 		b.seen = newWindow(DefaultWindowCount, int64(DefaultWindowAge))
 	}
 	b.epoch = b.now()
-	b.ctx, b.cancel = context.WithCancel(context.Background())
+	// Handlers get b.ctx; its value marks what they publish (also from
+	// contexts derived from it), which Close's drain still accepts.
+	b.ctx, b.cancel = context.WithCancel(context.WithValue(context.Background(), handlerKey{}, b))
 	b.routes.Store(newRouteTable(nil))
 	b.observers.Store(&[]*Subscription{})
 	return b
@@ -241,7 +243,10 @@ func (b *Bus) SetHandledHook(f func(baton.Event, error)) {
 // then answers for duplicates). A duplicate id within the idempotency
 // window is dropped and Publish returns nil. When
 // the lane is full Publish waits for room or for ctx; after Close it
-// returns baton.ErrClosed.
+// returns baton.ErrClosed — except, while Close drains, for an event a
+// handler publishes (with its context, or one derived from it): the work
+// in flight finishes with its consequences (a tool that ends during the
+// drain still reports tool.executed), and the drain waits for them too.
 //
 // ev must have an ID and a Type (NewEvent fills both).
 func (b *Bus) Publish(ctx context.Context, ev baton.Event) error {
@@ -283,7 +288,7 @@ func (b *Bus) publishLocal(ctx context.Context, ev baton.Event, dedup bool) (acc
 	key := ev.Metadata.TriggerSessionID
 	b.mu.Lock()
 	for {
-		if b.closed {
+		if b.closed && !b.drainAccepts(ctx) {
 			b.mu.Unlock()
 			return false, baton.ErrClosed
 		}
@@ -328,6 +333,20 @@ func (b *Bus) publishLocal(ctx context.Context, ev baton.Event, dedup bool) (acc
 	}
 }
 
+// handlerKey marks the context the bus gives its handlers.
+type handlerKey struct{}
+
+// drainAccepts reports whether a closed bus still accepts an event
+// published with ctx: one a handler of this bus publishes while the drain
+// runs, before its deadline. A worker is then running (the handler's, or
+// another that will find the lane in the ready queue before it exits), so
+// the event is handled before drained is closed; after the drain — no
+// worker left — nothing is accepted, so no goroutine starts after Close.
+// b.mu is held.
+func (b *Bus) drainAccepts(ctx context.Context) bool {
+	return !b.abandon && b.sched.workers > 0 && ctx.Value(handlerKey{}) == b
+}
+
 // dispatch hands ev to the rule that wins it, containing errors and panics.
 func (b *Bus) dispatch(ev baton.Event) {
 	r := b.routes.Load().route(ev.Type)
@@ -363,7 +382,8 @@ func (b *Bus) call(r *rule, ev baton.Event) (err error) {
 	return err
 }
 
-// Close stops accepting events (Publish returns baton.ErrClosed), waits
+// Close stops accepting events (Publish returns baton.ErrClosed, but for
+// the events handlers publish meanwhile), waits
 // until every accepted event has been handled, closes every subscription,
 // and returns when all goroutines the bus started have ended. If ctx ends
 // first, handlers' context is cancelled, events still queued are dropped and

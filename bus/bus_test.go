@@ -1058,3 +1058,66 @@ func TestHandledHook_GetsTheOutcomeAndPublishAgainRetries(t *testing.T) {
 		t.Fatalf("third outcome %v, want success", err)
 	}
 }
+
+// TestClose_DrainAcceptsWhatHandlersPublish: a handler still running when
+// Close begins (a tool that finishes during a shutdown's drain) publishes
+// its tool.executed with its context: the event is accepted, handled and
+// seen by observers before Close returns. Others' publishes are refused.
+func TestClose_DrainAcceptsWhatHandlersPublish(t *testing.T) {
+	b := New(WithLogger(slog.New(slog.NewTextHandler(&testenv.LogBuffer{}, nil))))
+	sub, err := b.Subscribe([]string{"tool.*"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	finish := make(chan struct{})
+	started := make(chan struct{})
+	published := make(chan error, 1)
+	var executed atomic.Int32
+	mustRegister(t, b, Rule{Types: []string{"tool.*"}, Handler: func(context.Context, baton.Event) error {
+		executed.Add(1)
+		return nil
+	}})
+	mustRegister(t, b, Rule{Types: []string{"run"}, Handler: func(ctx context.Context, ev baton.Event) error {
+		close(started)
+		<-finish // the tool runs on while the drain begins
+		// As the tool registry does: detached from cancellation, bounded.
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		published <- b.Publish(pctx, event("tool.executed", ev.ChatID()))
+		return nil
+	}})
+	mustRegister(t, b, Rule{Types: []string{"probe"}, Handler: func(context.Context, baton.Event) error { return nil }})
+	if err := b.Publish(context.Background(), event("run", "c1")); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close(context.Background()) }()
+	// Wait until Close has begun: a publish from outside a handler is refused.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if err := b.Publish(context.Background(), event("probe", "c2")); errors.Is(err, baton.ErrClosed) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Close did not begin")
+		}
+		runtime.Gosched() // polling with a deadline
+	}
+	close(finish)
+	if err := <-published; err != nil {
+		t.Fatalf("tool.executed published during the drain: %v", err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if n := executed.Load(); n != 1 {
+		t.Fatalf("tool.executed handled %d times, want 1 before Close returned", n)
+	}
+	if ev, ok := <-sub.C(); !ok || ev.Type != "tool.executed" {
+		t.Fatalf("observer got %v %v, want the tool.executed", ev.Type, ok)
+	}
+	// After the drain nothing is accepted, even with a handler's context.
+	if err := b.Publish(b.ctx, event("tool.executed", "c1")); !errors.Is(err, baton.ErrClosed) {
+		t.Fatalf("publish after the drain = %v, want ErrClosed", err)
+	}
+}

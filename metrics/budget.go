@@ -91,7 +91,7 @@ func (c *Collector) chatSpent(ctx context.Context, scope baton.Scope, chatID str
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if ch := c.chats[chatID]; ch != nil && (!ch.scoped || ch.scope == scope) {
+	if ch, _ := c.chats.peek(chatID); ch != nil && (!ch.scoped || ch.scope == scope) {
 		return ch.all.TotalTokens(), ch.all.Cost, nil
 	}
 	return 0, 0, nil

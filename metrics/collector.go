@@ -45,6 +45,7 @@ const (
 	DefaultQueue         = 1024
 	DefaultFlushInterval = time.Second
 	DefaultIdle          = 30 * time.Minute
+	DefaultMaxChats      = 10000
 )
 
 // patterns are the events the collector observes.
@@ -92,6 +93,11 @@ type Options struct {
 	// Idle is how long a chat without events stays in memory (default
 	// DefaultIdle).
 	Idle time.Duration
+	// MaxChats bounds the chats kept in memory (default DefaultMaxChats),
+	// and the model calls in progress: beyond it the least recently active
+	// chat is forgotten at once, its rollup handed to the writer first.
+	// Figures of a forgotten chat are then read from the store.
+	MaxChats int
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
@@ -105,12 +111,12 @@ type Collector struct {
 	prom *promMetrics
 
 	mu      sync.Mutex
-	chats   map[string]*chatAgg // by chat id
+	chats   *lru[*chatAgg]      // by chat id, at most Options.MaxChats
 	apps    map[string]*totals  // in-memory totals per app, since Start
 	appBase map[string]*appBase // per-app totals from the store, for budgets
 	written map[string]*totals  // what the writer has written, per app
 	global  totals
-	msgs    map[string]*msgTiming // open model calls, by message id
+	msgs    *lru[*msgTiming] // open model calls, by message id, at most Options.MaxChats
 
 	scopes sync.Map // chat id -> baton.Scope, noted by TimedRecorder
 
@@ -149,6 +155,7 @@ type chatAgg struct {
 	pending  baton.ChatStats // deltas not yet handed to the writer
 	dirty    bool
 	lastSeen time.Time
+	gone     bool // put out of memory (cap or idle): c.chats holds a new one if the chat goes on
 }
 
 type agentAgg struct {
@@ -193,6 +200,9 @@ func New(opts Options) (*Collector, error) {
 	if opts.Idle <= 0 {
 		opts.Idle = DefaultIdle
 	}
+	if opts.MaxChats <= 0 {
+		opts.MaxChats = DefaultMaxChats
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -206,13 +216,13 @@ func New(opts Options) (*Collector, error) {
 		opts:    opts,
 		log:     opts.Logger,
 		now:     opts.Now,
-		chats:   map[string]*chatAgg{},
 		apps:    map[string]*totals{},
 		appBase: map[string]*appBase{},
 		written: map[string]*totals{},
-		msgs:    map[string]*msgTiming{},
+		msgs:    newLRU[*msgTiming](opts.MaxChats, nil),
 		queue:   make(chan baton.ChatStats, opts.Queue),
 	}
+	c.chats = newLRU(opts.MaxChats, c.forget)
 	p, err := newPromMetrics(c, opts.Registry)
 	if err != nil {
 		return nil, err
@@ -356,7 +366,7 @@ func (c *Collector) Observe(ev baton.Event) {
 		// The hottest event: only its message id matters.
 		id := messageID(ev.Payload)
 		c.mu.Lock()
-		if m := c.msgs[id]; m != nil && m.first.IsZero() {
+		if m, _ := c.msgs.peek(id); m != nil && m.first.IsZero() {
 			m.first = now
 		}
 		c.mu.Unlock()
@@ -377,19 +387,19 @@ func (c *Collector) Observe(ev baton.Event) {
 	switch ev.Type {
 	case baton.TypeStreamStart:
 		c.mu.Lock()
-		c.msgs[p.MessageID] = &msgTiming{chatID: chatID, agent: p.Agent, start: now}
+		c.msgs.put(p.MessageID, &msgTiming{chatID: chatID, agent: p.Agent, start: now})
 		c.mu.Unlock()
 		return
 	case baton.TypeStreamCompleted:
 		c.mu.Lock()
-		if m := c.msgs[p.MessageID]; m != nil {
+		if m, _ := c.msgs.peek(p.MessageID); m != nil {
 			m.finish = now
 		}
 		c.mu.Unlock()
 		return
 	case baton.TypeStreamError:
 		c.mu.Lock()
-		delete(c.msgs, p.MessageID)
+		c.msgs.delete(p.MessageID)
 		c.mu.Unlock()
 		c.prom.modelErrors.Inc()
 		return
@@ -423,6 +433,9 @@ func (c *Collector) Observe(ev baton.Event) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if ch.gone { // put out while the lock was released: count in the chat's new aggregate
+		ch = c.chat(chatID, now)
+	}
 	wf := label(ch.workflow)
 	switch ev.Type {
 	case baton.TypeChatSelectSpeaker:
@@ -475,8 +488,8 @@ func (c *Collector) Observe(ev baton.Event) {
 			t.addUsage(u, p.Cost)
 		}
 		ch.dirty = true
-		if m := c.msgs[p.AgentMessageID]; m != nil {
-			delete(c.msgs, p.AgentMessageID)
+		if m, _ := c.msgs.peek(p.AgentMessageID); m != nil {
+			c.msgs.delete(p.AgentMessageID)
 			end := m.finish
 			if end.IsZero() {
 				end = now
@@ -534,13 +547,31 @@ func label(s string) string {
 
 // chat returns the chat's aggregate, creating it. c.mu is held.
 func (c *Collector) chat(id string, now time.Time) *chatAgg {
-	ch := c.chats[id]
+	ch, _ := c.chats.get(id)
 	if ch == nil {
 		ch = &chatAgg{id: id, agents: map[string]*agentAgg{}, pending: baton.ChatStats{ChatID: id}}
-		c.chats[id] = ch
+		c.chats.put(id, ch)
 	}
 	ch.lastSeen = now
 	return ch
+}
+
+// forget is called when the chat cap puts a chat out of memory: its rollup
+// not yet handed to the writer is handed now, if the queue has room (else
+// it is dropped, counted and logged like any rollup the queue refuses).
+// c.mu is held.
+func (c *Collector) forget(id string, ch *chatAgg) {
+	ch.gone = true
+	c.scopes.Delete(id)
+	if !ch.dirty || ch.pending.App == "" || ch.pending.Workflow == "" || c.opts.Stats == nil {
+		return
+	}
+	select {
+	case c.queue <- ch.pending:
+	default:
+		c.prom.rollupDrops.Inc()
+		c.log.Warn("metrics: rollup queue full; the rollup of a chat put out of memory (Options.MaxChats) is dropped", "chat_id", id, "queue", cap(c.queue))
+	}
 }
 
 // setScope attributes the chat to its tenant; in-memory totals observed
@@ -622,7 +653,7 @@ func (c *Collector) resolve(ch *chatAgg) {
 func (c *Collector) flush() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, ch := range c.chats {
+	for _, ch := range c.chats.all() {
 		if !ch.dirty {
 			continue
 		}
@@ -648,7 +679,7 @@ func (c *Collector) flush() {
 func (c *Collector) flushFinal(ctx context.Context) {
 	c.mu.Lock()
 	var out []baton.ChatStats
-	for _, ch := range c.chats {
+	for _, ch := range c.chats.all() {
 		if ch.dirty && ch.pending.App != "" && ch.pending.Workflow != "" && c.opts.Stats != nil {
 			out = append(out, ch.pending)
 			ch.pending = baton.ChatStats{App: ch.pending.App, Workflow: ch.pending.Workflow, ChatID: ch.id}
@@ -673,15 +704,16 @@ func (c *Collector) evict() {
 	now := c.now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for id, ch := range c.chats {
+	for id, ch := range c.chats.all() {
 		if !ch.dirty && now.Sub(ch.lastSeen) > c.opts.Idle {
-			delete(c.chats, id)
+			c.chats.delete(id)
+			ch.gone = true
 			c.scopes.Delete(id)
 		}
 	}
-	for id, m := range c.msgs {
+	for id, m := range c.msgs.all() {
 		if now.Sub(m.start) > c.opts.Idle {
-			delete(c.msgs, id)
+			c.msgs.delete(id)
 		}
 	}
 }

@@ -71,6 +71,14 @@ func (c *Collector) Snapshot() Aggregate {
 	}
 }
 
+// ChatsInMemory returns the number of chats whose figures the collector
+// holds in memory: at most Options.MaxChats.
+func (c *Collector) ChatsInMemory() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.chats.len()
+}
+
 func (c *Collector) activeChats() int64 {
 	if c.opts.Active != nil {
 		return c.opts.Active()
@@ -79,7 +87,7 @@ func (c *Collector) activeChats() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var n int64
-	for _, ch := range c.chats {
+	for _, ch := range c.chats.all() {
 		if now.Sub(ch.lastSeen) < time.Minute {
 			n++
 		}
@@ -108,7 +116,7 @@ func (c *Collector) ChatPerf(r *http.Request, scope baton.Scope, chatID string) 
 		}
 	}
 	c.mu.Lock()
-	ch := c.chats[chatID]
+	ch, _ := c.chats.peek(chatID)
 	if ch != nil && ch.scoped && ch.scope == scope {
 		known = true
 		out.Workflow = ch.workflow
@@ -161,7 +169,7 @@ func (c *Collector) AggregateHandler(scopeOf ScopeFunc) http.Handler {
 				t = *a
 			}
 			var active int64
-			for _, ch := range c.chats {
+			for _, ch := range c.chats.all() {
 				if ch.scoped && ch.scope.App == scope.App && now.Sub(ch.lastSeen) < time.Minute {
 					active++
 				}

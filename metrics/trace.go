@@ -48,7 +48,7 @@ type Tracer struct {
 	tracer trace.Tracer
 	log    *slog.Logger
 	buffer int
-	chats  map[string]*chatTrace // owned by the loop goroutine
+	chats  *lru[*chatTrace] // owned by the loop goroutine; at most DefaultMaxChats
 
 	stop context.CancelFunc
 	done chan struct{}
@@ -71,7 +71,11 @@ func NewTracer(b *bus.Bus, tp trace.TracerProvider, log *slog.Logger) *Tracer {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Tracer{bus: b, tracer: tp.Tracer("github.com/batonhq/baton/metrics"), log: log, buffer: DefaultBuffer, chats: map[string]*chatTrace{}}
+	t := &Tracer{bus: b, tracer: tp.Tracer("github.com/batonhq/baton/metrics"), log: log, buffer: DefaultBuffer}
+	// A chat put out by the cap has its open spans ended at its last event,
+	// as at Close.
+	t.chats = newLRU(DefaultMaxChats, func(_ string, ct *chatTrace) { t.endChat(ct) })
+	return t
 }
 
 // OTLPFromEnv returns a tracer provider exporting over OTLP/HTTP when
@@ -117,13 +121,18 @@ func (t *Tracer) Close() {
 	}
 	t.stop()
 	<-t.done
-	for id, ct := range t.chats {
-		t.endRun(ct, ct.last, nil)
-		for cid, s := range ct.tools {
-			s.End(trace.WithTimestamp(ct.last))
-			delete(ct.tools, cid)
-		}
-		delete(t.chats, id)
+	for id, ct := range t.chats.all() {
+		t.endChat(ct)
+		t.chats.delete(id)
+	}
+}
+
+// endChat ends every span of a chat still open, at its last event.
+func (t *Tracer) endChat(ct *chatTrace) {
+	t.endRun(ct, ct.last, nil)
+	for cid, s := range ct.tools {
+		s.End(trace.WithTimestamp(ct.last))
+		delete(ct.tools, cid)
 	}
 }
 
@@ -200,7 +209,7 @@ func (t *Tracer) Observe(ev baton.Event) {
 	}
 	ts := time.UnixMilli(ev.Timestamp)
 	chatID := ev.ChatID()
-	ct := t.chats[chatID]
+	ct, _ := t.chats.get(chatID)
 	switch ev.Type {
 	case engine.TypeRunStart, engine.TypeRunResume, baton.TypeUserQuery, baton.TypeUIToolResponse:
 		if ct != nil && ct.root != nil {
@@ -208,7 +217,7 @@ func (t *Tracer) Observe(ev baton.Event) {
 		}
 		if ct == nil {
 			ct = &chatTrace{calls: map[string]trace.Span{}, tools: map[string]trace.Span{}}
-			t.chats[chatID] = ct
+			t.chats.put(chatID, ct)
 		}
 		scope := engine.ScopeOf(ev)
 		ctx, root := t.tracer.Start(context.Background(), "run "+ev.Type, trace.WithTimestamp(ts),
@@ -287,7 +296,7 @@ func (t *Tracer) Observe(ev baton.Event) {
 		ct.root.SetAttributes(attribute.String("baton.run.status", p.Status))
 		t.endRun(ct, ts, nil)
 		ct.agentName = ""
-		delete(t.chats, chatID)
+		t.chats.delete(chatID)
 	case baton.TypeChatError:
 		t.endRun(ct, ts, fmt.Errorf("%s", p.Code))
 	case baton.TypeChatInputRequest:
@@ -298,15 +307,25 @@ func (t *Tracer) Observe(ev baton.Event) {
 // evict forgets chats paused for longer than DefaultIdle, ending the tool
 // spans still waiting for a person at the chat's last event.
 func (t *Tracer) evict(now time.Time) {
-	for id, ct := range t.chats {
+	for id, ct := range t.chats.all() {
 		if ct.root == nil && now.Sub(ct.last) > DefaultIdle {
 			for cid, s := range ct.tools {
 				s.End(trace.WithTimestamp(ct.last))
 				delete(ct.tools, cid)
 			}
-			delete(t.chats, id)
+			t.chats.delete(id)
 		}
 	}
+}
+
+// WithMaxChats sets how many chats the tracer keeps open spans of (default
+// DefaultMaxChats; n <= 0 keeps the default): beyond it the least recently
+// active chat's spans are ended at its last event. Call it before Start.
+func (t *Tracer) WithMaxChats(n int) *Tracer {
+	if n > 0 {
+		t.chats.max = n
+	}
+	return t
 }
 
 // parent is the context new model and tool spans hang from: the agent's

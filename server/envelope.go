@@ -102,6 +102,9 @@ type frame struct {
 	typ  string
 	refs atomic.Int32 // streams yet to release a pooled frame; 0 for the others
 	buf  []byte       // a pooled frame's storage, kept when data is nil
+	// merge, on a frame built for one lagging stream, holds the deltas
+	// merged into it; its data is encoded by prepare (see queue).
+	merge *merged
 }
 
 // framePool holds the hub's spare frames, with their envelope buffers.

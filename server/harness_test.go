@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -64,6 +65,10 @@ type env struct {
 	wrapStore func(baton.Store) baton.Store
 	// metrics gives the server a metrics collector (not started).
 	metrics bool
+	// sndBuf, if set, is the send buffer of the server's connections:
+	// small, a client that stops reading blocks the server's writes at
+	// once instead of filling loopback's megabytes first.
+	sndBuf int
 }
 
 type envOption func(*env)
@@ -84,6 +89,52 @@ func withServerStore(wrap func(baton.Store) baton.Store) envOption {
 // withMetrics gives the server a metrics collector, so that /metrics and
 // /metrics/perf/* answer.
 func withMetrics() envOption { return func(e *env) { e.metrics = true } }
+
+// withSmallSocketBuffers gives the server's connections a send buffer of n
+// bytes (dial with dialSmall for a small receive buffer too).
+func withSmallSocketBuffers(n int) envOption { return func(e *env) { e.sndBuf = n } }
+
+// smallBufListener sets each accepted connection's send buffer.
+type smallBufListener struct {
+	net.Listener
+	n int
+}
+
+func (l smallBufListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetWriteBuffer(l.n)
+	}
+	return c, err
+}
+
+// smallBufClient is an HTTP client whose connections' TCP receive buffer
+// is n bytes.
+func smallBufClient(t testing.TB, n int) *http.Client {
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetReadBuffer(n)
+		}
+		return c, err
+	}}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
+}
+
+// dialSmall opens a WebSocket whose TCP receive buffer is n bytes.
+func (e *env) dialSmall(ctx context.Context, t testing.TB, chatID string, lastSeq int64, n int) *websocket.Conn {
+	t.Helper()
+	h := http.Header{}
+	h.Set("Authorization", "Bearer "+e.keys[scopeAda])
+	u := "ws" + strings.TrimPrefix(e.ts.URL, "http") + "/ws/acme/" + chatID + "?last_sequence=" + itoa(lastSeq)
+	c, _, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPHeader: h, HTTPClient: smallBufClient(t, n)})
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	c.SetReadLimit(8 << 20)
+	return c
+}
 
 // withWorkflows loads the workflows from dir instead of the examples.
 func withWorkflows(dir string) envOption { return func(e *env) { e.wfRoot = dir } }
@@ -149,6 +200,9 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	}
 	e.ts = httptest.NewUnstartedServer(e.srv.Handler())
 	e.ts.Config.ReadTimeout = e.readTimeout
+	if e.sndBuf > 0 {
+		e.ts.Listener = smallBufListener{Listener: e.ts.Listener, n: e.sndBuf}
+	}
 	e.ts.Start()
 	for _, sc := range []baton.Scope{scopeAda, scopeBob, scopeMallory} {
 		key, hash, err := NewKey()

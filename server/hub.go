@@ -24,8 +24,9 @@ const (
 
 // hub receives every chat.* and stream.* event through ONE bus subscription
 // and fans each out to the subscribers of its chat, through a bounded queue
-// per subscriber. It never blocks on a subscriber: a subscriber whose queue
-// is full is cut off (kickSlow) and replays from the store when it comes
+// per subscriber. It never blocks on a subscriber: a lagging subscriber's
+// deltas are merged (see queue), and one whose queue is full of recorded
+// events is cut off (kickSlow) and replays from the store when it comes
 // back (invariant 9). A chat's envelope is built once per event, shared by
 // all its subscribers.
 type hub struct {
@@ -42,7 +43,7 @@ type hub struct {
 	mu    sync.Mutex
 	chats map[string]*hubChat
 
-	delivered atomic.Int64 // frames queued to subscribers
+	delivered atomic.Int64 // frames queued to subscribers (merged deltas included)
 	done      chan struct{}
 }
 
@@ -64,7 +65,7 @@ func (c *hubChat) forget() {
 // subscriber is one stream (a WebSocket or an SSE response) of one chat.
 type subscriber struct {
 	chatID string
-	q      chan *frame
+	q      queue
 	kicked chan struct{} // closed when the hub ends the subscriber
 	reason atomic.Int32  // a kick* constant, set before kicked is closed
 	once   sync.Once
@@ -146,12 +147,12 @@ func (h *hub) dispatch(ev *baton.Event) {
 	// be as soon as it is queued; one cut off here never will, so it is
 	// released for it.
 	f.refs.Store(int32(len(c.subs)))
+	d := lazyDelta{ev: ev}
 	kept := c.subs[:0]
 	for _, s := range c.subs {
-		select {
-		case s.q <- f:
+		if s.q.push(f, &d, wf) {
 			kept = append(kept, s)
-		default:
+		} else {
 			s.kick(kickSlow)
 			f.release()
 		}
@@ -172,7 +173,7 @@ func (h *hub) dispatch(ev *baton.Event) {
 // that arrives meanwhile, after the first stream's watch — so that nothing
 // falls between the replay and the first live event.
 func (h *hub) subscribe(chatID string, wf *workflow.Workflow) (*subscriber, error) {
-	s := &subscriber{chatID: chatID, q: make(chan *frame, h.queueLen), kicked: make(chan struct{})}
+	s := &subscriber{chatID: chatID, q: newQueue(h.queueLen), kicked: make(chan struct{})}
 	h.mu.Lock()
 	select {
 	case <-h.done:

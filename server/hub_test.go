@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -37,10 +38,8 @@ func TestHubFrameReuse(t *testing.T) {
 	check := func(name string, s *subscriber, upTo int64) {
 		last := int64(0)
 		for last < upTo {
-			var f *frame
-			select {
-			case f = <-s.q:
-			case <-s.kicked:
+			f := nextFrame(s)
+			if f == nil {
 				t.Errorf("%s: kicked after sequence %d", name, last)
 				return
 			}
@@ -95,9 +94,34 @@ func TestHubFrameReuse(t *testing.T) {
 // room reports whether every subscriber's queue has room for a frame.
 func room(subs ...*subscriber) bool {
 	for _, s := range subs {
-		if len(s.q) == cap(s.q) {
+		if s.q.waiting() >= s.q.limit {
 			return false
 		}
 	}
 	return true
+}
+
+// nextFrame returns a subscriber's next frame, as a stream takes it (one
+// at a time here); nil once it was kicked and nothing is left.
+func nextFrame(s *subscriber) *frame {
+	for {
+		s.q.mu.Lock()
+		if len(s.q.frames) > 0 {
+			f := s.q.frames[0]
+			s.q.frames = slices.Delete(s.q.frames, 0, 1)
+			if f.seq > 0 {
+				s.q.recorded--
+			}
+			s.q.mu.Unlock()
+			return f.prepare()
+		}
+		s.q.mu.Unlock()
+		select {
+		case <-s.q.ready:
+		case <-s.kicked:
+			if s.q.waiting() == 0 {
+				return nil
+			}
+		}
+	}
 }

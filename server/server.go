@@ -61,8 +61,10 @@ type Config struct {
 	// per second, RateBurst its bucket; 0 disables the limit.
 	RateLimit float64
 	RateBurst int
-	// QueueLen is each stream's queue of pending envelopes (default 256): a
-	// stream whose queue is full is cut off and told to replay.
+	// QueueLen is how many recorded envelopes may wait in a stream's queue
+	// (default 256): a stream with more is cut off and told to replay.
+	// Deltas are merged while QueueLen/8 envelopes wait, and the queue
+	// holds 4×QueueLen envelopes in all (see queue).
 	QueueLen int
 	// HubBuffer is the hub's bus subscription buffer (default 65536).
 	HubBuffer int

@@ -35,13 +35,32 @@ const replayPage = 500
 
 // cursor is a stream's position in its chat: the last sequence it has
 // handled (sent or hidden by the filter). It makes replay and live delivery
-// one gap-free, duplicate-free sequence.
+// one gap-free, duplicate-free sequence. There is one per stream and it
+// only moves forward once the stream has sent a recorded event: no
+// sequence reaches a stream twice (see resume).
 type cursor struct {
 	s      *Server
 	scope  baton.Scope
 	chatID string
 	wf     *workflow.Workflow
 	last   int64
+	// sent: the stream has sent a recorded event; from then on the cursor
+	// never moves back.
+	sent bool
+}
+
+// resume handles a client's resume message: it has every event up to
+// last. Forward of the cursor, the cursor moves there and what follows is
+// replayed. Behind it, the events in between were either sent on this
+// stream already — nothing is sent again — or, on a stream that has sent
+// no recorded event yet (opened at a later ?last_sequence), are not sent
+// at all: that first resume sets the cursor.
+func (c *cursor) resume(ctx context.Context, last int64, send func(*frame) error) error {
+	if last < c.last && c.sent {
+		return nil
+	}
+	c.last = last
+	return c.replay(ctx, send)
 }
 
 // replay sends every event after c.last from the store.
@@ -56,6 +75,7 @@ func (c *cursor) replay(ctx context.Context, send func(*frame) error) error {
 				if err := send(f); err != nil {
 					return err
 				}
+				c.sent = true
 			}
 			c.last = evs[i].Sequence
 		}
@@ -83,6 +103,7 @@ func (c *cursor) live(ctx context.Context, f *frame, send func(*frame) error) er
 	if f.data == nil {
 		return nil
 	}
+	c.sent = true
 	return send(f)
 }
 
@@ -391,23 +412,25 @@ func (s *Server) serveWS(ctx context.Context, cancel context.CancelFunc, ws *wsC
 	pinging := false
 	recheck := time.NewTicker(s.cfg.KeyRecheck)
 	defer recheck.Stop()
+	var batch []*frame
 	for {
 		var err error
 		select {
-		case f := <-sub.q:
-			err = cur.live(ctx, f, send)
-			f.release()
-			// What else is queued, without waiting; at most a queueful.
-			for n := 1; err == nil && n < cap(sub.q) && len(sub.q) > 0; n++ {
-				f = <-sub.q
-				err = cur.live(ctx, f, send)
+		case <-sub.q.ready:
+			// Everything queued, at once: merging can only touch frames
+			// still in the queue.
+			batch = sub.q.take(batch[:0])
+			for i, f := range batch {
+				if err == nil {
+					err = cur.live(ctx, f.prepare(), send)
+				}
 				f.release()
+				batch[i] = nil
 			}
 		case c := <-ctl:
 			switch {
 			case c.resume:
-				cur.last = c.last
-				err = cur.replay(ctx, send)
+				err = cur.resume(ctx, c.last, send)
 			case c.reply.Type != "":
 				b, _ := json.Marshal(c.reply)
 				err = send(&frame{data: b})
@@ -715,12 +738,19 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 	defer tick.Stop()
 	recheck := time.NewTicker(s.cfg.KeyRecheck)
 	defer recheck.Stop()
+	var batch []*frame
 	for {
 		var err error
 		select {
-		case f := <-sub.q:
-			err = cur.live(ctx, f, send)
-			f.release()
+		case <-sub.q.ready:
+			batch = sub.q.take(batch[:0])
+			for i, f := range batch {
+				if err == nil {
+					err = cur.live(ctx, f.prepare(), send)
+				}
+				f.release()
+				batch[i] = nil
+			}
 		case <-tick.C:
 			err = write([]byte(": heartbeat\n\n"))
 		case <-recheck.C:

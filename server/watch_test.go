@@ -53,7 +53,7 @@ func TestHubWatchesAChatWhileStreamsFollowIt(t *testing.T) {
 		t.Fatalf("chat b still watched (%d) after it was kicked", count("b"))
 	}
 	d1, _ := h.subscribe("d", nil)
-	for i := range int64(cap(d1.q) + 1) { // nobody reads: the stream is cut off
+	for i := range int64(d1.q.limit + 1) { // nobody reads: the stream is cut off
 		ev := baton.NewEvent(baton.TypeChatText, baton.Metadata{TriggerSessionID: "d"}, json.RawMessage(`{"kind":"text","agent":"a"}`))
 		ev.Sequence = i + 1
 		h.dispatch(&ev)

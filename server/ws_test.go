@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -185,7 +186,9 @@ func TestWS_GeneratorChat(t *testing.T) {
 
 // TestWS_ReconnectRandomDrops drops the connection at random moments 50
 // times while the generator chat runs, reconnecting each time with the
-// last sequence seen; the person answers over HTTP. Put together, what the
+// last sequence seen — in the URL, and on about half of the connections
+// also as a resume message, which the socket may get after it has sent
+// newer events; the person answers over HTTP. Put together, what the
 // client saw has every sequence once, in order, and equals the history.
 func TestWS_ReconnectRandomDrops(t *testing.T) {
 	e := newEnv(t)
@@ -203,6 +206,9 @@ func TestWS_ReconnectRandomDrops(t *testing.T) {
 			t.Fatalf("chat did not complete after %d connections", drop)
 		}
 		c := e.dial(ctx, t, id, last, e.keys[scopeAda])
+		if rng.IntN(2) == 0 {
+			writeMsg(ctx, t, c, map[string]any{"type": "resume", "last_sequence": last})
+		}
 		// Read for a random while (0 to 4 ms), then drop the connection
 		// without a close handshake.
 		rctx, rcancel := context.WithTimeout(ctx, time.Duration(rng.IntN(4000))*time.Microsecond)
@@ -705,5 +711,89 @@ func TestStream_ChatDeletedWhileConnecting(t *testing.T) {
 		if _, _, err := c.Read(ctx); websocket.CloseStatus(err) != CloseNotFound {
 			t.Fatalf("WebSocket of a chat deleted while it subscribed: %v, want 4404", err)
 		}
+	}
+}
+
+// collectUntilPong reads a socket's recorded envelopes until the pong that
+// answers the ping sent last: the writer handles client messages in order,
+// so everything a resume sent before it has arrived.
+func collectUntilPong(ctx context.Context, t *testing.T, c *websocket.Conn) []int64 {
+	t.Helper()
+	var seqs []int64
+	for {
+		_, raw, err := c.Read(ctx)
+		if err != nil {
+			t.Fatalf("read: %v (after %v)", err, seqs)
+		}
+		v := decodeEnvelope(t, raw)
+		if v.Type == "pong" {
+			return seqs
+		}
+		if v.seq() > 0 {
+			seqs = append(seqs, v.seq())
+		}
+	}
+}
+
+// TestWS_ResumeCombinations: every combination of ?last_sequence and resume
+// messages on one socket gives each sequence at most once, exactly the
+// ones after the point named (the cursor only moves forward once the
+// socket has sent a recorded event; the first resume of a socket that has
+// sent none sets it).
+func TestWS_ResumeCombinations(t *testing.T) {
+	e := newEnv(t, withWorkflows(benchDir))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	id := e.start(t, "bench", nil)
+	e.waitStatus(t, id, baton.ChatCompleted)
+	var hist []int64
+	for _, raw := range e.history(t, id) {
+		hist = append(hist, decodeEnvelope(t, raw).seq())
+	}
+	if len(hist) < 6 {
+		t.Fatalf("history too short for the test: %v", hist)
+	}
+	end := hist[len(hist)-1]
+	after := func(n int64) []int64 {
+		var out []int64
+		for _, s := range hist {
+			if s > n {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	third, fifth := hist[2], hist[4]
+	for _, tc := range []struct {
+		name    string
+		query   string
+		resumes []int64
+		want    []int64
+	}{
+		{"neither: from 1 at once", "", nil, hist},
+		{"no query, then resume 3: nothing again", "", []int64{third}, hist},
+		{"query 3", "last_sequence=" + itoa(third), nil, after(third)},
+		{"query 3, then resume 3", "last_sequence=" + itoa(third), []int64{third}, after(third)},
+		{"query 3, then resume 5: already sent", "last_sequence=" + itoa(third), []int64{fifth}, after(third)},
+		{"query at the end, then resume 3: the first resume sets it", "last_sequence=" + itoa(end), []int64{third}, after(third)},
+		{"query at the end, resume 3, resume 3 again", "last_sequence=" + itoa(end), []int64{third, third}, after(third)},
+		{"query at the end, resume 5, then resume 3: never back", "last_sequence=" + itoa(end), []int64{fifth, third}, after(fifth)},
+		{"query 0, resume 0", "last_sequence=0", []int64{0}, hist},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := e.tryDialQuery(ctx, id, tc.query, e.keys[scopeAda])
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.CloseNow()
+			for _, r := range tc.resumes {
+				writeMsg(ctx, t, c, map[string]any{"type": "resume", "last_sequence": r})
+			}
+			writeMsg(ctx, t, c, map[string]any{"type": "ping"})
+			got := collectUntilPong(ctx, t, c)
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("got %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -44,6 +44,8 @@ type runtimeConfig struct {
 	busNamespace string        // first subject token on NATS, shared by a deployment's instances
 	instanceID   string        // set when several instances share the store
 	leaseTTL     time.Duration // how long a chat's lease lasts without renewal
+	maxChats     int           // chats the metrics (and the tracer) keep in memory at most
+	stateCache   int           // chat states the engine keeps in memory between inputs
 	log          *slog.Logger
 }
 
@@ -77,6 +79,8 @@ func (c *runtimeConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.instanceID, "instance-id", envOr("BATON_INSTANCE_ID", ""), "this instance's name when several share one PostgreSQL store: chats are leased, appends fenced, dead instances' chats taken over (env BATON_INSTANCE_ID)")
 	fs.StringVar(&c.busNamespace, "bus-namespace", envOr("BATON_BUS_NAMESPACE", natsbridge.DefaultNamespace), "with --bus: the first token of every NATS subject and the inputs stream's name, the same on every instance of a deployment (env BATON_BUS_NAMESPACE)")
 	fs.DurationVar(&c.leaseTTL, "lease-ttl", engine.DefaultLeaseTTL, "with --instance-id: how long a chat's lease lasts without renewal")
+	fs.IntVar(&c.maxChats, "max-chats-in-memory", envIntOr("BATON_MAX_CHATS_IN_MEMORY", metrics.DefaultMaxChats), "chats whose metrics (and trace spans) stay in memory; beyond it the least recently active is forgotten, its figures kept in the store (env BATON_MAX_CHATS_IN_MEMORY)")
+	fs.IntVar(&c.stateCache, "state-cache", envIntOr("BATON_STATE_CACHE", engine.DefaultStateCache), "chat states kept in memory between inputs, least recently used out first; 0: none, every input rebuilds from the store (env BATON_STATE_CACHE)")
 	fs.Int64Var(&c.budget.Chat.MaxTokens, "chat-max-tokens", envInt("BATON_CHAT_MAX_TOKENS"), "token budget of a chat whose workflow sets none (0: none)")
 	fs.Float64Var(&c.budget.Chat.MaxCostUSD, "chat-max-cost-usd", envFloat("BATON_CHAT_MAX_COST_USD"), "cost budget in USD of a chat whose workflow sets none (0: none)")
 	fs.Int64Var(&c.budget.App.MaxTokens, "app-max-tokens", envInt("BATON_APP_MAX_TOKENS"), "token budget of each app over all its chats (0: none)")
@@ -87,6 +91,12 @@ func (c *runtimeConfig) flags(fs *flag.FlagSet) {
 // the engine. The caller closes it.
 func openRuntime(ctx context.Context, cfg runtimeConfig) (*runtime, error) {
 	log := cfg.log
+	if cfg.maxChats < 1 {
+		return nil, fmt.Errorf("--max-chats-in-memory (BATON_MAX_CHATS_IN_MEMORY): must be a whole number of at least 1")
+	}
+	if cfg.stateCache < 0 {
+		return nil, fmt.Errorf("--state-cache (BATON_STATE_CACHE): must be a whole number of at least 0")
+	}
 	if cfg.storeURL == "" {
 		cfg.storeURL = "sqlite:" + filepath.Join(cfg.dataDir, "baton.db")
 	}
@@ -113,7 +123,7 @@ func openRuntime(ctx context.Context, cfg runtimeConfig) (*runtime, error) {
 	stats, _ := st.(baton.StatsStore)
 	var eng *engine.Engine
 	col, err := metrics.New(metrics.Options{Bus: b, Stats: stats, Chats: st.GetChat, Usage: st, Logger: log,
-		Active: func() int64 { return eng.Active() }})
+		Active: func() int64 { return eng.Active() }, MaxChats: cfg.maxChats})
 	if err != nil {
 		_ = st.Close()
 		return nil, err
@@ -126,7 +136,7 @@ func openRuntime(ctx context.Context, cfg runtimeConfig) (*runtime, error) {
 	eng, err = engine.New(engine.Config{
 		Store: st, Recorder: rec, Bus: b, Workflows: wfs, WorkflowRoot: root,
 		Providers: providerFor(log), Logger: log, SecretKey: key, Budget: col.Budget(cfg.budget),
-		InstanceID: cfg.instanceID, LeaseTTL: cfg.leaseTTL,
+		InstanceID: cfg.instanceID, LeaseTTL: cfg.leaseTTL, StateCache: stateCacheOf(cfg.stateCache),
 	})
 	if err != nil {
 		_ = st.Close()
@@ -139,7 +149,7 @@ func openRuntime(ctx context.Context, cfg runtimeConfig) (*runtime, error) {
 	}
 	var tr *metrics.Tracer
 	if tp != nil {
-		tr = metrics.NewTracer(b, tp, log)
+		tr = metrics.NewTracer(b, tp, log).WithMaxChats(cfg.maxChats)
 		if err := tr.Start(); err != nil {
 			_ = st.Close()
 			return nil, fmt.Errorf("tracing: %w", err)
@@ -385,8 +395,32 @@ func envInt(key string) int64 {
 	return n
 }
 
+// envIntOr returns the number in the environment variable key, def when it
+// is unset, or -1 when it is not a number (which the flag's check then
+// refuses, naming the variable).
+func envIntOr(key string, def int) int {
+	v, ok := os.LookupEnv(key)
+	if !ok || strings.TrimSpace(v) == "" {
+		return def
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
 // envFloat returns the number in the environment variable key, or 0.
 func envFloat(key string) float64 {
 	f, _ := strconv.ParseFloat(os.Getenv(key), 64)
 	return f
+}
+
+// stateCacheOf maps --state-cache to engine.Config.StateCache, where 0
+// means the default and a negative number none.
+func stateCacheOf(n int) int {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }

@@ -96,3 +96,30 @@ func TestServe_DevSmoke(t *testing.T) {
 		t.Fatal("serve did not shut down")
 	}
 }
+
+// TestServe_MemoryCapsMustBeNumbers: a cap that is not a whole number of
+// at least 1 (0 for the state cache) stops the server with an error naming
+// the flag and its variable.
+func TestServe_MemoryCapsMustBeNumbers(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  [2]string
+		want string
+	}{
+		{args: []string{"--max-chats-in-memory", "0"}, want: "--max-chats-in-memory (BATON_MAX_CHATS_IN_MEMORY)"},
+		{env: [2]string{"BATON_MAX_CHATS_IN_MEMORY", "lots"}, want: "--max-chats-in-memory (BATON_MAX_CHATS_IN_MEMORY)"},
+		{args: []string{"--state-cache", "-2"}, want: "--state-cache (BATON_STATE_CACHE)"},
+	} {
+		if tc.env[0] != "" {
+			t.Setenv(tc.env[0], tc.env[1])
+		}
+		var out, errb bytes.Buffer
+		args := append([]string{"serve", "--addr", "127.0.0.1:0", "--data-dir", t.TempDir()}, tc.args...)
+		if code := run(context.Background(), args, &out, &errb); code != 1 || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("%v %v: exit %d: %s", tc.args, tc.env, code, errb.String())
+		}
+		if tc.env[0] != "" {
+			t.Setenv(tc.env[0], "")
+		}
+	}
+}
