@@ -70,6 +70,8 @@ func visible(wf *workflow.Workflow, ev *baton.Event, v *eventView) bool {
 		}
 	case baton.TypeChatHandoff:
 		return isVisual(v.From) && isVisual(v.To)
+	case baton.TypeChatNotice:
+		return true // a recovery in progress: the person waits on it, whoever the agent
 	}
 	agent := v.Agent
 	if agent == "" {

@@ -52,6 +52,8 @@ func TestEnvelopeFilter(t *testing.T) {
 		{"handoff user to visual", baton.TypeChatHandoff, "user", `{"kind":"handoff","from":"user","to":"InterviewAgent"}`, true},
 		{"stream of a visual agent", baton.TypeStreamText, "InterviewAgent", `{"message_id":"m","agent":"InterviewAgent","delta":"x"}`, true},
 		{"stream of an internal agent", baton.TypeStreamText, internal, `{"message_id":"m","agent":"ContextVariablesAgent","delta":"x"}`, false},
+		{"model retry notice of an internal agent", baton.TypeChatNotice, internal, `{"kind":"notice","code":"model_retry","agent":"ContextVariablesAgent","message":"the model is slow; retrying (2/4)","attempt":2,"max_attempts":4}`, true},
+		{"stream.error of a visual agent", baton.TypeStreamError, "InterviewAgent", `{"message_id":"m","agent":"InterviewAgent","code":"timeout_idle","will_retry":true,"void":true}`, true},
 		{"not an event for clients", baton.TypeUserQuery, "", `{"content":"x"}`, false},
 	}
 	for _, tc := range cases {
@@ -177,6 +179,7 @@ func TestEnvelopeFilter_UnknownWorkflowFailsClosed(t *testing.T) {
 		{"UI tool call awaiting the person", baton.TypeChatToolCall, agent, `{"kind":"tool_call","agent":"ContextVariablesAgent","ui_event_id":"u1","awaiting_response":true}`, true},
 		{"run complete", baton.TypeChatRunComplete, "", `{"kind":"run_complete","status":"success"}`, true},
 		{"error", baton.TypeChatError, agent, `{"kind":"error","agent":"ContextVariablesAgent","message":"m"}`, true},
+		{"notice", baton.TypeChatNotice, agent, `{"kind":"notice","code":"model_retry","agent":"ContextVariablesAgent","message":"m"}`, true},
 	} {
 		ev := baton.NewEvent(tc.typ, baton.Metadata{TriggerSessionID: "c1", TriggerAgentName: tc.agent}, json.RawMessage(tc.payload))
 		if baton.IsChatType(tc.typ) {
