@@ -64,6 +64,8 @@ type env struct {
 	wrapStore func(baton.Store) baton.Store
 	// metrics gives the server a metrics collector (not started).
 	metrics bool
+	// prov, if set, replaces the scripted provider of the workflows.
+	prov engine.ProviderFunc
 }
 
 type envOption func(*env)
@@ -84,6 +86,10 @@ func withServerStore(wrap func(baton.Store) baton.Store) envOption {
 // withMetrics gives the server a metrics collector, so that /metrics and
 // /metrics/perf/* answer.
 func withMetrics() envOption { return func(e *env) { e.metrics = true } }
+
+// withModel gives the engine prov instead of the workflows' scripted
+// providers.
+func withModel(prov engine.ProviderFunc) envOption { return func(e *env) { e.prov = prov } }
 
 // withWorkflows loads the workflows from dir instead of the examples.
 func withWorkflows(dir string) envOption { return func(e *env) { e.wfRoot = dir } }
@@ -122,12 +128,16 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		if err != nil {
 			t.Fatalf("load workflows: %v", err)
 		}
+		prov := e.prov
+		if prov == nil {
+			prov = func(wf *workflow.Workflow) (baton.Provider, error) {
+				return scripted.Load(wf.FS, path.Join(wf.Dir, "scripted.json"))
+			}
+		}
 		e.eng, err = engine.New(engine.Config{
 			Store: st, Recorder: e.rec, Bus: e.bus, Workflows: wfs, WorkflowRoot: e.wfRoot,
-			Providers: func(wf *workflow.Workflow) (baton.Provider, error) {
-				return scripted.Load(wf.FS, path.Join(wf.Dir, "scripted.json"))
-			},
-			Logger: log, SecretKey: []byte("0123456789abcdef0123456789abcdef"),
+			Providers: prov,
+			Logger:    log, SecretKey: []byte("0123456789abcdef0123456789abcdef"),
 		})
 		if err != nil {
 			t.Fatalf("engine: %v", err)
