@@ -764,7 +764,7 @@ func (r *run) callModel(ctx context.Context) error {
 
 	var acc llm.Accumulator
 	_ = r.e.cast.Broadcast(llm.StreamStartEvent(st.chat.ID, agent.Name, msgID))
-	firstID := msgID
+	firstID, attempt := msgID, 1
 	var streamErr, recordErr error
 	for d, err := range r.prov.Stream(ctx, req) {
 		if err != nil {
@@ -772,6 +772,9 @@ func (r *run) callModel(ctx context.Context) error {
 			break
 		}
 		if d.Kind == baton.DeltaRetry {
+			if d.Retry == nil { // a provider that says no more than "again"
+				d.Retry = &baton.Retry{}
+			}
 			// The provider sends the call again from scratch. Nothing of
 			// the failed attempt is recorded (the call's result is staged
 			// only when it ends), so its deltas are void: its stream.error
@@ -782,7 +785,8 @@ func (r *run) callModel(ctx context.Context) error {
 			if recordErr = r.record(ctx, []baton.Event{r.retryNotice(agent.Name, d.Retry)}, nil); recordErr != nil {
 				break // stopping the loop ends the call
 			}
-			msgID = fmt.Sprintf("%s_a%d", firstID, d.Retry.Attempt)
+			attempt++
+			msgID = fmt.Sprintf("%s_a%d", firstID, attempt)
 			_ = r.e.cast.Broadcast(llm.StreamStartEvent(st.chat.ID, agent.Name, msgID))
 			continue
 		}
