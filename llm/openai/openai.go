@@ -308,7 +308,8 @@ func (c *call) attempt(ctx context.Context, params sdk.ChatCompletionNewParams, 
 		}
 	}
 	err := stream.Err()
-	if ctx.Err() == nil && context.Cause(actx) == errStalled {
+	// A watchdog that fired just as the reply completed stalled nothing.
+	if (err != nil || !c.finished) && ctx.Err() == nil && context.Cause(actx) == errStalled {
 		if c.started {
 			return true, c.errorf(baton.ProviderTimeoutIdle, err, "the reply stalled: no chunk within %v", c.idle)
 		}
