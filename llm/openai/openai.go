@@ -308,12 +308,16 @@ func (c *call) attempt(ctx context.Context, params sdk.ChatCompletionNewParams, 
 		}
 	}
 	err := stream.Err()
-	// A watchdog that fired just as the reply completed stalled nothing.
-	if (err != nil || !c.finished) && ctx.Err() == nil && context.Cause(actx) == errStalled {
-		if c.started {
+	if ctx.Err() == nil && context.Cause(actx) == errStalled {
+		if c.finished {
+			// The reply is whole: only what follows its finish reason (the
+			// usage) did not come, or the watchdog fired as it completed.
+			err = nil
+		} else if c.started {
 			return true, c.errorf(baton.ProviderTimeoutIdle, err, "the reply stalled: no chunk within %v", c.idle)
+		} else {
+			return true, c.errorf(baton.ProviderTimeoutFirstToken, err, "no reply within the first-token timeout (%v)", c.firstToken)
 		}
-		return true, c.errorf(baton.ProviderTimeoutFirstToken, err, "no reply within the first-token timeout (%v)", c.firstToken)
 	}
 	if err != nil {
 		return true, c.classify(err, chunks > 0)

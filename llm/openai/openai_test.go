@@ -403,6 +403,16 @@ func TestStallMidStreamRestarted(t *testing.T) {
 	}
 }
 
+// TestStallAfterFinishKeepsReply: a reply that stalls after its finish
+// reason (the usage never comes) is whole: it is kept, not sent again.
+func TestStallAfterFinishKeepsReply(t *testing.T) {
+	f := newFake(t, hang(textChunk("done"), chunk(`{}`, "stop")), sse(textChunk("again"), chunk(`{}`, "stop")))
+	_, acc, err := collect(t, t.Context(), f.provider(WithStallTimeouts(time.Minute, 30*time.Millisecond)), request())
+	if err != nil || acc.Text() != "done" || f.calls.Load() != 1 {
+		t.Fatalf("err %v text %q calls %d", err, acc.Text(), f.calls.Load())
+	}
+}
+
 // TestStallTimeoutsPerRequest: the request's timeouts win over the
 // provider's.
 func TestStallTimeoutsPerRequest(t *testing.T) {
