@@ -365,7 +365,7 @@ func TestStallBeforeFirstTokenRetried(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFake(t, tc.h, tc.h, sse(textChunk("late but fine"), chunk(`{}`, "stop")))
-			ds, acc, err := collect(t, t.Context(), f.provider(WithStallTimeouts(50*time.Millisecond, time.Minute)), request())
+			ds, acc, err := collect(t, t.Context(), f.provider(WithStallTimeouts(200*time.Millisecond, time.Minute)), request())
 			if err != nil || acc.Text() != "late but fine" || f.calls.Load() != 3 {
 				t.Fatalf("err %v text %q calls %d", err, acc.Text(), f.calls.Load())
 			}
