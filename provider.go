@@ -71,9 +71,10 @@ type ModelParams struct {
 	Seed *int64
 	// Timeout bounds the whole call, streaming included, retries too.
 	Timeout time.Duration
-	// FirstTokenTimeout bounds the wait for the first chunk of a reply and
-	// IdleTimeout the wait between two chunks; an attempt that stalls
-	// longer is abandoned and retried (see DeltaRetry).
+	// FirstTokenTimeout bounds one attempt's wait for the first delta of
+	// the reply and IdleTimeout the wait between two chunks after it; an
+	// attempt that stalls longer is abandoned and retried (see DeltaRetry).
+	// Zero means the provider's defaults.
 	FirstTokenTimeout time.Duration
 	IdleTimeout       time.Duration
 	// BaseURL and APIKey override the provider's configured endpoint.
@@ -205,16 +206,17 @@ const (
 	ProviderContextLength ProviderErrorKind = "context_length" // the conversation is longer than the model's context
 	ProviderContentFilter ProviderErrorKind = "content_filter" // the provider's content filter stopped the reply
 	ProviderTimeout       ProviderErrorKind = "timeout"        // the call's timeout elapsed
-	ProviderUnavailable   ProviderErrorKind = "unavailable"    // 408/409/5xx, connection errors, a stream cut short
+	ProviderUnavailable   ProviderErrorKind = "unavailable"    // 408/409/5xx, an error event in the stream, a connection that failed before a response
 	ProviderProtocol      ProviderErrorKind = "protocol"       // the provider sent something that is not the API's format
 	// A reply that had started streaming broke off: the connection was
 	// cut, or the stream ended before the model finished.
 	ProviderConnectionDropped ProviderErrorKind = "connection_dropped"
 	// One chunk of a streamed reply was not valid JSON.
 	ProviderMalformedChunk ProviderErrorKind = "malformed_chunk"
-	// No chunk of the reply came within the first-token timeout.
+	// No delta of the reply came within the first-token timeout.
 	ProviderTimeoutFirstToken ProviderErrorKind = "timeout_first_token"
-	// The reply stalled: no chunk came within the idle timeout.
+	// The reply stalled: after its first delta, no chunk came within the
+	// idle timeout.
 	ProviderTimeoutIdle ProviderErrorKind = "timeout_idle"
 )
 
@@ -241,9 +243,10 @@ func (e *ProviderError) Error() string { return e.describe(e.Endpoint, e.Message
 // ClientMessage describes e to clients — the person in the chat, a UI —
 // leaving out what only the operator should see: the endpoint (it may be an
 // internal gateway's address) and, unless the kind says the fault is in the
-// request (bad request, context length, content filter) or the reply
-// (timeout, protocol, malformed chunk), the provider's own text, which may quote an
-// organization id, a masked API key or a transport error's addresses.
+// request (bad request, context length, content filter) or the reply (the
+// timeouts, protocol, malformed chunk), the provider's own text, which may
+// quote an organization id, a masked API key or a transport error's
+// addresses.
 // Error has it all, for logs.
 func (e *ProviderError) ClientMessage() string {
 	switch e.Kind {
