@@ -69,8 +69,14 @@ type ModelParams struct {
 	// Seed makes sampling reproducible where the provider supports it; the
 	// engine passes the chat's cache_seed.
 	Seed *int64
-	// Timeout bounds the whole call, streaming included.
+	// Timeout bounds the whole call, streaming included, retries too.
 	Timeout time.Duration
+	// FirstTokenTimeout bounds one attempt's wait for the first delta of
+	// the reply and IdleTimeout the wait between two chunks after it; an
+	// attempt that stalls longer is abandoned and retried (see DeltaRetry).
+	// Zero means the provider's defaults.
+	FirstTokenTimeout time.Duration
+	IdleTimeout       time.Duration
 	// BaseURL and APIKey override the provider's configured endpoint.
 	BaseURL string
 	APIKey  string
@@ -101,6 +107,10 @@ const (
 	DeltaToolCall                       // ToolCall holds a fragment of a tool call
 	DeltaFinish                         // FinishReason says why the model stopped
 	DeltaUsage                          // Usage holds the token counts of the call
+	// DeltaRetry says the attempt so far failed and the call is sent again:
+	// every delta yielded before it is void, and the deltas after it are a
+	// new reply from scratch. Retry says why and which attempt follows.
+	DeltaRetry
 )
 
 // String returns the kind's name.
@@ -116,6 +126,8 @@ func (k DeltaKind) String() string {
 		return "finish"
 	case DeltaUsage:
 		return "usage"
+	case DeltaRetry:
+		return "retry"
 	}
 	return "DeltaKind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -128,6 +140,20 @@ type Delta struct {
 	ToolCall     ToolCallDelta
 	FinishReason string
 	Usage        Usage
+	// Retry is set on a DeltaRetry only (a pointer, so that the deltas of
+	// a healthy stream stay small).
+	Retry *Retry
+}
+
+// Retry describes a model call sent again after a failed attempt.
+type Retry struct {
+	// Attempt is the attempt about to start (2 for the first retry), of at
+	// most MaxAttempts.
+	Attempt, MaxAttempts int
+	// Err is why the previous attempt failed, a *ProviderError.
+	Err error
+	// Wait is how long the provider waits before the attempt.
+	Wait time.Duration
 }
 
 // ToolCallDelta is a fragment of the tool call at position Index of the
@@ -162,8 +188,9 @@ func (u Usage) Add(v Usage) Usage {
 // Provider is a model: it streams the reply to a request as deltas. The
 // iterator yields a non-nil error at most once, as its last element. Stopping
 // the loop or cancelling ctx ends the call and releases its connection. A
-// provider never sends a request again after it has yielded a delta, so a
-// partly streamed turn is never duplicated.
+// provider that sends a request again after it has yielded a delta yields a
+// DeltaRetry first, so the caller voids what it got (its stream.* deltas
+// are retracted) and a partly streamed turn is never duplicated.
 type Provider interface {
 	Stream(ctx context.Context, req *Request) iter.Seq2[Delta, error]
 }
@@ -179,8 +206,18 @@ const (
 	ProviderContextLength ProviderErrorKind = "context_length" // the conversation is longer than the model's context
 	ProviderContentFilter ProviderErrorKind = "content_filter" // the provider's content filter stopped the reply
 	ProviderTimeout       ProviderErrorKind = "timeout"        // the call's timeout elapsed
-	ProviderUnavailable   ProviderErrorKind = "unavailable"    // 408/409/5xx, connection errors, a stream cut short
+	ProviderUnavailable   ProviderErrorKind = "unavailable"    // 408/409/5xx, an error event in the stream, a connection that failed before a response
 	ProviderProtocol      ProviderErrorKind = "protocol"       // the provider sent something that is not the API's format
+	// A reply that had started streaming broke off: the connection was
+	// cut, or the stream ended before the model finished.
+	ProviderConnectionDropped ProviderErrorKind = "connection_dropped"
+	// One chunk of a streamed reply was not valid JSON.
+	ProviderMalformedChunk ProviderErrorKind = "malformed_chunk"
+	// No delta of the reply came within the first-token timeout.
+	ProviderTimeoutFirstToken ProviderErrorKind = "timeout_first_token"
+	// The reply stalled: after its first delta, no chunk came within the
+	// idle timeout.
+	ProviderTimeoutIdle ProviderErrorKind = "timeout_idle"
 )
 
 // ProviderError is a failed model call. Its message names the endpoint and
@@ -206,13 +243,15 @@ func (e *ProviderError) Error() string { return e.describe(e.Endpoint, e.Message
 // ClientMessage describes e to clients — the person in the chat, a UI —
 // leaving out what only the operator should see: the endpoint (it may be an
 // internal gateway's address) and, unless the kind says the fault is in the
-// request (bad request, context length, content filter) or the reply
-// (timeout, protocol), the provider's own text, which may quote an
-// organization id, a masked API key or a transport error's addresses.
+// request (bad request, context length, content filter) or the reply (the
+// timeouts, protocol, malformed chunk), the provider's own text, which may
+// quote an organization id, a masked API key or a transport error's
+// addresses.
 // Error has it all, for logs.
 func (e *ProviderError) ClientMessage() string {
 	switch e.Kind {
-	case ProviderBadRequest, ProviderContextLength, ProviderContentFilter, ProviderTimeout, ProviderProtocol:
+	case ProviderBadRequest, ProviderContextLength, ProviderContentFilter, ProviderTimeout, ProviderProtocol,
+		ProviderMalformedChunk, ProviderTimeoutFirstToken, ProviderTimeoutIdle:
 		return e.describe("", e.Message)
 	}
 	return e.describe("", "")

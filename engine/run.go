@@ -770,7 +770,8 @@ func (r *run) callModel(ctx context.Context) error {
 	seed := st.chat.CacheSeed
 	req := &baton.Request{
 		ChatID: st.chat.ID, Agent: agent.Name, MessageID: msgID, Messages: msgs, Tools: tools,
-		Params: baton.ModelParams{Model: cfg.Model, Temperature: cfg.Temperature, MaxTokens: cfg.MaxTokens, Seed: &seed, Timeout: cfg.Timeout()},
+		Params: baton.ModelParams{Model: cfg.Model, Temperature: cfg.Temperature, MaxTokens: cfg.MaxTokens, Seed: &seed,
+			Timeout: cfg.Timeout(), FirstTokenTimeout: cfg.FirstTokenTimeout(), IdleTimeout: cfg.IdleTimeout()},
 	}
 	if m := agent.Model(); m != nil && agent.StructuredOutputsRequired {
 		req.ResponseFormat = &baton.ResponseFormat{Name: m.Name, Schema: m.Schema()}
@@ -779,25 +780,50 @@ func (r *run) callModel(ctx context.Context) error {
 	var acc llm.Accumulator
 	_ = r.e.cast.Broadcast(llm.StreamStartEvent(st.chat.ID, agent.Name, msgID))
 	gate := newTextGate(r.wf, agent) // hidden text never streams (hidden.go)
-	emit := func(d baton.Delta) {
+	emit := func(d baton.Delta) { // msgID is the current attempt's
 		if ev, ok := llm.StreamEvent(st.chat.ID, agent.Name, msgID, d); ok {
 			_ = r.e.cast.Broadcast(ev) // observers are never waited for
 		}
 	}
-	var streamErr error
+	firstID, attempt := msgID, 1
+	var streamErr, recordErr error
 	for d, err := range r.prov.Stream(ctx, req) {
 		if err != nil {
 			streamErr = err
 			break
 		}
+		if d.Kind == baton.DeltaRetry {
+			if d.Retry == nil { // a provider that says no more than "again"
+				d.Retry = &baton.Retry{}
+			}
+			// The provider sends the call again from scratch. Nothing of
+			// the failed attempt is recorded (the call's result is staged
+			// only when it ends), so its deltas are void: its stream.error
+			// says so, and the retry streams under a new message id, so a
+			// client never mixes the two replies in one bubble.
+			acc.Add(d)
+			_ = r.e.cast.Broadcast(llm.StreamErrorEvent(st.chat.ID, agent.Name, msgID, d.Retry.Err, true))
+			if recordErr = r.record(ctx, []baton.Event{r.retryNotice(agent.Name, d.Retry)}, nil); recordErr != nil {
+				break // stopping the loop ends the call
+			}
+			attempt++
+			msgID = fmt.Sprintf("%s_a%d", firstID, attempt)
+			_ = r.e.cast.Broadcast(llm.StreamStartEvent(st.chat.ID, agent.Name, msgID))
+			gate = newTextGate(r.wf, agent) // what the void attempt held goes with it
+			continue
+		}
 		acc.Add(d)
 		gate.pass(d, emit)
+	}
+	if recordErr != nil {
+		_ = r.e.cast.Broadcast(llm.StreamErrorEvent(st.chat.ID, agent.Name, msgID, recordErr, false))
+		return recordErr
 	}
 	if streamErr != nil {
 		if ctx.Err() != nil {
 			return ctx.Err() // shutting down: nothing recorded, the turn resumes later
 		}
-		_ = r.e.cast.Broadcast(llm.StreamErrorEvent(st.chat.ID, agent.Name, msgID, streamErr))
+		_ = r.e.cast.Broadcast(llm.StreamErrorEvent(st.chat.ID, agent.Name, msgID, streamErr, false))
 		return r.fail(ctx, agent.Name, streamErr)
 	}
 
@@ -878,6 +904,29 @@ func (r *run) callModel(ctx context.Context) error {
 	}
 	r.stage(events, u)
 	return nil
+}
+
+// retryNotice is the chat.notice recorded while a model call is retried, so
+// that the person sees why the reply is late (or started over) instead of
+// silence.
+func (r *run) retryNotice(agent string, rt *baton.Retry) baton.Event {
+	var what string
+	switch llm.StreamCode(rt.Err) {
+	case string(baton.ProviderTimeoutFirstToken), string(baton.ProviderTimeoutIdle):
+		what = "the model is slow"
+	case string(baton.ProviderConnectionDropped), llm.CodeConnectionFailed:
+		what = "the connection to the model dropped"
+	case string(baton.ProviderMalformedChunk):
+		what = "the model sent a malformed reply"
+	case llm.CodeRateLimited:
+		what = "the model is busy"
+	default:
+		what = "the model failed"
+	}
+	return chatEvent(baton.TypeChatNotice, r.st.chat.ID, agent, baton.NoticePayload{
+		Kind: "notice", Code: baton.NoticeModelRetry, Agent: agent, Attempt: rt.Attempt, MaxAttempts: rt.MaxAttempts,
+		Message: fmt.Sprintf("%s; retrying (%d/%d)", what, rt.Attempt, rt.MaxAttempts),
+	})
 }
 
 // textEvent builds the chat.text of a model call; retract names the

@@ -192,6 +192,9 @@ func (st *state) apply(ev *baton.Event) {
 	if ev.Sequence > st.chat.LastSequence {
 		st.chat.LastSequence = ev.Sequence
 	}
+	if ev.Type == baton.TypeChatNotice {
+		return // a status line for the person: no message, no step of the chat
+	}
 	// Anything recorded after a chat.error means the chat moved on.
 	st.failed = ev.Type == baton.TypeChatError
 	switch ev.Type {

@@ -41,8 +41,13 @@ type callBuf struct {
 }
 
 // Add takes one delta. Empty deltas (no text, no tool-call data) are ignored.
+// A DeltaRetry voids everything taken before it: the call starts again from
+// scratch.
 func (a *Accumulator) Add(d baton.Delta) {
 	switch d.Kind {
+	case baton.DeltaRetry:
+		*a = Accumulator{}
+		return
 	case baton.DeltaText:
 		if d.Text == "" {
 			return

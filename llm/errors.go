@@ -1,6 +1,7 @@
 package llm
 
 import (
+	"errors"
 	"net/url"
 	"strings"
 	"time"
@@ -64,17 +65,50 @@ func defaultMessage(k baton.ProviderErrorKind) string {
 	return "unexpected response"
 }
 
-// Retryable reports whether a call that failed with err, before any delta,
-// may be sent again: for 408, 409, 429 (unless the quota is exhausted), 5xx
-// and connection failures.
+// Retryable reports whether a call that failed with err may be sent again:
+// for 408, 409, 429 (unless the quota is exhausted), 5xx, connection
+// failures, a dropped stream, a malformed chunk and a stall (first-token or
+// idle timeout). The call's own timeout is not: it bounds the retries too.
 func Retryable(err *baton.ProviderError) bool {
 	switch err.Kind {
 	case baton.ProviderRateLimit:
 		return err.Code != "insufficient_quota"
-	case baton.ProviderUnavailable:
+	case baton.ProviderUnavailable, baton.ProviderConnectionDropped, baton.ProviderMalformedChunk,
+		baton.ProviderTimeoutFirstToken, baton.ProviderTimeoutIdle:
 		return true
 	}
 	return false
+}
+
+// Stream error codes, the machine-readable "code" of a stream.error
+// (StreamCode). Beside these, a provider error's kind is its code (auth,
+// bad_request, context_length, content_filter, protocol, timeout,
+// connection_dropped, malformed_chunk, timeout_first_token, timeout_idle).
+const (
+	CodeRateLimited      = "rate_limited"      // 429
+	CodeServerError      = "server_error"      // 408, 409, 5xx, or an error event in the stream
+	CodeConnectionFailed = "connection_failed" // no response: refused, reset, DNS
+	CodeError            = "error"             // not a provider error
+)
+
+// StreamCode returns the machine code of the failure err for a stream.error:
+// the provider error's kind, with rate_limit as rate_limited and unavailable
+// split into server_error and connection_failed.
+func StreamCode(err error) string {
+	var pe *baton.ProviderError
+	if !errors.As(err, &pe) {
+		return CodeError
+	}
+	switch pe.Kind {
+	case baton.ProviderRateLimit:
+		return CodeRateLimited
+	case baton.ProviderUnavailable:
+		if pe.Status != 0 || pe.Code != "" {
+			return CodeServerError
+		}
+		return CodeConnectionFailed
+	}
+	return string(pe.Kind)
 }
 
 // Endpoint returns a base URL fit to show: without user info, query or

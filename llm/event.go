@@ -1,6 +1,7 @@
 package llm
 
 import (
+	"errors"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -73,10 +74,31 @@ func StreamStartEvent(chatID, agent, messageID string) baton.Event {
 }
 
 // StreamErrorEvent returns the stream.error event that ends message messageID
-// when its model call fails. The message is err's client-safe message.
-func StreamErrorEvent(chatID, agent, messageID string, err error) baton.Event {
-	return streamEvent(baton.TypeStreamError, chatID, agent,
-		simplePayload(messageID, agent, "message", baton.ErrorMessage(err)))
+// when its model call, or this attempt of it, fails. Its payload is
+//
+//	{"message_id", "agent", "message", "code", "retryable", "will_retry", "void": true}
+//
+// message is err's client-safe message, code its machine code (StreamCode),
+// retryable whether the failure is of a kind that is retried, will_retry
+// whether the call is sent again now — the retry streams under a new
+// message id. void is always true: nothing of a failed attempt is recorded,
+// so a client drops the deltas it showed for messageID.
+func StreamErrorEvent(chatID, agent, messageID string, err error, willRetry bool) baton.Event {
+	retryable := willRetry
+	var pe *baton.ProviderError
+	if errors.As(err, &pe) {
+		retryable = retryable || Retryable(pe)
+	}
+	b := simplePayload(messageID, agent, "message", baton.ErrorMessage(err))
+	b = b[:len(b)-1]
+	b = append(b, `,"code":`...)
+	b = appendJSONString(b, StreamCode(err))
+	b = append(b, `,"retryable":`...)
+	b = strconv.AppendBool(b, retryable)
+	b = append(b, `,"will_retry":`...)
+	b = strconv.AppendBool(b, willRetry)
+	b = append(b, `,"void":true}`...)
+	return streamEvent(baton.TypeStreamError, chatID, agent, b)
 }
 
 func simplePayload(messageID, agent, key, value string) []byte {

@@ -178,10 +178,62 @@ func TestStreamEvent(t *testing.T) {
 		}
 	}
 	start := StreamStartEvent("c", "a", "m")
-	fail := StreamErrorEvent("c", "a", "m", &baton.ProviderError{Kind: baton.ProviderAuth, Endpoint: "http://x", Model: "gpt"})
+	fail := StreamErrorEvent("c", "a", "m", &baton.ProviderError{Kind: baton.ProviderAuth, Endpoint: "http://x", Model: "gpt"}, false)
 	if start.Type != baton.TypeStreamStart || fail.Type != baton.TypeStreamError || !json.Valid(fail.Payload) ||
-		!strings.Contains(string(fail.Payload), `"message":"model \"gpt\": auth"`) {
+		!strings.Contains(string(fail.Payload), `"message":"model \"gpt\": auth","code":"auth","retryable":false,"will_retry":false,"void":true`) {
 		t.Fatalf("start %s %s; error %s %s", start.Type, start.Payload, fail.Type, fail.Payload)
+	}
+}
+
+// TestStreamErrorCodes: a stream.error names the failure with a machine
+// code, says whether it is of a retried kind and whether it is retried now,
+// and that the message's deltas are void.
+func TestStreamErrorCodes(t *testing.T) {
+	for _, tc := range []struct {
+		err       error
+		willRetry bool
+		code      string
+		retryable bool
+	}{
+		{&baton.ProviderError{Kind: baton.ProviderConnectionDropped}, true, "connection_dropped", true},
+		{&baton.ProviderError{Kind: baton.ProviderMalformedChunk}, true, "malformed_chunk", true},
+		{&baton.ProviderError{Kind: baton.ProviderTimeoutFirstToken}, true, "timeout_first_token", true},
+		{&baton.ProviderError{Kind: baton.ProviderTimeoutIdle}, false, "timeout_idle", true},
+		{&baton.ProviderError{Kind: baton.ProviderTimeout}, false, "timeout", false},
+		{&baton.ProviderError{Kind: baton.ProviderRateLimit, Status: 429}, true, "rate_limited", true},
+		{&baton.ProviderError{Kind: baton.ProviderRateLimit, Status: 429, Code: "insufficient_quota"}, false, "rate_limited", false},
+		{&baton.ProviderError{Kind: baton.ProviderUnavailable, Status: 503}, true, "server_error", true},
+		{&baton.ProviderError{Kind: baton.ProviderUnavailable}, true, "connection_failed", true},
+		{&baton.ProviderError{Kind: baton.ProviderContextLength, Status: 400}, false, "context_length", false},
+		{errors.New("store down"), false, "error", false},
+	} {
+		ev := StreamErrorEvent("c", "a", "m1", tc.err, tc.willRetry)
+		var p struct {
+			MessageID string `json:"message_id"`
+			Code      string `json:"code"`
+			Retryable bool   `json:"retryable"`
+			WillRetry bool   `json:"will_retry"`
+			Void      bool   `json:"void"`
+		}
+		if err := json.Unmarshal(ev.Payload, &p); err != nil {
+			t.Fatalf("%s: %v", ev.Payload, err)
+		}
+		if p.MessageID != "m1" || p.Code != tc.code || p.Retryable != tc.retryable || p.WillRetry != tc.willRetry || !p.Void {
+			t.Errorf("%v: payload %s, want code %q retryable %v will_retry %v", tc.err, ev.Payload, tc.code, tc.retryable, tc.willRetry)
+		}
+	}
+}
+
+// TestAccumulatorRetryVoids: a DeltaRetry drops what the failed attempt
+// streamed; the final text is the retry's alone.
+func TestAccumulatorRetryVoids(t *testing.T) {
+	var a Accumulator
+	a.Add(baton.Delta{Kind: baton.DeltaText, Text: "half a rep"})
+	a.Add(baton.Delta{Kind: baton.DeltaToolCall, ToolCall: baton.ToolCallDelta{ID: "c1", Name: "f", Arguments: "{"}})
+	a.Add(baton.Delta{Kind: baton.DeltaRetry, Retry: &baton.Retry{Attempt: 2, MaxAttempts: 4}})
+	a.Add(baton.Delta{Kind: baton.DeltaText, Text: "whole reply"})
+	if a.Text() != "whole reply" || len(a.ToolCalls()) != 0 {
+		t.Fatalf("text %q calls %v", a.Text(), a.ToolCalls())
 	}
 }
 

@@ -60,7 +60,7 @@ func newPromMetrics(c *Collector, reg *prometheus.Registry) (*promMetrics, error
 		modelCalls: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "model_calls_total",
 			Help: "Model calls recorded (chat.usage_summary)."}, []string{"model"}),
 		modelErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "model_errors_total",
-			Help: "Model calls that failed (stream.error)."}),
+			Help: "Model call attempts that failed (stream.error), those retried included."}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "tokens_total",
 			Help: "Tokens used, by model and kind (prompt, completion, cached, reasoning)."}, []string{"model", "kind"}),
 		cost: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "cost_usd_total",

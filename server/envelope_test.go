@@ -54,6 +54,8 @@ func TestEnvelopeFilter(t *testing.T) {
 		{"handoff user to visual", baton.TypeChatHandoff, "user", `{"kind":"handoff","from":"user","to":"InterviewAgent"}`, true},
 		{"stream of a visual agent", baton.TypeStreamText, "InterviewAgent", `{"message_id":"m","agent":"InterviewAgent","delta":"x"}`, true},
 		{"stream of an internal agent", baton.TypeStreamText, internal, `{"message_id":"m","agent":"ContextVariablesAgent","delta":"x"}`, false},
+		{"model retry notice of an internal agent", baton.TypeChatNotice, internal, `{"kind":"notice","code":"model_retry","agent":"ContextVariablesAgent","message":"the model is slow; retrying (2/4)","attempt":2,"max_attempts":4}`, true},
+		{"stream.error of a visual agent", baton.TypeStreamError, "InterviewAgent", `{"message_id":"m","agent":"InterviewAgent","code":"timeout_idle","will_retry":true,"void":true}`, true},
 		{"not an event for clients", baton.TypeUserQuery, "", `{"content":"x"}`, false},
 	}
 	for _, tc := range cases {
@@ -180,6 +182,7 @@ func TestEnvelopeFilter_UnknownWorkflowFailsClosed(t *testing.T) {
 		{"run complete", baton.TypeChatRunComplete, "", `{"kind":"run_complete","status":"success"}`, true},
 		{"error", baton.TypeChatError, agent, `{"kind":"error","agent":"ContextVariablesAgent","message":"m"}`, true},
 		{"select_speaker", baton.TypeChatSelectSpeaker, agent, `{"kind":"select_speaker","agent":"ContextVariablesAgent"}`, true},
+		{"notice", baton.TypeChatNotice, agent, `{"kind":"notice","code":"model_retry","agent":"ContextVariablesAgent","message":"m"}`, true},
 	} {
 		ev := baton.NewEvent(tc.typ, baton.Metadata{TriggerSessionID: "c1", TriggerAgentName: tc.agent}, json.RawMessage(tc.payload))
 		if baton.IsChatType(tc.typ) {

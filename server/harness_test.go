@@ -69,6 +69,8 @@ type env struct {
 	// small, a client that stops reading blocks the server's writes at
 	// once instead of filling loopback's megabytes first.
 	sndBuf int
+	// prov, if set, replaces the scripted provider of the workflows.
+	prov engine.ProviderFunc
 }
 
 type envOption func(*env)
@@ -135,6 +137,9 @@ func (e *env) dialSmall(ctx context.Context, t testing.TB, chatID string, lastSe
 	c.SetReadLimit(8 << 20)
 	return c
 }
+// withModel gives the engine prov instead of the workflows' scripted
+// providers.
+func withModel(prov engine.ProviderFunc) envOption { return func(e *env) { e.prov = prov } }
 
 // withWorkflows loads the workflows from dir instead of the examples.
 func withWorkflows(dir string) envOption { return func(e *env) { e.wfRoot = dir } }
@@ -173,11 +178,14 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		if err != nil {
 			t.Fatalf("load workflows: %v", err)
 		}
-		e.eng, err = engine.New(engine.Config{
-			Store: st, Recorder: e.rec, Bus: e.bus, Workflows: wfs, WorkflowRoot: e.wfRoot,
-			Providers: func(wf *workflow.Workflow) (baton.Provider, error) {
+		prov := e.prov
+		if prov == nil {
+			prov = func(wf *workflow.Workflow) (baton.Provider, error) {
 				return scripted.Load(wf.FS, path.Join(wf.Dir, "scripted.json"))
-			},
+			}
+		}
+		e.eng, err = engine.New(engine.Config{
+			Store: st, Recorder: e.rec, Bus: e.bus, Workflows: wfs, WorkflowRoot: e.wfRoot, Providers: prov,
 			Logger: log, SecretKey: []byte("0123456789abcdef0123456789abcdef"),
 		})
 		if err != nil {

@@ -246,6 +246,7 @@ function newView(id, workflow) {
     streams: new Map(), // message_id -> {node, body, agent, text}
     settled: new Set(), // agent_message_ids recorded
     thinking: null, // {node, agent}
+    notice: null, // the status line of a recovery in progress (chat.notice)
     components: new Map(), // ui_event_id -> {node, done, kind}
     structured: new Set(), // agents whose text is structured output
     tokens: 0,
@@ -394,6 +395,32 @@ function onStreamText(d) {
   }
   s.body.textContent = s.text;
   scrollDown();
+}
+
+// stream.error: nothing of the failed attempt was recorded, so its deltas
+// are void and its bubble goes; a retry (will_retry) streams under a new
+// message id, and meanwhile the agent is shown working.
+function onStreamError(d) {
+  const id = d.message_id;
+  if (!id) return;
+  const s = view.streams.get(id);
+  if (s) s.node.remove();
+  view.streams.delete(id);
+  view.settled.add(id); // a late delta of it starts no bubble
+  if (d.will_retry && d.agent && !view.structured.has(d.agent)) showThinking(d.agent);
+}
+
+// A chat.notice is a transient status line ("the model is slow; retrying
+// (2/4)"): it stands until the chat moves on (see handle).
+function showNotice(d) {
+  removeNotice();
+  view.notice = append(el("p", { class: "notice", role: "status", text: d.message || "Recovering…" }));
+}
+
+function removeNotice() {
+  if (!view || !view.notice) return;
+  view.notice.remove();
+  view.notice = null;
 }
 
 function dropStreams() {
@@ -788,6 +815,9 @@ function handle(env) {
     view.retryButton.replaceWith(el("p", { class: "muted small", text: "The chat went on." }));
     view.retryButton = null;
   }
+  // A notice stands until the next event of the chat, but for the retry's
+  // own stream.start and the stream.error before it.
+  if (view.notice && env.type !== "chat.notice" && env.type !== "stream.start" && env.type !== "stream.error") removeNotice();
   switch (env.type) {
     case "stream.start":
       if (d.message_id && view.streams.has(d.message_id)) {
@@ -798,6 +828,12 @@ function handle(env) {
       break;
     case "stream.text":
       onStreamText(d);
+      break;
+    case "stream.error":
+      onStreamError(d);
+      break;
+    case "chat.notice":
+      showNotice(d);
       break;
     case "chat.select_speaker":
       showThinking(d.agent || "agent");

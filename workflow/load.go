@@ -451,6 +451,12 @@ func (l *loader) checkLLM(file, p string, c *LLMConfig) {
 	if c.TimeoutSeconds < 0 {
 		l.errorf(file, p+".timeout_seconds", "must not be negative")
 	}
+	if c.FirstTokenTimeoutSeconds < 0 {
+		l.errorf(file, p+".first_token_timeout_seconds", "must not be negative")
+	}
+	if c.IdleTimeoutSeconds < 0 {
+		l.errorf(file, p+".idle_timeout_seconds", "must not be negative")
+	}
 	if c.BaseURLEnv != "" && !envNameRe.MatchString(c.BaseURLEnv) {
 		l.errorf(file, p+".base_url_env", "%q is not an environment variable name", c.BaseURLEnv)
 	}

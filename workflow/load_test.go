@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/workflow"
@@ -78,6 +79,21 @@ func TestValidFixtures(t *testing.T) {
 	}
 	if got := strings.Join(names, ","); got != "base,seeds,types" {
 		t.Fatalf("loaded %s", got)
+	}
+}
+
+// TestStallTimeouts: the workflow's first-token and idle timeouts apply to
+// every agent, and an agent's llm block overrides what it sets.
+func TestStallTimeouts(t *testing.T) {
+	w, err := workflow.Load(os.DirFS("testdata/valid/base"), ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := w.LLMFor("Alpha"); a.FirstTokenTimeout() != 20*time.Second || a.IdleTimeout() != 5*time.Second {
+		t.Errorf("Alpha: first token %v, idle %v", a.FirstTokenTimeout(), a.IdleTimeout())
+	}
+	if b := w.LLMFor("Beta"); b.FirstTokenTimeout() != 20*time.Second || b.IdleTimeout() != 2500*time.Millisecond {
+		t.Errorf("Beta: first token %v, idle %v", b.FirstTokenTimeout(), b.IdleTimeout())
 	}
 }
 

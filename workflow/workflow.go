@@ -182,6 +182,11 @@ type LLMConfig struct {
 	Temperature    *float64 `json:"temperature"`
 	MaxTokens      int      `json:"max_tokens"`
 	TimeoutSeconds float64  `json:"timeout_seconds"`
+	// FirstTokenTimeoutSeconds bounds the wait for a reply's first delta,
+	// IdleTimeoutSeconds the wait between two chunks of it; an attempt that
+	// stalls longer is retried. 0 means the provider's default.
+	FirstTokenTimeoutSeconds float64 `json:"first_token_timeout_seconds"`
+	IdleTimeoutSeconds       float64 `json:"idle_timeout_seconds"`
 	// CacheSeed is the default seed; a chat keeps one seed for its life.
 	CacheSeed *int64 `json:"cache_seed"`
 	// BaseURLEnv and APIKeyEnv name the environment variables holding the
@@ -193,6 +198,17 @@ type LLMConfig struct {
 // Timeout returns timeout_seconds as a duration (0 when unset).
 func (c LLMConfig) Timeout() time.Duration {
 	return time.Duration(c.TimeoutSeconds * float64(time.Second))
+}
+
+// FirstTokenTimeout returns first_token_timeout_seconds as a duration (0
+// when unset).
+func (c LLMConfig) FirstTokenTimeout() time.Duration {
+	return time.Duration(c.FirstTokenTimeoutSeconds * float64(time.Second))
+}
+
+// IdleTimeout returns idle_timeout_seconds as a duration (0 when unset).
+func (c LLMConfig) IdleTimeout() time.Duration {
+	return time.Duration(c.IdleTimeoutSeconds * float64(time.Second))
 }
 
 // merge returns c with the fields o sets replacing c's.
@@ -211,6 +227,12 @@ func (c LLMConfig) merge(o *LLMConfig) LLMConfig {
 	}
 	if o.TimeoutSeconds != 0 {
 		c.TimeoutSeconds = o.TimeoutSeconds
+	}
+	if o.FirstTokenTimeoutSeconds != 0 {
+		c.FirstTokenTimeoutSeconds = o.FirstTokenTimeoutSeconds
+	}
+	if o.IdleTimeoutSeconds != 0 {
+		c.IdleTimeoutSeconds = o.IdleTimeoutSeconds
 	}
 	if o.CacheSeed != nil {
 		c.CacheSeed = o.CacheSeed

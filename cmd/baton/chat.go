@@ -148,6 +148,20 @@ func (c *chatUI) show(ctx context.Context, ev baton.Event) (bool, error) {
 		fmt.Fprint(c.out, p.Delta)
 		return false, nil
 	}
+	if ev.Type == baton.TypeStreamError {
+		var p struct {
+			MessageID string `json:"message_id"`
+			Code      string `json:"code"`
+		}
+		_ = json.Unmarshal(ev.Payload, &p)
+		if c.streaming == p.MessageID && p.MessageID != "" {
+			// The text printed for it is void: nothing of it was recorded
+			// (a retry prints its reply afresh).
+			c.streaming = ""
+			fmt.Fprintf(c.out, " ✗ (broke off: %s; discarded)\n", p.Code)
+		}
+		return false, nil
+	}
 	if !baton.IsChatType(ev.Type) {
 		return false, nil
 	}
@@ -199,6 +213,8 @@ func (c *chatUI) showRecorded(ev baton.Event) (bool, error) {
 		}
 	case baton.TypeChatError:
 		fmt.Fprintf(c.out, "\n! error: %s\n", str("message"))
+	case baton.TypeChatNotice:
+		fmt.Fprintf(c.out, "  … %s\n", str("message"))
 	case baton.TypeChatRunComplete:
 		fmt.Fprintf(c.out, "\n✓ chat complete (%s: %s)\n", str("status"), str("reason"))
 		c.printUsage()

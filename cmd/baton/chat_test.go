@@ -3,8 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -30,6 +34,43 @@ func TestChat_HelloRunsToCompletion(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// TestChat_ModelRetryShown runs `baton chat hello` against an
+// OpenAI-compatible server whose first reply breaks off mid-stream: the
+// terminal marks the printed part as discarded, shows the retry's notice,
+// and prints the retried reply afresh.
+func TestChat_ModelRetryShown(t *testing.T) {
+	const answer = "Hello! It is noon in UTC."
+	var calls atomic.Int32
+	model := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		text := func(s string) {
+			fmt.Fprintf(w, `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":%q},"finish_reason":null}]}`+"\n\n", s)
+		}
+		if calls.Add(1) == 1 {
+			text("Hello! It")
+			w.(http.Flusher).Flush()
+			panic(http.ErrAbortHandler) // the connection drops mid-stream
+		}
+		text(answer)
+		fmt.Fprint(w, `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`+"\n\ndata: [DONE]\n\n")
+	}))
+	defer model.Close()
+	t.Setenv("OPENAI_BASE_URL", model.URL+"/v1")
+	t.Setenv("OPENAI_API_KEY", "sk-test")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out, errb bytes.Buffer
+	if code := run(ctx, []string{"chat", "--data-dir", t.TempDir(), "hello"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	}
+	want := "Greeter: Hello! It ✗ (broke off: connection_dropped; discarded)\n" +
+		"  … the connection to the model dropped; retrying (2/4)\n\n" +
+		"Greeter: " + answer + "\n"
+	if !strings.Contains(out.String(), want) {
+		t.Fatalf("output lacks\n%s\nin:\n%s", want, out.String())
 	}
 }
 

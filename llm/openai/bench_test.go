@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/batonhq/baton"
 	sdk "github.com/openai/openai-go/v3"
@@ -78,6 +79,36 @@ func BenchmarkStream(b *testing.B) {
 		}
 		return n
 	})
+}
+
+// BenchmarkStreamWatchdog is BenchmarkStream with the stall timeouts on
+// (the defaults: a timer reset per chunk) and off; the difference per delta
+// is what watching for a stall costs.
+func BenchmarkStreamWatchdog(b *testing.B) {
+	srv := benchServer(b)
+	for _, bc := range []struct {
+		name  string
+		first time.Duration
+		idle  time.Duration
+	}{{"on", 0, 0}, {"off", -1, -1}} {
+		b.Run(bc.name, func(b *testing.B) {
+			p := New(WithBaseURL(srv.URL+"/v1"), WithAPIKey("k"), WithLogger(slog.New(slog.DiscardHandler)), WithStallTimeouts(bc.first, bc.idle))
+			req := request()
+			ctx := context.Background()
+			benchCalls(b, func() int {
+				n := 0
+				for d, err := range p.Stream(ctx, req) {
+					if err != nil {
+						b.Fatal(err)
+					}
+					if d.Kind == baton.DeltaText {
+						n++
+					}
+				}
+				return n
+			})
+		})
+	}
 }
 
 func BenchmarkSDKBaseline(b *testing.B) {

@@ -2,8 +2,9 @@
 // OpenAI-compatible server (vLLM, Ollama, LM Studio, …), built on the
 // official SDK, github.com/openai/openai-go/v3. It streams Chat Completions
 // with usage, parallel tool calls, strict json_schema response formats and a
-// seed, retries failed calls before their first delta, and bounds each call
-// with a timeout.
+// seed, retries failed and stalled calls (once from scratch after deltas
+// were streamed, announced by a baton.DeltaRetry), and bounds each call with
+// a timeout, the wait for its first token and the wait between two chunks.
 package openai
 
 import (
@@ -42,6 +43,13 @@ const (
 	DefaultMaxRetries = 3
 	DefaultMinBackoff = 500 * time.Millisecond
 	DefaultMaxBackoff = 30 * time.Second
+	// DefaultFirstTokenTimeout bounds the wait for the first delta of a
+	// reply: long enough for a reasoning model that thinks before it
+	// streams, short of the call's whole timeout.
+	DefaultFirstTokenTimeout = 60 * time.Second
+	// DefaultIdleTimeout bounds the wait between two chunks once a reply
+	// streams.
+	DefaultIdleTimeout = 30 * time.Second
 	// maxRetryAfter caps how long a Retry-After header may make a call wait.
 	maxRetryAfter = 2 * time.Minute
 )
@@ -53,6 +61,8 @@ type Provider struct {
 	apiKey     string
 	httpClient *http.Client
 	timeout    time.Duration
+	firstToken time.Duration
+	idle       time.Duration
 	maxRetries int
 	minBackoff time.Duration
 	maxBackoff time.Duration
@@ -77,8 +87,25 @@ func WithHTTPClient(c *http.Client) Option { return func(p *Provider) { p.httpCl
 // set its own; the default is DefaultTimeout.
 func WithTimeout(d time.Duration) Option { return func(p *Provider) { p.timeout = d } }
 
-// WithRetries sets how many times a call that failed before its first delta
-// is sent again (default DefaultMaxRetries; 0 disables retries).
+// WithStallTimeouts sets how long a call waits for its first delta
+// (default DefaultFirstTokenTimeout) and, once deltas come, between two
+// chunks (default DefaultIdleTimeout), when the request does not set its
+// own. An attempt that waits longer is abandoned and retried. A negative
+// value turns that timeout off; 0 keeps the default.
+func WithStallTimeouts(firstToken, idle time.Duration) Option {
+	return func(p *Provider) {
+		if firstToken != 0 {
+			p.firstToken = firstToken
+		}
+		if idle != 0 {
+			p.idle = idle
+		}
+	}
+}
+
+// WithRetries sets how many times a failed or stalled call is sent again
+// (default DefaultMaxRetries; 0 disables retries). Of those, at most one is
+// a restart from scratch after deltas were streamed.
 func WithRetries(n int) Option { return func(p *Provider) { p.maxRetries = max(n, 0) } }
 
 // WithBackoff sets the first and the longest wait between retries; the wait
@@ -95,6 +122,8 @@ func WithLogger(l *slog.Logger) Option { return func(p *Provider) { p.log = l } 
 func New(opts ...Option) *Provider {
 	p := &Provider{
 		timeout:    DefaultTimeout,
+		firstToken: DefaultFirstTokenTimeout,
+		idle:       DefaultIdleTimeout,
 		maxRetries: DefaultMaxRetries,
 		minBackoff: DefaultMinBackoff,
 		maxBackoff: DefaultMaxBackoff,
@@ -131,15 +160,24 @@ func New(opts ...Option) *Provider {
 // BaseURL returns the endpoint the provider calls by default.
 func (p *Provider) BaseURL() string { return p.baseURL }
 
-var errCallTimeout = errors.New("model call timed out")
+var (
+	errCallTimeout = errors.New("model call timed out")
+	errStalled     = errors.New("model call stalled")
+)
 
 // Stream sends req and yields the reply's deltas: text, reasoning (from the
 // reasoning_content or reasoning fields some servers add), tool-call
-// fragments by index, the finish reason and, last, the usage. A failure
-// before the first delta is retried for 408, 409, 429, 5xx and connection
-// errors, honouring Retry-After; after the first delta it ends the stream
-// with an error and is never retried. Every error is a *baton.ProviderError,
-// or ctx's error when ctx was cancelled.
+// fragments by index, the finish reason and, last, the usage.
+//
+// A failed attempt is sent again, up to the provider's retries, with
+// backoff (honouring Retry-After): for 408, 409, 429, 5xx, connection
+// errors, a malformed chunk, a dropped stream, and a stall — no delta within
+// the first-token timeout, or no chunk within the idle timeout once deltas
+// came. Before each retry it yields a baton.DeltaRetry. An attempt that had
+// yielded deltas is restarted from scratch at most once per call: the
+// caller records nothing of a call before it ends, so the void attempt
+// leaves no trace but its retracted stream. Every error is a
+// *baton.ProviderError, or ctx's error when ctx was cancelled.
 func (p *Provider) Stream(ctx context.Context, req *baton.Request) iter.Seq2[baton.Delta, error] {
 	return func(yield func(baton.Delta, error) bool) {
 		baseURL := p.baseURL
@@ -161,6 +199,13 @@ func (p *Provider) Stream(ctx context.Context, req *baton.Request) iter.Seq2[bat
 		if timeout <= 0 {
 			timeout = p.timeout
 		}
+		c.firstToken, c.idle = p.firstToken, p.idle
+		if d := req.Params.FirstTokenTimeout; d != 0 {
+			c.firstToken = d
+		}
+		if d := req.Params.IdleTimeout; d != 0 {
+			c.idle = d
+		}
 		ctx, cancel := context.WithTimeoutCause(ctx, timeout, errCallTimeout)
 		defer cancel()
 		c.run(ctx, params, reqOpts, yield)
@@ -172,15 +217,19 @@ type call struct {
 	p            *Provider
 	endpoint     string
 	model        string
-	started      bool // a delta has been yielded: never retry
-	finished     bool // a finish reason was received
+	firstToken   time.Duration // ≤ 0: no first-token timeout
+	idle         time.Duration // ≤ 0: no idle timeout
+	started      bool          // the attempt has yielded a delta
+	finished     bool          // the attempt received a finish reason
 	finishReason string
 }
 
 func (c *call) run(ctx context.Context, params sdk.ChatCompletionNewParams, reqOpts []option.RequestOption, yield func(baton.Delta, error) bool) {
-	for attempt := 0; ; attempt++ {
-		stream := c.p.client.Chat.Completions.NewStreaming(ctx, params, reqOpts...)
-		ok, err := c.consume(stream, yield)
+	maxAttempts := c.p.maxRetries + 1
+	restarted := false // an attempt that had yielded deltas was sent again
+	for attempt := 1; ; attempt++ {
+		c.started, c.finished, c.finishReason = false, false, ""
+		ok, err := c.attempt(ctx, params, reqOpts, yield)
 		if !ok {
 			return // the consumer stopped
 		}
@@ -193,20 +242,25 @@ func (c *call) run(ctx context.Context, params sdk.ChatCompletionNewParams, reqO
 		}
 		var pe *baton.ProviderError
 		if !errors.As(err, &pe) {
-			pe = c.classify(err)
+			pe = c.classify(err, c.started)
 		}
-		if c.started || attempt >= c.p.maxRetries || !llm.Retryable(pe) {
+		if attempt >= maxAttempts || !llm.Retryable(pe) || (c.started && restarted) {
 			yield(baton.Delta{}, pe)
 			return
 		}
-		wait := c.p.backoff(attempt, pe.RetryAfter)
+		restarted = restarted || c.started
+		wait := c.p.backoff(attempt-1, pe.RetryAfter)
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
 			yield(baton.Delta{}, pe) // waiting would outlast the call's timeout
 			return
 		}
-		c.p.log.LogAttrs(ctx, slog.LevelWarn, "model call failed before streaming; retrying",
+		c.p.log.LogAttrs(ctx, slog.LevelWarn, "model call failed; retrying",
 			slog.String("endpoint", c.endpoint), slog.String("model", c.model),
-			slog.Int("attempt", attempt+1), slog.Duration("wait", wait), slog.String("error", pe.Error()))
+			slog.Int("attempt", attempt+1), slog.Int("max_attempts", maxAttempts), slog.Bool("restart", c.started),
+			slog.Duration("wait", wait), slog.String("error", pe.Error()))
+		if !yield(baton.Delta{Kind: baton.DeltaRetry, Retry: &baton.Retry{Attempt: attempt + 1, MaxAttempts: maxAttempts, Err: pe, Wait: wait}}, nil) {
+			return
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -218,21 +272,58 @@ func (c *call) run(ctx context.Context, params sdk.ChatCompletionNewParams, reqO
 	}
 }
 
-// consume reads one response stream, yielding its deltas. It returns false
-// when the consumer stopped, and the stream's error otherwise.
-func (c *call) consume(stream *ssestream.Stream[sdk.ChatCompletionChunk], yield func(baton.Delta, error) bool) (bool, error) {
+// attempt sends the request once and reads its stream, yielding its deltas.
+// It returns false when the consumer stopped, and the attempt's error
+// otherwise. A watchdog cancels the attempt (with cause errStalled) when no
+// delta comes within the first-token timeout, or no chunk within the idle
+// timeout after the first delta; chunks before the first delta (a role, an
+// empty content, a keep-alive) do not count as progress.
+func (c *call) attempt(ctx context.Context, params sdk.ChatCompletionNewParams, reqOpts []option.RequestOption, yield func(baton.Delta, error) bool) (bool, error) {
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var watchdog *time.Timer
+	if c.firstToken > 0 {
+		watchdog = time.AfterFunc(c.firstToken, func() { cancel(errStalled) })
+		defer watchdog.Stop()
+	}
+	stream := c.p.client.Chat.Completions.NewStreaming(actx, params, reqOpts...)
 	defer stream.Close()
+	chunks := 0
 	for stream.Next() {
+		chunks++
+		wasStarted := c.started
 		chunk := stream.Current()
 		if !c.emit(&chunk, yield) {
 			return false, nil
 		}
+		if c.started && c.idle > 0 {
+			if watchdog == nil {
+				watchdog = time.AfterFunc(c.idle, func() { cancel(errStalled) })
+				defer watchdog.Stop()
+			} else {
+				watchdog.Reset(c.idle)
+			}
+		} else if c.started && !wasStarted && watchdog != nil {
+			watchdog.Stop() // no idle timeout: the first-token one is done
+		}
 	}
-	if err := stream.Err(); err != nil {
-		return true, err
+	err := stream.Err()
+	if ctx.Err() == nil && context.Cause(actx) == errStalled {
+		if c.finished {
+			// The reply is whole: only what follows its finish reason (the
+			// usage) did not come, or the watchdog fired as it completed.
+			err = nil
+		} else if c.started {
+			return true, c.errorf(baton.ProviderTimeoutIdle, err, "the reply stalled: no chunk within %v", c.idle)
+		} else {
+			return true, c.errorf(baton.ProviderTimeoutFirstToken, err, "no reply within the first-token timeout (%v)", c.firstToken)
+		}
+	}
+	if err != nil {
+		return true, c.classify(err, chunks > 0)
 	}
 	if !c.finished {
-		return true, c.errorf(baton.ProviderUnavailable, io.ErrUnexpectedEOF, "the stream ended before the model finished")
+		return true, c.errorf(baton.ProviderConnectionDropped, io.ErrUnexpectedEOF, "the stream ended before the model finished")
 	}
 	if c.finishReason == "content_filter" {
 		return true, c.errorf(baton.ProviderContentFilter, nil, "the reply was stopped by the provider's content filter")
@@ -319,8 +410,10 @@ func reasoningText(d *sdk.ChatCompletionChunkChoiceDelta) string {
 	return ""
 }
 
-// classify turns an SDK or transport error into a provider error.
-func (c *call) classify(err error) *baton.ProviderError {
+// classify turns an SDK or transport error into a provider error. streaming
+// says the response had begun (a chunk came): a transport error then is a
+// dropped stream, not a failed connection.
+func (c *call) classify(err error, streaming bool) *baton.ProviderError {
 	var apiErr *sdk.Error
 	if errors.As(err, &apiErr) {
 		var retryAfter time.Duration
@@ -362,7 +455,13 @@ func (c *call) classify(err error) *baton.ProviderError {
 	var syntaxErr *json.SyntaxError
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(err, &syntaxErr) || errors.As(err, &typeErr) {
-		return c.errorf(baton.ProviderProtocol, err, "malformed chunk in the response stream: %v", err)
+		return c.errorf(baton.ProviderMalformedChunk, err, "malformed chunk in the response stream: %v", err)
+	}
+	var urlErr *url.Error
+	if streaming || (!errors.As(err, &urlErr) && !errors.Is(err, context.Canceled)) {
+		// Not the request failing (net/http wraps those in *url.Error):
+		// reading the response body did, after the 200.
+		return c.errorf(baton.ProviderConnectionDropped, err, "the connection dropped mid-stream: %v", redact(err))
 	}
 	var netErr net.Error
 	if errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||

@@ -286,25 +286,142 @@ func dropAfter(chunks ...string) http.HandlerFunc {
 	}
 }
 
-func TestDroppedMidStreamNoRetry(t *testing.T) {
+// retries returns the DeltaRetry deltas of a stream.
+func retries(ds []baton.Delta) []*baton.Retry {
+	var out []*baton.Retry
+	for _, d := range ds {
+		if d.Kind == baton.DeltaRetry {
+			out = append(out, d.Retry)
+		}
+	}
+	return out
+}
+
+// TestDroppedMidStreamRestartsOnce: a connection cut after deltas were
+// streamed is named connection_dropped, announced by a DeltaRetry that
+// voids the partial reply, and sent again from scratch.
+func TestDroppedMidStreamRestartsOnce(t *testing.T) {
 	f := newFake(t, dropAfter(textChunk("partial "), textChunk("text")), sse(textChunk("second attempt"), chunk(`{}`, "stop")))
-	_, acc, err := collect(t, t.Context(), f.provider(), request())
-	if !baton.IsProviderError(err, baton.ProviderUnavailable) {
-		t.Fatalf("err = %v, want unavailable", err)
+	ds, acc, err := collect(t, t.Context(), f.provider(), request())
+	if err != nil {
+		t.Fatal(err)
 	}
-	if f.calls.Load() != 1 {
-		t.Fatalf("calls %d: a partly streamed turn was sent again", f.calls.Load())
+	if f.calls.Load() != 2 || acc.Text() != "second attempt" {
+		t.Fatalf("calls %d text %q", f.calls.Load(), acc.Text())
 	}
-	if acc.Text() != "partial text" {
-		t.Fatalf("partial text %q", acc.Text())
+	rs := retries(ds)
+	if len(rs) != 1 || rs[0].Attempt != 2 || rs[0].MaxAttempts != DefaultMaxRetries+1 || !baton.IsProviderError(rs[0].Err, baton.ProviderConnectionDropped) {
+		t.Fatalf("retries %+v, want one after connection_dropped", rs)
+	}
+	if ds[0].Text != "partial " || ds[2].Kind != baton.DeltaRetry {
+		t.Fatalf("deltas %+v: the partial reply, then the retry", ds)
+	}
+}
+
+// TestDroppedTwiceMidStreamFails: a reply is restarted from scratch once; a
+// second break after deltas ends the call.
+func TestDroppedTwiceMidStreamFails(t *testing.T) {
+	f := newFake(t, dropAfter(textChunk("partial")))
+	ds, _, err := collect(t, t.Context(), f.provider(), request())
+	if !baton.IsProviderError(err, baton.ProviderConnectionDropped) {
+		t.Fatalf("err = %v, want connection_dropped", err)
+	}
+	if f.calls.Load() != 2 || len(retries(ds)) != 1 {
+		t.Fatalf("calls %d retries %d, want one restart", f.calls.Load(), len(retries(ds)))
 	}
 }
 
 func TestEndedWithoutFinish(t *testing.T) {
 	f := newFake(t, sse(textChunk("cut")))
 	_, acc, err := collect(t, t.Context(), f.provider(), request())
-	if !baton.IsProviderError(err, baton.ProviderUnavailable) || acc.Text() != "cut" || f.calls.Load() != 1 {
+	if !baton.IsProviderError(err, baton.ProviderConnectionDropped) || acc.Text() != "cut" || f.calls.Load() != 2 {
 		t.Fatalf("err = %v text %q calls %d", err, acc.Text(), f.calls.Load())
+	}
+}
+
+// TestMalformedChunkRetried: one malformed chunk is named as such and the
+// reply is sent again.
+func TestMalformedChunkRetried(t *testing.T) {
+	f := newFake(t, sse(textChunk("a"), `{"id":"x","choices":[{"index":0,"delta":{"content":`), sse(textChunk("whole"), chunk(`{}`, "stop")))
+	ds, acc, err := collect(t, t.Context(), f.provider(), request())
+	if err != nil || acc.Text() != "whole" || f.calls.Load() != 2 {
+		t.Fatalf("err %v text %q calls %d", err, acc.Text(), f.calls.Load())
+	}
+	if rs := retries(ds); len(rs) != 1 || !baton.IsProviderError(rs[0].Err, baton.ProviderMalformedChunk) {
+		t.Fatalf("retries %+v, want one after malformed_chunk", rs)
+	}
+}
+
+// TestStallBeforeFirstTokenRetried: a server that sends nothing (or only a
+// role chunk) within the first-token timeout is abandoned and asked again,
+// with backoff, like a 5xx — long before the call's own timeout.
+func TestStallBeforeFirstTokenRetried(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		h    http.HandlerFunc
+	}{
+		{"no headers", func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }},
+		{"role chunk only", hang(chunk(`{"role":"assistant","content":""}`, ""))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFake(t, tc.h, tc.h, sse(textChunk("late but fine"), chunk(`{}`, "stop")))
+			ds, acc, err := collect(t, t.Context(), f.provider(WithStallTimeouts(200*time.Millisecond, time.Minute)), request())
+			if err != nil || acc.Text() != "late but fine" || f.calls.Load() != 3 {
+				t.Fatalf("err %v text %q calls %d", err, acc.Text(), f.calls.Load())
+			}
+			rs := retries(ds)
+			if len(rs) != 2 || rs[0].Attempt != 2 || rs[1].Attempt != 3 || !baton.IsProviderError(rs[1].Err, baton.ProviderTimeoutFirstToken) {
+				t.Fatalf("retries %+v, want attempts 2 and 3 after timeout_first_token", rs)
+			}
+		})
+	}
+}
+
+// TestStallBeforeFirstTokenExhausted: every attempt stalls: the call fails
+// with timeout_first_token after its retries, not after the call timeout.
+func TestStallBeforeFirstTokenExhausted(t *testing.T) {
+	f := newFake(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	_, _, err := collect(t, t.Context(), f.provider(WithRetries(2), WithStallTimeouts(30*time.Millisecond, 0)), request())
+	if !baton.IsProviderError(err, baton.ProviderTimeoutFirstToken) || f.calls.Load() != 3 {
+		t.Fatalf("err %v calls %d, want timeout_first_token after 3 attempts", err, f.calls.Load())
+	}
+	if msg := baton.ErrorMessage(err); !strings.Contains(msg, "first-token") {
+		t.Fatalf("client message %q does not say which timeout", msg)
+	}
+}
+
+// TestStallMidStreamRestarted: a reply that stops after three chunks is
+// abandoned after the idle timeout and restarted from scratch once.
+func TestStallMidStreamRestarted(t *testing.T) {
+	f := newFake(t, hang(textChunk("one "), textChunk("two "), textChunk("three ")), sse(textChunk("complete"), chunk(`{}`, "stop")))
+	ds, acc, err := collect(t, t.Context(), f.provider(WithStallTimeouts(time.Minute, 50*time.Millisecond)), request())
+	if err != nil || acc.Text() != "complete" || f.calls.Load() != 2 {
+		t.Fatalf("err %v text %q calls %d", err, acc.Text(), f.calls.Load())
+	}
+	if rs := retries(ds); len(rs) != 1 || !baton.IsProviderError(rs[0].Err, baton.ProviderTimeoutIdle) {
+		t.Fatalf("retries %+v, want one after timeout_idle", rs)
+	}
+}
+
+// TestStallAfterFinishKeepsReply: a reply that stalls after its finish
+// reason (the usage never comes) is whole: it is kept, not sent again.
+func TestStallAfterFinishKeepsReply(t *testing.T) {
+	f := newFake(t, hang(textChunk("done"), chunk(`{}`, "stop")), sse(textChunk("again"), chunk(`{}`, "stop")))
+	_, acc, err := collect(t, t.Context(), f.provider(WithStallTimeouts(time.Minute, 30*time.Millisecond)), request())
+	if err != nil || acc.Text() != "done" || f.calls.Load() != 1 {
+		t.Fatalf("err %v text %q calls %d", err, acc.Text(), f.calls.Load())
+	}
+}
+
+// TestStallTimeoutsPerRequest: the request's timeouts win over the
+// provider's.
+func TestStallTimeoutsPerRequest(t *testing.T) {
+	f := newFake(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	req := request()
+	req.Params.FirstTokenTimeout = 20 * time.Millisecond
+	_, _, err := collect(t, t.Context(), f.provider(WithRetries(0)), req)
+	if !baton.IsProviderError(err, baton.ProviderTimeoutFirstToken) || f.calls.Load() != 1 {
+		t.Fatalf("err %v calls %d", err, f.calls.Load())
 	}
 }
 
@@ -324,7 +441,7 @@ func TestErrorKinds(t *testing.T) {
 		{"content filter finish", sse(textChunk("I"), chunk(`{}`, "content_filter")), baton.ProviderContentFilter, baton.EINVALID, 1, "content filter"},
 		{"quota", jsonError(429, "insufficient_quota", "You exceeded your current quota", nil), baton.ProviderRateLimit, baton.EUNAVAILABLE, 1, "quota"},
 		{"rate limit exhausted", jsonError(429, "rate_limit_exceeded", "Rate limit reached", nil), baton.ProviderRateLimit, baton.EUNAVAILABLE, 4, "Rate limit"},
-		{"malformed chunk", sse(textChunk("a"), `{"id":"x","choices":[{"index":0,"delta":{"content":`), baton.ProviderProtocol, baton.EUNAVAILABLE, 1, "malformed"},
+		{"malformed chunk", sse(textChunk("a"), `{"id":"x","choices":[{"index":0,"delta":{"content":`), baton.ProviderMalformedChunk, baton.EUNAVAILABLE, 2, "malformed"},   // restarted once
 		{"error event", sse(`{"error":{"message":"server overloaded","type":"server_error","code":null}}`), baton.ProviderUnavailable, baton.EUNAVAILABLE, 4, "overloaded"}, // before the first delta: retried
 	} {
 		t.Run(tc.name, func(t *testing.T) {
