@@ -308,7 +308,8 @@ type StartOptions struct {
 	// is recorded as their input, for an AgentDriven one it replaces the
 	// workflow's initial_message.
 	Message string
-	// Context sets initial context variables (by name) over their defaults.
+	// Context sets initial context variables (by name) over their defaults:
+	// only variables marked client_settable, each of its declared type.
 	Context map[string]json.RawMessage
 	// ChatID fixes the new chat's id; empty means a fresh one.
 	ChatID string
@@ -325,14 +326,14 @@ func (e *Engine) Start(ctx context.Context, scope baton.Scope, workflowName stri
 	if id == "" {
 		id = baton.NewID()
 	}
+	// A client may preset only what the workflow lets it: derived
+	// variables and the rest guard steps of the chat (an interview, a
+	// form) that a preset value would skip.
+	if err := wf.CheckStartContext(opts.Context); err != nil {
+		return baton.Chat{}, err
+	}
 	vars := initialVars(wf)
 	for k, v := range opts.Context {
-		if _, declared := wf.VariableType(k); !declared {
-			return baton.Chat{}, baton.Errorf(baton.EINVALID, "context.%s: not a variable of workflow %s", k, wf.Name)
-		}
-		if !json.Valid(v) {
-			return baton.Chat{}, baton.Errorf(baton.EINVALID, "context.%s: not valid JSON", k)
-		}
 		vars[k] = v
 	}
 	snap, err := json.Marshal(vars)

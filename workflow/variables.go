@@ -3,6 +3,7 @@ package workflow
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -122,4 +123,54 @@ func convertEnv(s, typ string) (any, error) {
 		return nil, fmt.Errorf("not a %s", typ)
 	}
 	return v, nil
+}
+
+// CheckStartContext checks the context variables a client asks to set when
+// it starts a chat. Only variables marked client_settable may be set, each
+// with a value of its declared type (or null); anything else is an EINVALID
+// error naming the first offending variable in name order. Derived
+// variables are never client-settable.
+func (w *Workflow) CheckStartContext(vars map[string]json.RawMessage) error {
+	names := make([]string, 0, len(vars))
+	for k := range vars {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		if err := w.checkStartVar(k, vars[k]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w *Workflow) checkStartVar(name string, raw json.RawMessage) error {
+	shown := name
+	if len(shown) > 64 {
+		shown = shown[:64] + "…"
+	}
+	var decl *Variable
+	for _, v := range w.Variables {
+		if v.Name == name {
+			decl = v
+			break
+		}
+	}
+	if decl == nil {
+		if _, derived := w.varTypes[name]; derived {
+			return baton.Errorf(baton.EINVALID, "context.%s: a derived variable of workflow %s; only the chat sets it", shown, w.Name)
+		}
+		return baton.Errorf(baton.EINVALID, "context.%s: not a variable of workflow %s", shown, w.Name)
+	}
+	if !decl.ClientSettable {
+		return baton.Errorf(baton.EINVALID, "context.%s: not client-settable in workflow %s (context_variables.json client_settable)", shown, w.Name)
+	}
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return baton.Errorf(baton.EINVALID, "context.%s: not valid JSON", shown)
+	}
+	if v != nil && !valueHasType(v, decl.Type) {
+		return baton.Errorf(baton.EINVALID, "context.%s: must be %s %s (or null)", shown, article(decl.Type), decl.Type)
+	}
+	return nil
 }

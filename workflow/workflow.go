@@ -421,6 +421,12 @@ type Variable struct {
 	// replaces Default (converted to Type).
 	FromEnv     string `json:"from_env"`
 	Description string `json:"description"`
+	// ClientSettable lets a client set the variable when it starts a chat
+	// (the start endpoint's context). Variables are not client-settable
+	// unless they say so, and derived variables never are: they record
+	// what happened in the chat, and a client presetting them would skip
+	// the step they guard.
+	ClientSettable bool `json:"client_settable"`
 }
 
 // DerivedVariable is a context variable the runtime sets when its trigger
