@@ -103,7 +103,15 @@ func (t *commandTool) environ(cc *baton.CallContext) []string {
 			env = append(env, k+"="+v)
 		}
 	}
-	vars, _ := json.Marshal(cc.Vars.Snapshot()) // raw JSON values always marshal
+	// Runtime-reserved variables (the sealed __secrets) are no tool's
+	// business: the tool gets its own secrets opened, above.
+	snap := cc.Vars.Snapshot()
+	for k := range snap {
+		if strings.HasPrefix(k, "__") {
+			delete(snap, k)
+		}
+	}
+	vars, _ := json.Marshal(snap) // raw JSON values always marshal
 	return append(env,
 		"BATON_CHAT_ID="+cc.ChatID,
 		"BATON_APP="+cc.App,
@@ -125,7 +133,7 @@ func (t *commandTool) Call(ctx context.Context, cc *baton.CallContext, args json
 	cmd.Env = t.environ(cc)
 	cmd.Stdin = bytes.NewReader(args)
 	stdout := &capWriter{max: t.reg.opts.maxOutput}
-	stderr := &stderrLog{log: t.reg.log.With(slog.String("tool", t.name), slog.String("chat_id", cc.ChatID))}
+	stderr := &stderrLog{log: t.reg.log.With(slog.String("tool", t.name), slog.String("chat_id", cc.ChatID)), redact: newRedactor(cc.Secrets)}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	startOwnGroup(cmd)
 	// At the timeout kill the whole group, not just the leader; WaitDelay
@@ -158,6 +166,7 @@ func (t *commandTool) Call(ctx context.Context, cc *baton.CallContext, args json
 // and keeps its last stderrTail bytes for the error message.
 type stderrLog struct {
 	log    *slog.Logger
+	redact redactor // the call's secrets, never logged
 	line   []byte
 	logged int
 	tail   []byte
@@ -182,7 +191,7 @@ func (w *stderrLog) Write(p []byte) (int, error) {
 
 func (w *stderrLog) emit() {
 	if w.logged < stderrLogMax {
-		w.log.Info("tool stderr", slog.String("line", string(w.line)))
+		w.log.Info("tool stderr", slog.String("line", w.redact.string(string(w.line))))
 		w.logged += len(w.line) + 1
 		if w.logged >= stderrLogMax {
 			w.log.Info("tool stderr: further output not logged")
@@ -207,5 +216,5 @@ func (w *stderrLog) lastLines() string {
 	if len(lines) > stderrLines {
 		lines = lines[len(lines)-stderrLines:]
 	}
-	return ": " + strings.Join(lines, "\n")
+	return ": " + w.redact.string(strings.Join(lines, "\n"))
 }

@@ -392,6 +392,7 @@ type entry struct {
 	schema  *schema
 	timeout time.Duration
 	sem     chan struct{}
+	secrets []string // the names of the secrets the tool declares
 }
 
 func (r *Registry) newEntry(s Spec, inner baton.Tool) (*entry, error) {
@@ -412,6 +413,7 @@ func (r *Registry) newEntry(s Spec, inner baton.Tool) (*entry, error) {
 		schema:  sch,
 		timeout: s.timeout(r.opts.timeout),
 		sem:     make(chan struct{}, n),
+		secrets: s.declaredSecrets(),
 	}, nil
 }
 
@@ -466,17 +468,25 @@ func (r *Registry) call(ctx context.Context, e *entry, cc *baton.CallContext, ar
 	if msg := e.schema.validate(args); msg != "" {
 		return errorResult("invalid arguments for tool %s: %s", e.Name(), msg), nil
 	}
+	// The tool gets only the secrets it declares, and every secret of the
+	// chat is redacted from what it returns before that is recorded (in
+	// the effect ledger too), published or logged: a tool that echoes a
+	// key must not put it into the history.
+	red := newRedactor(c.Secrets)
+	c.Secrets = secretsFor(e.secrets, c.Secrets)
+	runRedacted := func(ctx context.Context) (baton.ToolResult, error) {
+		res, err := r.run(ctx, e, &c, args)
+		return red.result(res), red.error(err)
+	}
 	if !e.spec.SideEffects {
-		return r.run(ctx, e, &c, args)
+		return runRedacted(ctx)
 	}
 	if c.ChatID == "" || c.TurnKey == "" || c.ToolCallID == "" {
 		return baton.ToolResult{}, baton.Errorf(baton.EINVALID, "tool %s has side effects: the call needs a chat id, a turn key and a tool-call id", e.Name())
 	}
 	scope := baton.Scope{App: c.App, User: c.User}
 	res, replayed, err = r.flights.do(ctx, c.EffectKey, func() (baton.ToolResult, bool, error) {
-		return Once(ctx, r.opts.ledger, scope, c.ChatID, c.EffectKey, e.timeout+pendingGrace, func(ctx context.Context) (baton.ToolResult, error) {
-			return r.run(ctx, e, &c, args)
-		})
+		return Once(ctx, r.opts.ledger, scope, c.ChatID, c.EffectKey, e.timeout+pendingGrace, runRedacted)
 	})
 	return res, err
 }

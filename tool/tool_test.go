@@ -264,7 +264,7 @@ func TestConcurrencyLimit(t *testing.T) {
 func TestCommandTool(t *testing.T) {
 	specs := []tool.Spec{
 		{Agent: "A", Name: "echo", File: "echo.sh", Parameters: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}`)},
-		{Agent: "A", Name: "env", File: "env.sh", Function: "fn", Env: []string{"PASSED_VAR"}},
+		{Agent: "A", Name: "env", File: "env.sh", Function: "fn", Env: []string{"PASSED_VAR", "MY_SECRET"}},
 		{Agent: "A", Name: "fail", File: "fail.sh"},
 		{Agent: "A", Name: "huge", File: "huge.sh"},
 	}
@@ -292,7 +292,7 @@ func TestCommandTool(t *testing.T) {
 	for _, want := range []string{
 		"BATON_CHAT_ID=chat-1", "BATON_AGENT=A", "BATON_WORKFLOW=wf", "BATON_TOOL_CALL_ID=env-call",
 		"BATON_FUNCTION=fn", "BATON_EFFECT_KEY=chat-1/turn-1/env-call", `BATON_CONTEXT={"plan":{"steps":2}}`,
-		"MY_SECRET=s3cret", "PASSED_VAR=yes",
+		"MY_SECRET=[redacted]", "PASSED_VAR=yes",
 	} {
 		if !strings.Contains(res.Content, want) {
 			t.Errorf("env output lacks %q:\n%s", want, res.Content)

@@ -788,8 +788,8 @@ func (l *loader) checkTools() {
 				l.errorf(FileTools, fmt.Sprintf("%s.env[%d]", p, i), "%q is not an environment variable name", env)
 			}
 		}
-		if t.Kind != KindCommand && len(t.Env) > 0 {
-			l.errorf(FileTools, p+".env", "only a command tool has env")
+		if t.Kind != KindCommand && t.Kind != KindGo && len(t.Env) > 0 {
+			l.errorf(FileTools, p+".env", "only a command or go tool has env")
 		}
 		if t.TimeoutSeconds < 0 {
 			l.errorf(FileTools, p+".timeout_seconds", "must not be negative")
