@@ -65,9 +65,9 @@ func newCommandTool(r *Registry, s *Spec) (*commandTool, error) {
 	if fi.IsDir() || fi.Mode()&0o111 == 0 {
 		return nil, baton.Errorf(baton.EINVALID, "command tool file %s is not an executable file", s.File)
 	}
-	abs, err := filepath.Abs(path)
+	abs, err := insideDir(r.dir, path)
 	if err != nil {
-		return nil, fmt.Errorf("command tool file %s: %w", s.File, err)
+		return nil, baton.Errorf(baton.EINVALID, "command tool file %s: %w", s.File, err)
 	}
 	absDir, err := filepath.Abs(dir)
 	if err != nil {
@@ -98,11 +98,7 @@ func (t *commandTool) environ(cc *baton.CallContext) []string {
 	for k, v := range cc.Secrets {
 		env = append(env, k+"="+v)
 	}
-	for _, k := range append([]string{"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "TZ"}, t.env...) {
-		if v, ok := os.LookupEnv(k); ok {
-			env = append(env, k+"="+v)
-		}
-	}
+	env = append(env, baseEnv(t.env)...)
 	// Runtime-reserved variables (the sealed __secrets) are no tool's
 	// business: the tool gets its own secrets opened, above.
 	snap := cc.Vars.Snapshot()
@@ -160,6 +156,24 @@ func (t *commandTool) Call(ctx context.Context, cc *baton.CallContext, args json
 		return baton.ToolResult{}, fmt.Errorf("run %s: %w", t.path, err)
 	}
 	return parseOutput(stdout.buf, stdout.total), nil
+}
+
+// baseEnv is the environment every process the registry starts gets from
+// baton's own (command tools and stdio MCP servers): PATH, HOME, TMPDIR,
+// LANG, LC_ALL and TZ, and the variables the workflow passes through —
+// never one of baton's credentials (baton.ServerOnlyEnv), which the
+// workflow loader refuses too.
+func baseEnv(pass []string) []string {
+	var env []string
+	for _, k := range append([]string{"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "TZ"}, pass...) {
+		if baton.ServerOnlyEnv(k) {
+			continue
+		}
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
 }
 
 // stderrLog logs a command's stderr line by line, up to stderrLogMax bytes,

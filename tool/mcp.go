@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -109,7 +108,10 @@ func (c *mcpConn) transport() (mcp.Transport, *exec.Cmd, error) {
 	}
 	cmd := exec.Command(path, c.srv.Args...)
 	cmd.Dir = c.dir
-	cmd.Env = os.Environ()
+	// The server gets what a command tool gets from baton's environment
+	// and what the workflow declares, never the whole of it: baton's
+	// environment holds the key that seals every tenant's secrets.
+	cmd.Env = baseEnv(nil)
 	for k, v := range c.srv.Env {
 		v, err := expandEnv(v, nil)
 		if err != nil {

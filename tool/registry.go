@@ -625,6 +625,10 @@ func capText(s string, max int) string {
 func expandEnv(s string, secrets map[string]string) (string, error) {
 	var missing []string
 	out := os.Expand(s, func(k string) string {
+		if baton.ServerOnlyEnv(k) {
+			missing = append(missing, k+" (baton's own, never a workflow's)")
+			return ""
+		}
 		if v, ok := secrets[k]; ok {
 			return v
 		}
@@ -643,6 +647,9 @@ func expandEnv(s string, secrets map[string]string) (string, error) {
 // lookupSecret returns the secret name or, failing that, the environment
 // variable name; an unset variable is an error.
 func lookupSecret(name string, secrets map[string]string) (string, error) {
+	if baton.ServerOnlyEnv(name) {
+		return "", baton.Errorf(baton.EINVALID, "environment variable %s is baton's own, never a workflow's", name)
+	}
 	if v, ok := secrets[name]; ok {
 		return v, nil
 	}
@@ -650,6 +657,30 @@ func lookupSecret(name string, secrets map[string]string) (string, error) {
 		return v, nil
 	}
 	return "", baton.Errorf(baton.EINVALID, "environment variable %s is not set", name)
+}
+
+// insideDir returns the absolute path of file with its symbolic links
+// resolved, and an error when that is not inside dir (itself resolved): a
+// link to /bin/sh or out of the workflow folder runs no tool.
+func insideDir(dir, file string) (string, error) {
+	realDir, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return "", err
+	}
+	if realDir, err = filepath.Abs(realDir); err != nil {
+		return "", err
+	}
+	real, err := filepath.EvalSymlinks(file)
+	if err != nil {
+		return "", err
+	}
+	if real, err = filepath.Abs(real); err != nil {
+		return "", err
+	}
+	if rel, err := filepath.Rel(realDir, real); err != nil || !filepath.IsLocal(rel) {
+		return "", fmt.Errorf("resolves to %s, outside the workflow folder", real)
+	}
+	return real, nil
 }
 
 // localPath resolves a path inside dir that may not leave it.

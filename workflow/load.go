@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"net/url"
+	"os"
 	"path"
 	"reflect"
 	"regexp"
@@ -15,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/batonhq/baton"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
@@ -366,6 +368,7 @@ func (l *loader) declareVariables() {
 		if v.FromEnv != "" && !envNameRe.MatchString(v.FromEnv) {
 			l.errorf(FileContextVariables, p+".from_env", "%q is not an environment variable name", v.FromEnv)
 		}
+		l.checkEnvName(FileContextVariables, p+".from_env", v.FromEnv)
 		w.varTypes[name] = v.Type
 	}
 	for i, d := range l.contextF.DerivedVariables {
@@ -457,6 +460,8 @@ func (l *loader) checkLLM(file, p string, c *LLMConfig) {
 	if c.APIKeyEnv != "" && !envNameRe.MatchString(c.APIKeyEnv) {
 		l.errorf(file, p+".api_key_env", "%q is not an environment variable name", c.APIKeyEnv)
 	}
+	l.checkEnvName(file, p+".base_url_env", c.BaseURLEnv)
+	l.checkEnvName(file, p+".api_key_env", c.APIKeyEnv)
 }
 
 func (l *loader) checkConfig() {
@@ -517,11 +522,24 @@ func (l *loader) checkConfig() {
 			l.errorf(FileWorkflow, p, "set command or url, not both")
 		case s.URL != "" && !isHTTPURL(s.URL):
 			l.errorf(FileWorkflow, p+".url", "%q is not an http or https URL", s.URL)
+		case s.Command != "":
+			l.checkMCPCommand(p+".command", s.Command)
 		}
+		for k, v := range s.Env {
+			if !envNameRe.MatchString(k) {
+				l.errorf(FileWorkflow, p+".env."+k, "%q is not an environment variable name", k)
+			}
+			l.checkEnvRefs(FileWorkflow, p+".env."+k, v)
+		}
+		for h, v := range s.Headers {
+			l.checkEnvRefs(FileWorkflow, p+".headers."+h, v)
+		}
+		l.checkEnvRefs(FileWorkflow, p+".url", s.URL)
 		for h, env := range s.HeadersFromEnv {
 			if !envNameRe.MatchString(env) {
 				l.errorf(FileWorkflow, p+".headers_from_env."+h, "%q is not an environment variable name", env)
 			}
+			l.checkEnvName(FileWorkflow, p+".headers_from_env."+h, env)
 		}
 	}
 }
@@ -779,6 +797,11 @@ func (l *loader) checkTools() {
 			if !envNameRe.MatchString(env) {
 				l.errorf(FileTools, p+".headers_from_env."+h, "%q is not an environment variable name", env)
 			}
+			l.checkEnvName(FileTools, p+".headers_from_env."+h, env)
+		}
+		l.checkEnvRefs(FileTools, p+".url", t.URL)
+		for h, v := range t.Headers {
+			l.checkEnvRefs(FileTools, p+".headers."+h, v)
 		}
 		if t.Kind != KindHTTP && (len(t.Headers) > 0 || len(t.HeadersFromEnv) > 0) {
 			l.errorf(FileTools, p, "headers and headers_from_env are for http tools")
@@ -787,6 +810,7 @@ func (l *loader) checkTools() {
 			if !envNameRe.MatchString(env) {
 				l.errorf(FileTools, fmt.Sprintf("%s.env[%d]", p, i), "%q is not an environment variable name", env)
 			}
+			l.checkEnvName(FileTools, fmt.Sprintf("%s.env[%d]", p, i), env)
 		}
 		if t.Kind != KindCommand && t.Kind != KindGo && len(t.Env) > 0 {
 			l.errorf(FileTools, p+".env", "only a command or go tool has env")
@@ -905,13 +929,69 @@ func (l *loader) checkCommandFile(t *Tool, p string) {
 		l.errorf(FileTools, p+".file", "%q must be a path inside tools/", t.File)
 		return
 	}
-	st, err := fs.Stat(l.w.FS, path.Join(l.w.Dir, rel))
+	l.checkInside(FileTools, p+".file", rel)
+}
+
+// checkInside checks that rel, a file the workflow runs (a command tool, a
+// stdio MCP server), exists inside the workflow folder once every symbolic
+// link on its way is resolved: a link under tools/ to /bin/sh, or out of
+// the folder, would run a program the folder does not hold.
+func (l *loader) checkInside(file, p, rel string) {
+	resolved, err := resolveInside(l.w.FS, l.w.Dir, rel)
+	if err != nil {
+		l.errorf(file, p, "%s: %v", rel, err)
+		return
+	}
+	st, err := fs.Stat(l.w.FS, path.Join(l.w.Dir, resolved))
 	switch {
 	case err != nil:
-		l.errorf(FileTools, p+".file", "%s not found", rel)
+		l.errorf(file, p, "%s not found", rel)
 	case st.IsDir():
-		l.errorf(FileTools, p+".file", "%s is a directory", rel)
+		l.errorf(file, p, "%s is a directory", rel)
 	}
+}
+
+// resolveInside resolves the symbolic links of rel (a path relative to the
+// workflow folder dir in fsys) and returns the resolved path, relative to
+// dir. It is an error for rel or any link's target to leave dir.
+func resolveInside(fsys fs.FS, dir, rel string) (string, error) {
+	parts := strings.Split(rel, "/")
+	var done []string
+	for hops := 0; len(parts) > 0; {
+		part := parts[0]
+		parts = parts[1:]
+		switch part {
+		case "", ".":
+			continue
+		case "..":
+			if len(done) == 0 {
+				return "", errors.New("leaves the workflow folder")
+			}
+			done = done[:len(done)-1]
+			continue
+		}
+		cur := path.Join(append(done, part)...)
+		fi, err := fs.Lstat(fsys, path.Join(dir, cur))
+		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+			// A missing file is reported by the caller's Stat.
+			done = append(done, part)
+			continue
+		}
+		if hops++; hops > 40 {
+			return "", errors.New("too many symbolic links")
+		}
+		target, err := fs.ReadLink(fsys, path.Join(dir, cur))
+		if err != nil {
+			return "", fmt.Errorf("read link: %w", err)
+		}
+		if path.IsAbs(target) {
+			return "", fmt.Errorf("a symbolic link to %s, outside the workflow folder", target)
+		}
+		// The target is relative to the link's folder: resolve it from
+		// there, then go on with what is left of rel.
+		parts = append(strings.Split(target, "/"), parts...)
+	}
+	return path.Join(done...), nil
 }
 
 func (l *loader) checkParameters(t *Tool, p string) {
@@ -1236,5 +1316,38 @@ func (l *loader) checkAfterWorkCycles() {
 			chain = append(chain, cur)
 			cur = r.TargetAgent
 		}
+	}
+}
+
+// checkMCPCommand checks a stdio MCP server's command as a command tool's
+// file is checked: a relative path (with a slash, like tools/server) to a
+// file inside the workflow folder, symbolic links resolved. A bare name
+// would be looked up in PATH, and anything on the host (/bin/sh) could be
+// the server; a workflow that wants npx ships a script that runs it.
+func (l *loader) checkMCPCommand(p, command string) {
+	switch {
+	case !strings.Contains(command, "/"):
+		l.errorf(FileWorkflow, p, "%q must be a path inside the workflow folder, like tools/%s (a bare name would run any program in PATH)", command, command)
+	case path.IsAbs(command) || !fs.ValidPath(path.Clean(command)) || strings.Contains(command, ".."):
+		l.errorf(FileWorkflow, p, "%q must be a path inside the workflow folder", command)
+	default:
+		l.checkInside(FileWorkflow, p, path.Clean(command))
+	}
+}
+
+// checkEnvRefs refuses ${VAR} and $VAR references in s to baton's own
+// credentials (baton.ServerOnlyEnv).
+func (l *loader) checkEnvRefs(file, p, s string) {
+	os.Expand(s, func(name string) string {
+		l.checkEnvName(file, p, name)
+		return ""
+	})
+}
+
+// checkEnvName refuses a variable a workflow reads from baton's
+// environment when it is one of baton's own credentials.
+func (l *loader) checkEnvName(file, p, name string) {
+	if baton.ServerOnlyEnv(name) {
+		l.errorf(file, p, "%s is baton's own credential; no workflow may read it", name)
 	}
 }
