@@ -630,7 +630,7 @@ func specsOf(wf *workflow.Workflow) []tool.Spec {
 			ToolType: t.ToolType, Kind: t.Kind, Parameters: t.Parameters,
 			TimeoutSeconds: t.TimeoutSeconds, SideEffects: t.SideEffects, MaxConcurrency: t.MaxConcurrency,
 			Trigger: t.Trigger, Arguments: t.Arguments, URL: t.URL, Headers: t.Headers, HeadersFromEnv: t.HeadersFromEnv,
-			Env: t.Env, Server: t.Server, Tools: t.Tools, Prefix: t.Prefix,
+			Env: t.Env, Server: t.Server, Tools: t.Tools, Prefix: t.Prefix, AllowPrivateNetwork: t.AllowPrivateNetwork,
 		}
 		if t.UI != nil {
 			s.UI = tool.UISpec{Component: t.UI.Component, Mode: t.UI.Mode}

@@ -449,7 +449,7 @@ func TestHTTPTool(t *testing.T) {
 
 	spec := func(name, path string) tool.Spec {
 		return tool.Spec{Agent: "A", Name: name, URL: srv.URL + path, Headers: map[string]string{"Authorization": "Bearer ${ORDERS_TOKEN}"},
-			HeadersFromEnv: map[string]string{"X-Api-Key": "ORDERS_TOKEN"}, TimeoutSeconds: 5}
+			HeadersFromEnv: map[string]string{"X-Api-Key": "ORDERS_TOKEN"}, TimeoutSeconds: 5, AllowPrivateNetwork: true}
 	}
 	slow := spec("slow", "/slow")
 	slow.TimeoutSeconds = 0.1
@@ -487,7 +487,7 @@ func TestHTTPTool(t *testing.T) {
 	// A secret the person typed goes into the URL escaped: it adds no path
 	// segment, parameter or fragment. The operator's variables do not.
 	t.Setenv("ORDERS_BASE", srv.URL)
-	r = newRegistry(t, []tool.Spec{{Agent: "A", Name: "order", URL: "${ORDERS_BASE}/orders/${ACCOUNT}?key=${ACCOUNT}", TimeoutSeconds: 5}})
+	r = newRegistry(t, []tool.Spec{{Agent: "A", Name: "order", URL: "${ORDERS_BASE}/orders/${ACCOUNT}?key=${ACCOUNT}", TimeoutSeconds: 5, AllowPrivateNetwork: true}})
 	cc := callCtx("c")
 	cc.Secrets = map[string]string{"ACCOUNT": "a/../admin?x=1&role=root#f"}
 	res = mustCall(t, lookup(t, r, "A", "order"), cc, `{}`)

@@ -82,3 +82,35 @@ func TestWorkflowsCannotReadBatonsCredentials(t *testing.T) {
 		}
 	}
 }
+
+// TestSecretCannotChooseTheHost: an http tool url whose scheme, user or
+// host comes from a masked form's secret does not load; one with the
+// secret in its path does. allow_private_network is for http tools only.
+func TestSecretCannotChooseTheHost(t *testing.T) {
+	load := func(url string, extra string) error {
+		fsys := fstest.MapFS{
+			"w/workflow.json": {Data: []byte(`{"orchestration": {"initial_agent": "A"}}`)},
+			"w/agents.json":   {Data: []byte(`{"agents": {"A": {"system_message": "hi"}}}`)},
+			"w/tools.json": {Data: []byte(`{"tools": [
+				{"agent": "A", "name": "keys", "tool_type": "Lifecycle_Tool", "kind": "ui", "trigger": "before_chat", "ui": {"component": "SecretsInput"},
+				 "arguments": {"masked": true, "keys": [{"name": "ACCOUNT", "label": "Account"}]}},
+				{"agent": "A", "name": "h", "kind": "http", "tool_type": "Agent_Tool", "url": "` + url + `"}` + extra + `]}`)},
+		}
+		_, err := workflow.Load(fsys, "w")
+		return err
+	}
+	for _, ok := range []string{"https://api.example.com/orders/${ACCOUNT}", "${BASE}/orders?a=${ACCOUNT}"} {
+		if err := load(ok, ""); err != nil {
+			t.Errorf("%s: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"https://${ACCOUNT}/x", "https://${ACCOUNT}.example.com/", "https://${ACCOUNT}@api.example.com/", "https://api.example.com:${ACCOUNT}/"} {
+		if err := load(bad, ""); err == nil || !strings.Contains(err.Error(), "tools[1].url: a secret of a masked form may not choose") {
+			t.Errorf("%s: %v, want refused", bad, err)
+		}
+	}
+	err := load("https://api.example.com/", `, {"agent": "A", "name": "g", "function": "g", "kind": "go", "tool_type": "Agent_Tool", "allow_private_network": true}`)
+	if err == nil || !strings.Contains(err.Error(), "tools[2].allow_private_network") {
+		t.Errorf("allow_private_network on a go tool: %v", err)
+	}
+}

@@ -806,6 +806,9 @@ func (l *loader) checkTools() {
 		if t.Kind != KindHTTP && (len(t.Headers) > 0 || len(t.HeadersFromEnv) > 0) {
 			l.errorf(FileTools, p, "headers and headers_from_env are for http tools")
 		}
+		if t.Kind != KindHTTP && t.AllowPrivateNetwork {
+			l.errorf(FileTools, p+".allow_private_network", "only an http tool has allow_private_network")
+		}
 		for i, env := range t.Env {
 			if !envNameRe.MatchString(env) {
 				l.errorf(FileTools, fmt.Sprintf("%s.env[%d]", p, i), "%q is not an environment variable name", env)
@@ -830,6 +833,35 @@ func (l *loader) checkTools() {
 			}
 		}
 		l.checkSecretForm(t, p)
+	}
+	for _, t := range w.Tools {
+		if t != nil && t.Kind == KindHTTP {
+			l.checkSecretHost(t, fmt.Sprintf("tools[%d].url", t.Index))
+		}
+	}
+}
+
+// checkSecretHost refuses an http tool url in which a secret (a value the
+// person types into a masked form) would choose the scheme, user or host:
+// the person would choose where the tool's credentials are sent.
+func (l *loader) checkSecretHost(t *Tool, p string) {
+	with := func(v string) string {
+		return os.Expand(t.URL, func(k string) string {
+			if l.w.DeclaresSecret(k) {
+				return v
+			}
+			return "v" // the operator's variable: the same either way
+		})
+	}
+	origin := func(s string) string {
+		u, err := url.Parse(s)
+		if err != nil {
+			return "?" + s
+		}
+		return u.Scheme + "://" + u.User.String() + "@" + u.Host
+	}
+	if origin(with("")) != origin(with("x0")) {
+		l.errorf(FileTools, p, "a secret of a masked form may not choose the url's scheme, user or host (only its path or query)")
 	}
 }
 

@@ -373,8 +373,14 @@ type Tool struct {
 	// HeadersFromEnv maps an HTTP header to the environment variable that
 	// holds its value; secrets never appear in the file.
 	HeadersFromEnv map[string]string `json:"headers_from_env"`
+	// AllowPrivateNetwork lets an http tool reach loopback, link-local
+	// and private addresses, which are refused by default (at connect
+	// time and on every redirect): a tool aimed at 169.254.169.254 or an
+	// internal service must say so.
+	AllowPrivateNetwork bool `json:"allow_private_network"`
 	// Env lists environment variables of the baton process passed through
-	// to a command tool (which otherwise gets a minimal environment).
+	// to a command tool (which otherwise gets a minimal environment), and
+	// the secrets a command or go tool may read.
 	Env []string `json:"env"`
 	// Server names the workflow.json mcp_servers entry of an mcp tool.
 	Server string `json:"server"`
