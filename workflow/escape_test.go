@@ -69,7 +69,7 @@ func TestWorkflowsCannotReadBatonsCredentials(t *testing.T) {
 		{"w/tools.json", `{"tools": [{"agent": "A", "name": "h", "kind": "http", "tool_type": "Agent_Tool", "url": "https://x.example/${BATON_METRICS_TOKEN}"}]}`, "tools[0].url: BATON_METRICS_TOKEN"},
 		{"w/tools.json", `{"tools": [{"agent": "A", "name": "h", "kind": "http", "tool_type": "Agent_Tool", "url": "https://x.example/", "headers_from_env": {"X-K": "BATON_STORE"}}]}`, "tools[0].headers_from_env.X-K: BATON_STORE"},
 		{"w/workflow.json", `{"orchestration": {"initial_agent": "A"}, "mcp_servers": {"s": {"command": "tools/ok.sh", "env": {"K": "${BATON_SECRET_KEY}"}}}}`, "mcp_servers.s.env.K: BATON_SECRET_KEY"},
-		{"w/context_variables.json", `{"variables": {"v": {"type": "str", "from_env": "BATON_SECRET_KEY"}}}`, "variables.v.from_env: BATON_SECRET_KEY"},
+		{"w/context_variables.json", `{"variables": {"v": {"type": "str", "from_env": "BATON_SECRET_KEY"}}}`, "variables.v.from_env: no longer supported"},
 	} {
 		fsys := fstest.MapFS{}
 		for k, v := range base {
@@ -112,5 +112,28 @@ func TestSecretCannotChooseTheHost(t *testing.T) {
 	err := load("https://api.example.com/", `, {"agent": "A", "name": "g", "function": "g", "kind": "go", "tool_type": "Agent_Tool", "allow_private_network": true}`)
 	if err == nil || !strings.Contains(err.Error(), "tools[2].allow_private_network") {
 		t.Errorf("allow_private_network on a go tool: %v", err)
+	}
+}
+
+// TestReservedSecretNames: a masked form may not ask for a secret whose
+// name steers a program (where it logs TLS keys, reads its configuration,
+// which program it starts); the load error names the field.
+func TestReservedSecretNames(t *testing.T) {
+	for _, name := range []string{"SSLKEYLOGFILE", "CURL_HOME", "WGETRC", "EDITOR", "PAGER", "LESSOPEN", "BROWSER", "sslkeylogfile", "PATH", "BATON_X"} {
+		if !workflow.ReservedSecretName(name) {
+			t.Errorf("%s is not reserved", name)
+		}
+	}
+	if workflow.ReservedSecretName("NEWSLETTER_API_KEY") {
+		t.Error("an ordinary name is reserved")
+	}
+	fsys := fstest.MapFS{
+		"w/workflow.json": {Data: []byte(`{"orchestration": {"initial_agent": "A"}}`)},
+		"w/agents.json":   {Data: []byte(`{"agents": {"A": {"system_message": "hi"}}}`)},
+		"w/tools.json": {Data: []byte(`{"tools": [{"agent": "A", "name": "keys", "tool_type": "Lifecycle_Tool", "kind": "ui", "trigger": "before_chat",
+			"ui": {"component": "SecretsInput"}, "arguments": {"masked": true, "keys": [{"name": "SSLKEYLOGFILE", "label": "x"}]}}]}`)},
+	}
+	if _, err := workflow.Load(fsys, "w"); err == nil || !strings.Contains(err.Error(), `tools[0].arguments.keys[0].name: "SSLKEYLOGFILE" is reserved`) {
+		t.Fatalf("a form asking for SSLKEYLOGFILE: %v", err)
 	}
 }

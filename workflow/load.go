@@ -365,10 +365,9 @@ func (l *loader) declareVariables() {
 		} else if v.Default != nil && !valueHasType(v.Default, v.Type) {
 			l.errorf(FileContextVariables, p+".default", "must be %s %s (or null)", article(v.Type), v.Type)
 		}
-		if v.FromEnv != "" && !envNameRe.MatchString(v.FromEnv) {
-			l.errorf(FileContextVariables, p+".from_env", "%q is not an environment variable name", v.FromEnv)
+		if v.FromEnv != "" {
+			l.errorf(FileContextVariables, p+".from_env", "no longer supported: a context variable is shown to the chat's model and client, and must not come from baton's environment; set default")
 		}
-		l.checkEnvName(FileContextVariables, p+".from_env", v.FromEnv)
 		w.varTypes[name] = v.Type
 	}
 	for i, d := range l.contextF.DerivedVariables {
@@ -931,6 +930,10 @@ var (
 		"NODE_OPTIONS", "NODE_PATH", "RUBYOPT", "RUBYLIB", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS",
 		"CLASSPATH", "GOFLAGS", "GODEBUG", "GOTOOLCHAIN", "SSL_CERT_FILE", "SSL_CERT_DIR", "HTTP_PROXY", "HTTPS_PROXY",
 		"ALL_PROXY", "NO_PROXY", "TMP", "TEMP", "ZDOTDIR", "OPENSSL_CONF", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
+		// Where a program writes its TLS keys, reads its configuration,
+		// or which program it starts for the person.
+		"SSLKEYLOGFILE", "CURL_HOME", "WGETRC", "EDITOR", "VISUAL", "PAGER", "LESSOPEN", "LESSCLOSE", "BROWSER",
+		"SSH_ASKPASS", "SUDO_ASKPASS", "INPUTRC", "MANPAGER", "GNUPGHOME", "SSH_AUTH_SOCK", "KRB5CCNAME",
 	}
 	reservedSecretPrefixes = []string{"BATON_", "LD_", "DYLD_", "LC_", "PYTHON", "PERL", "RUBY", "NODE_", "JAVA_", "_JAVA_",
 		"JDK_", "DOTNET_", "LUA_", "XDG_", "GIT_", "MALLOC_", "BASH_FUNC_", "GLIBC_", "NPM_CONFIG_"}

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/batonhq/baton"
@@ -72,26 +71,12 @@ func (d *DerivedVariable) FieldValue(output any) (any, bool) {
 }
 
 // InitialContext returns a new chat's context variables: every declared
-// variable at its default (or its from_env value when lookup finds one,
-// converted to the variable's type), text and tool derived variables at
-// false and structured_output_field variables at nil. lookup is usually
-// os.LookupEnv. A from_env value that does not convert is an EINVALID error.
-func (w *Workflow) InitialContext(lookup func(string) (string, bool)) (map[string]any, error) {
+// variable at its default, text and tool derived variables at false and
+// structured_output_field variables at nil.
+func (w *Workflow) InitialContext() map[string]any {
 	vars := make(map[string]any, len(w.Variables)+len(w.DerivedVariables))
 	for _, v := range w.Variables {
 		vars[v.Name] = v.Default
-		if v.FromEnv == "" || lookup == nil {
-			continue
-		}
-		s, ok := lookup(v.FromEnv)
-		if !ok {
-			continue
-		}
-		val, err := convertEnv(s, v.Type)
-		if err != nil {
-			return nil, baton.Errorf(baton.EINVALID, "context variable %s: environment variable %s: %v", v.Name, v.FromEnv, err)
-		}
-		vars[v.Name] = val
 	}
 	for _, d := range w.DerivedVariables {
 		if d.TriggerType == StructuredOutputField {
@@ -100,29 +85,7 @@ func (w *Workflow) InitialContext(lookup func(string) (string, bool)) (map[strin
 			vars[d.Name] = false
 		}
 	}
-	return vars, nil
-}
-
-func convertEnv(s, typ string) (any, error) {
-	switch typ {
-	case TypeStr:
-		return s, nil
-	case TypeBool:
-		return strconv.ParseBool(strings.TrimSpace(s))
-	case TypeInt:
-		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
-		return float64(n), err
-	case TypeFloat:
-		return strconv.ParseFloat(strings.TrimSpace(s), 64)
-	}
-	var v any
-	if err := json.Unmarshal([]byte(s), &v); err != nil {
-		return nil, fmt.Errorf("not JSON: %w", err)
-	}
-	if !valueHasType(v, typ) {
-		return nil, fmt.Errorf("not a %s", typ)
-	}
-	return v, nil
+	return vars
 }
 
 // CheckStartContext checks the context variables a client asks to set when

@@ -423,8 +423,9 @@ type Variable struct {
 	// Type is one of bool, int, float, str, list, dict.
 	Type    string `json:"type"`
 	Default any    `json:"default"`
-	// FromEnv names an environment variable whose value, when set,
-	// replaces Default (converted to Type).
+	// FromEnv is refused at load: a variable's value is shown to the
+	// chat's model and client, so it may not be read from baton's
+	// environment. The field is kept to say so by name.
 	FromEnv     string `json:"from_env"`
 	Description string `json:"description"`
 	// ClientSettable lets a client set the variable when it starts a chat
