@@ -202,3 +202,37 @@ func TestDevMode_AppNamesValidated(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricsAggregate_TenantScoped: /metrics/perf/aggregate shows a key
+// its own tenant's usage (app and user): bob, of ada's app, sees none of
+// ada's turns; the operator's metrics token sees every app's.
+func TestMetricsAggregate_TenantScoped(t *testing.T) {
+	e := newEnv(t, withMetrics(), withConfig(func(c *Config) { c.MetricsToken = testMetricsToken }))
+	if err := e.srv.cfg.Metrics.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.srv.cfg.Metrics.Close(context.Background()) })
+	id := e.start(t, "hello", nil)
+	e.waitStatus(t, id, baton.ChatCompleted)
+	agg := func(bearer string) map[string]any {
+		t.Helper()
+		r := e.do(t, "GET", "/metrics/perf/aggregate", bearer, nil)
+		if r.status != http.StatusOK {
+			t.Fatalf("aggregate: %d %s", r.status, r.body)
+		}
+		return r.json(t)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for agg(e.keys[scopeAda])["total_turns"] == 0.0 {
+		if time.Now().After(deadline) {
+			t.Fatal("ada's turns never reached the metrics")
+		}
+		time.Sleep(5 * time.Millisecond) // polling with a deadline: the collector reads the bus
+	}
+	if b := agg(e.keys[scopeBob]); b["total_turns"] != 0.0 || b["total_tokens"] != 0.0 || b["active_chats"] != 0.0 {
+		t.Errorf("bob sees ada's usage: %v", b)
+	}
+	if op := agg(testMetricsToken); op["total_turns"] == 0.0 {
+		t.Errorf("the operator's token sees no turns: %v", op)
+	}
+}

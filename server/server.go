@@ -248,7 +248,7 @@ func New(cfg Config) (*Server, error) {
 		{"POST", "/api/events", s.handleExternalEvent},
 		{"POST", "/sessions/{id}/prompt", s.handlePrompt},
 		{"GET", "/ws/{app}/{chat_id}", s.handleWS},
-		{"GET", "/metrics/perf/aggregate", s.perfHandler((*metrics.Collector).AggregateHandler)},
+		{"GET", "/metrics/perf/aggregate", s.aggregateHandler()},
 		{"GET", "/metrics/perf/chats/{chat_id}", s.perfHandler((*metrics.Collector).ChatHandler)},
 		{"GET", "/metrics/prometheus", s.metricsHandler(prometheusHandler(s))},
 		{"GET", "/metrics", s.metricsHandler(prometheusHandler(s))},
