@@ -581,7 +581,7 @@ func (e *Engine) registry(wf *workflow.Workflow) (*tool.Registry, error) {
 	}
 	servers := make(map[string]tool.MCPServer, len(wf.Config.MCPServers))
 	for name, s := range wf.Config.MCPServers {
-		servers[name] = tool.MCPServer{Command: s.Command, Args: s.Args, Env: s.Env, URL: s.URL, Headers: s.Headers, HeadersFromEnv: s.HeadersFromEnv}
+		servers[name] = tool.MCPServer{Command: s.Command, Args: s.Args, Env: s.Env, URL: s.URL, Headers: s.Headers, HeadersFromEnv: s.HeadersFromEnv, AllowPrivateNetwork: s.AllowPrivateNetwork}
 	}
 	opts := append([]tool.Option{
 		tool.WithFuncs(e.getEventInfoTool(), e.startTaskTool()),

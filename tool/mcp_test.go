@@ -114,8 +114,14 @@ func TestMCPStreamableHTTP(t *testing.T) {
 	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
 	t.Cleanup(hs.Close) // after the registry's Close (cleanups run last-first), which ends the session
 	r := newRegistry(t, []tool.Spec{{Agent: "A", Kind: tool.KindMCP, Server: "web", Tools: []string{"greet"}}},
-		tool.WithMCPServers(map[string]tool.MCPServer{"web": {URL: hs.URL}}))
+		tool.WithMCPServers(map[string]tool.MCPServer{"web": {URL: hs.URL, AllowPrivateNetwork: true}}))
 	checkGreet(t, r, "greet")
+	// Without the opt-in the same server, on loopback, is refused.
+	closed := newRegistry(t, []tool.Spec{{Agent: "A", Kind: tool.KindMCP, Server: "web", Tools: []string{"greet"}}},
+		tool.WithMCPServers(map[string]tool.MCPServer{"web": {URL: hs.URL}}))
+	if _, err := closed.Tools(context.Background(), "A"); err == nil || !strings.Contains(err.Error(), "allow_private_network") {
+		t.Fatalf("an MCP server on loopback without allow_private_network: %v, want refused", err)
+	}
 }
 
 // TestMCPStdioRestart runs the test binary as a stdio MCP server, crashes

@@ -121,6 +121,9 @@ type MCPServer struct {
 	// HeadersFromEnv maps a header to the environment variable holding its
 	// value (workflow.json's headers_from_env).
 	HeadersFromEnv map[string]string
+	// AllowPrivateNetwork lets a URL server be on a loopback, link-local
+	// or private address (refused by default, as for http tools).
+	AllowPrivateNetwork bool
 	// Transport, when set, connects to a server in the same program (for
 	// example over mcp.NewInMemoryTransports) instead of Command or URL. It
 	// is called for every new session.

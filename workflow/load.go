@@ -524,6 +524,9 @@ func (l *loader) checkConfig() {
 		case s.Command != "":
 			l.checkMCPCommand(p+".command", s.Command)
 		}
+		if s.AllowPrivateNetwork && s.URL == "" {
+			l.errorf(FileWorkflow, p+".allow_private_network", "only a url server has allow_private_network")
+		}
 		for k, v := range s.Env {
 			if !envNameRe.MatchString(k) {
 				l.errorf(FileWorkflow, p+".env."+k, "%q is not an environment variable name", k)

@@ -244,6 +244,9 @@ type MCPServer struct {
 	// HeadersFromEnv maps an HTTP header to the environment variable that
 	// holds its value (for url servers).
 	HeadersFromEnv map[string]string `json:"headers_from_env"`
+	// AllowPrivateNetwork lets a url server be on a loopback, link-local
+	// or private address, refused by default as for http tools.
+	AllowPrivateNetwork bool `json:"allow_private_network"`
 }
 
 // Agent is one entry of agents.json.
