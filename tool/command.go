@@ -18,10 +18,11 @@ import (
 
 // Limits of a command tool's stderr.
 const (
-	stderrTail   = 4 << 10  // bytes of stderr kept for the error message
-	stderrLogMax = 32 << 10 // bytes of stderr logged per call
-	stderrLines  = 10       // lines of stderr in a failed call's error
-	waitDelay    = time.Second
+	stderrTail    = 4 << 10  // bytes of stderr kept for the error message
+	stderrLogMax  = 32 << 10 // bytes of stderr logged per call
+	stderrLines   = 10       // lines of stderr in a failed call's error
+	stderrLineMax = 1024     // bytes of one stderr line logged
+	waitDelay     = time.Second
 )
 
 // commandTool runs an executable under the workflow's tools/ folder:
@@ -196,7 +197,7 @@ func (w *stderrLog) Write(p []byte) (int, error) {
 			w.emit()
 			continue
 		}
-		if len(w.line) < 1024 {
+		if len(w.line) < stderrLineMax {
 			w.line = append(w.line, c)
 		}
 	}
@@ -205,7 +206,11 @@ func (w *stderrLog) Write(p []byte) (int, error) {
 
 func (w *stderrLog) emit() {
 	if w.logged < stderrLogMax {
-		w.log.Info("tool stderr", slog.String("line", w.redact.string(string(w.line))))
+		line := w.redact.string(string(w.line))
+		if len(w.line) == stderrLineMax { // cut: a secret may straddle the cut
+			line = w.redact.cut(line)
+		}
+		w.log.Info("tool stderr", slog.String("line", line))
 		w.logged += len(w.line) + 1
 		if w.logged >= stderrLogMax {
 			w.log.Info("tool stderr: further output not logged")
@@ -230,5 +235,6 @@ func (w *stderrLog) lastLines() string {
 	if len(lines) > stderrLines {
 		lines = lines[len(lines)-stderrLines:]
 	}
-	return ": " + w.redact.string(strings.Join(lines, "\n"))
+	// The tail may begin inside a secret: its front was dropped.
+	return ": " + w.redact.cut(w.redact.string(strings.Join(lines, "\n")))
 }

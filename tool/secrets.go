@@ -80,6 +80,35 @@ func (r redactor) string(s string) string {
 	return s
 }
 
+// truncatedMarker starts the note capText and parseOutput put after output
+// they cut.
+const truncatedMarker = "\n[output truncated"
+
+// cut redacts what string leaves of a secret where s was cut: a secret's
+// start at the end of s (more was not kept), a secret's end at its start
+// (the front was dropped), and the same around a truncation note. Pieces
+// shorter than minRedact are left: they say too little to matter.
+func (r redactor) cut(s string) string {
+	if i := strings.Index(s, truncatedMarker); i >= 0 {
+		return r.cut(s[:i]) + s[i:]
+	}
+	for _, v := range r {
+		for k := len(v) - 1; k >= minRedact; k-- {
+			if strings.HasSuffix(s, v[:k]) {
+				s = s[:len(s)-k] + redactedSecret
+				break
+			}
+		}
+		for k := len(v) - 1; k >= minRedact; k-- {
+			if strings.HasPrefix(s, v[len(v)-k:]) {
+				s = redactedSecret + s[k:]
+				break
+			}
+		}
+	}
+	return s
+}
+
 // error returns err, or when its message carries a secret, an error of the
 // same code with the secret redacted. The chain is kept (for errors.Is)
 // only when nothing had to be redacted.
@@ -100,7 +129,7 @@ func (r redactor) result(res baton.ToolResult) baton.ToolResult {
 	if len(r) == 0 {
 		return res
 	}
-	res.Content = r.string(res.Content)
+	res.Content = r.cut(r.string(res.Content))
 	for k, raw := range res.Updates {
 		s := string(raw)
 		for _, v := range r {

@@ -85,3 +85,20 @@ func (f publisherFunc) Publish(_ context.Context, ev baton.Event) error {
 	f(ev)
 	return nil
 }
+
+// TestSecrets_CutOutputRedacted: output cut at the cap in the middle of a
+// secret shows no piece of it.
+func TestSecrets_CutOutputRedacted(t *testing.T) {
+	const secret = "sk-live-ABCDEFGHIJKLMNOP"
+	r := newRegistry(t, []tool.Spec{{Agent: "A", Name: "leak", File: "leak.sh", Env: []string{"MY_SECRET"}}}, tool.WithMaxOutput(12))
+	cc := callCtx("cut")
+	cc.Secrets = map[string]string{"MY_SECRET": secret}
+	res := mustCall(t, lookup(t, r, "A", "leak"), cc, `{}`)
+	// "my=" and the first 9 bytes of the secret fit in 12 bytes.
+	if !strings.Contains(res.Content, "[output truncated") || strings.Contains(res.Content, secret[:minPiece]) {
+		t.Fatalf("cut output: %q", res.Content)
+	}
+}
+
+// minPiece is the shortest piece of a secret the cut output must not show.
+const minPiece = 4
