@@ -182,6 +182,9 @@ func baseEnv(pass []string) []string {
 type stderrLog struct {
 	log    *slog.Logger
 	redact redactor // the call's secrets, never logged
+	// tailCut: tail lost its front, so its first line may start inside
+	// a secret.
+	tailCut bool
 	line   []byte
 	logged int
 	tail   []byte
@@ -191,6 +194,7 @@ func (w *stderrLog) Write(p []byte) (int, error) {
 	w.tail = append(w.tail, p...)
 	if len(w.tail) > stderrTail {
 		w.tail = append(w.tail[:0], w.tail[len(w.tail)-stderrTail:]...)
+		w.tailCut = true
 	}
 	for _, c := range p {
 		if c == '\n' {
@@ -208,7 +212,7 @@ func (w *stderrLog) emit() {
 	if w.logged < stderrLogMax {
 		line := w.redact.string(string(w.line))
 		if len(w.line) == stderrLineMax { // cut: a secret may straddle the cut
-			line = w.redact.cut(line)
+			line = w.redact.cutEnd(line)
 		}
 		w.log.Info("tool stderr", slog.String("line", line))
 		w.logged += len(w.line) + 1
@@ -232,9 +236,14 @@ func (w *stderrLog) lastLines() string {
 		return ""
 	}
 	lines := strings.Split(s, "\n")
+	cutFront := w.tailCut
 	if len(lines) > stderrLines {
 		lines = lines[len(lines)-stderrLines:]
+		cutFront = false // the first line shown is whole
 	}
-	// The tail may begin inside a secret: its front was dropped.
-	return ": " + w.redact.cut(w.redact.string(strings.Join(lines, "\n")))
+	out := w.redact.string(strings.Join(lines, "\n"))
+	if cutFront {
+		out = w.redact.cutStart(out)
+	}
+	return ": " + out
 }

@@ -84,13 +84,13 @@ func (r redactor) string(s string) string {
 // they cut.
 const truncatedMarker = "\n[output truncated"
 
-// cut redacts what string leaves of a secret where s was cut: a secret's
-// start at the end of s (more was not kept), a secret's end at its start
-// (the front was dropped), and the same around a truncation note. Pieces
-// shorter than minRedact are left: they say too little to matter.
-func (r redactor) cut(s string) string {
+// cutEnd redacts the start of a secret left at the end of s, which was cut
+// there (more was not kept); for a result, at the end of what precedes its
+// truncation note, if it has one. Pieces shorter than minRedact are left:
+// they say too little to matter.
+func (r redactor) cutEnd(s string) string {
 	if i := strings.Index(s, truncatedMarker); i >= 0 {
-		return r.cut(s[:i]) + s[i:]
+		return r.cutEnd(s[:i]) + s[i:]
 	}
 	for _, v := range r {
 		for k := len(v) - 1; k >= minRedact; k-- {
@@ -99,6 +99,14 @@ func (r redactor) cut(s string) string {
 				break
 			}
 		}
+	}
+	return s
+}
+
+// cutStart redacts the end of a secret left at the start of s, whose front
+// was dropped.
+func (r redactor) cutStart(s string) string {
+	for _, v := range r {
 		for k := len(v) - 1; k >= minRedact; k-- {
 			if strings.HasPrefix(s, v[len(v)-k:]) {
 				s = redactedSecret + s[k:]
@@ -129,7 +137,10 @@ func (r redactor) result(res baton.ToolResult) baton.ToolResult {
 	if len(r) == 0 {
 		return res
 	}
-	res.Content = r.cut(r.string(res.Content))
+	res.Content = r.string(res.Content)
+	if strings.Contains(res.Content, truncatedMarker) {
+		res.Content = r.cutEnd(res.Content)
+	}
 	for k, raw := range res.Updates {
 		s := string(raw)
 		for _, v := range r {
