@@ -185,9 +185,9 @@ type stderrLog struct {
 	// tailCut: tail lost its front, so its first line may start inside
 	// a secret.
 	tailCut bool
-	line   []byte
-	logged int
-	tail   []byte
+	line    []byte
+	logged  int
+	tail    []byte
 }
 
 func (w *stderrLog) Write(p []byte) (int, error) {
