@@ -3,7 +3,10 @@ package baton
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Scope is the tenant a call acts for: an app (the spec's enterprise) and a
@@ -68,4 +71,29 @@ type EffectLedger interface {
 	// RecordEffect stores the result of a claimed effect. A later claim
 	// returns it with EffectDone.
 	RecordEffect(ctx context.Context, scope Scope, chatID, key string, result json.RawMessage) error
+}
+
+// maxScopeName is the longest app or user name, in bytes.
+const maxScopeName = 128
+
+// Validate checks a scope as every store and every way in (API keys, dev
+// mode) takes it: app and user are required, at most 128 bytes, valid
+// UTF-8 and free of control characters (NUL among them). PostgreSQL
+// refuses invalid UTF-8 and NUL where SQLite keeps them; checking before
+// either is reached makes both accept and refuse the same scopes. The
+// error is EINVALID and names the field.
+func (s Scope) Validate() error {
+	for _, f := range []struct{ name, v string }{{"app", s.App}, {"user", s.User}} {
+		switch {
+		case f.v == "":
+			return Errorf(EINVALID, "%s: required", f.name)
+		case len(f.v) > maxScopeName:
+			return Errorf(EINVALID, "%s: longer than %d bytes", f.name, maxScopeName)
+		case !utf8.ValidString(f.v):
+			return Errorf(EINVALID, "%s: not valid UTF-8", f.name)
+		case strings.IndexFunc(f.v, unicode.IsControl) >= 0:
+			return Errorf(EINVALID, "%s: control characters not allowed", f.name)
+		}
+	}
+	return nil
 }

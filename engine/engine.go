@@ -311,7 +311,8 @@ type StartOptions struct {
 	// is recorded as their input, for an AgentDriven one it replaces the
 	// workflow's initial_message.
 	Message string
-	// Context sets initial context variables (by name) over their defaults.
+	// Context sets initial context variables (by name) over their defaults:
+	// only variables marked client_settable, each of its declared type.
 	Context map[string]json.RawMessage
 	// ChatID fixes the new chat's id; empty means a fresh one.
 	ChatID string
@@ -328,14 +329,14 @@ func (e *Engine) Start(ctx context.Context, scope baton.Scope, workflowName stri
 	if id == "" {
 		id = baton.NewID()
 	}
+	// A client may preset only what the workflow lets it: derived
+	// variables and the rest guard steps of the chat (an interview, a
+	// form) that a preset value would skip.
+	if err := wf.CheckStartContext(opts.Context); err != nil {
+		return baton.Chat{}, err
+	}
 	vars := initialVars(wf)
 	for k, v := range opts.Context {
-		if _, declared := wf.VariableType(k); !declared {
-			return baton.Chat{}, baton.Errorf(baton.EINVALID, "context.%s: not a variable of workflow %s", k, wf.Name)
-		}
-		if !json.Valid(v) {
-			return baton.Chat{}, baton.Errorf(baton.EINVALID, "context.%s: not valid JSON", k)
-		}
 		vars[k] = v
 	}
 	snap, err := json.Marshal(vars)
@@ -615,7 +616,7 @@ func (e *Engine) registry(wf *workflow.Workflow) (*tool.Registry, error) {
 	}
 	servers := make(map[string]tool.MCPServer, len(wf.Config.MCPServers))
 	for name, s := range wf.Config.MCPServers {
-		servers[name] = tool.MCPServer{Command: s.Command, Args: s.Args, Env: s.Env, URL: s.URL, Headers: s.Headers, HeadersFromEnv: s.HeadersFromEnv}
+		servers[name] = tool.MCPServer{Command: s.Command, Args: s.Args, Env: s.Env, URL: s.URL, Headers: s.Headers, HeadersFromEnv: s.HeadersFromEnv, AllowPrivateNetwork: s.AllowPrivateNetwork}
 	}
 	opts := append([]tool.Option{
 		tool.WithFuncs(e.getEventInfoTool(), e.startTaskTool()),
@@ -683,7 +684,7 @@ func specsOf(wf *workflow.Workflow) []tool.Spec {
 			ToolType: t.ToolType, Kind: t.Kind, Parameters: t.Parameters,
 			TimeoutSeconds: t.TimeoutSeconds, SideEffects: t.SideEffects, MaxConcurrency: t.MaxConcurrency,
 			Trigger: t.Trigger, Arguments: t.Arguments, URL: t.URL, Headers: t.Headers, HeadersFromEnv: t.HeadersFromEnv,
-			Env: t.Env, Server: t.Server, Tools: t.Tools, Prefix: t.Prefix,
+			Env: t.Env, Server: t.Server, Tools: t.Tools, Prefix: t.Prefix, AllowPrivateNetwork: t.AllowPrivateNetwork,
 		}
 		if t.UI != nil {
 			s.UI = tool.UISpec{Component: t.UI.Component, Mode: t.UI.Mode}

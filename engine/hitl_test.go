@@ -592,7 +592,7 @@ func TestSecrets_ReachTheToolThatUsesThem(t *testing.T) {
 	useKey := tool.WithFuncs(tool.MustFunc("use_key", "Open the vault.", func(_ context.Context, cc *baton.CallContext, _ struct{}) (string, error) {
 		got.Store(maps.Clone(cc.Secrets))
 		return "opened", nil
-	}))
+	}), tool.MustFunc("peek", "Look around.", func(context.Context, *baton.CallContext, struct{}) (string, error) { return "", nil }))
 	h := newHarness(t, withWorkflows(loopDir), withTools(useKey), fake(func(req *baton.Request) ([]baton.Delta, error) {
 		if last := req.Messages[len(req.Messages)-1]; last.Role == baton.RoleTool {
 			return reply("The vault is open."), nil
@@ -660,5 +660,46 @@ func TestLifecycle_BeforeChatFormThenStart(t *testing.T) {
 	checkSpeakers(t, evs)
 	if lastOfType(t, evs, baton.TypeChatRunComplete)["status"] != "success" || countType(evs, baton.TypeChatSelectSpeaker) < 2 {
 		t.Fatalf("the chat did not start after the form:\n%s", dump(evs))
+	}
+}
+
+// TestSecrets_RedactedFromToolOutput: a Go tool that echoes the key it
+// declares puts "[redacted]" into the recorded tool response, never the
+// value; a tool that declares no secret gets none.
+func TestSecrets_RedactedFromToolOutput(t *testing.T) {
+	var peeked atomic.Value
+	tools := tool.WithFuncs(
+		tool.MustFunc("use_key", "Open the vault.", func(_ context.Context, cc *baton.CallContext, _ struct{}) (string, error) {
+			return "opened with " + cc.Secrets["VAULT_KEY"], nil
+		}),
+		tool.MustFunc("peek", "Look around.", func(_ context.Context, cc *baton.CallContext, _ struct{}) (string, error) {
+			peeked.Store(maps.Clone(cc.Secrets))
+			return "nothing here", nil
+		}),
+	)
+	h := newHarness(t, withWorkflows(loopDir), withTools(tools), fake(func(req *baton.Request) ([]baton.Delta, error) {
+		if last := req.Messages[len(req.Messages)-1]; last.Role == baton.RoleTool {
+			return reply("Done."), nil
+		}
+		return append(callTool("c1", "use_key", `{}`), callTool("c2", "peek", `{}`)...), nil
+	}))
+	id := start(t, h, "vault")
+	h.waitStatus(id, baton.ChatWaitingSecret)
+	if err := h.eng.RespondUI(context.Background(), testScope, id, h.pending(id, baton.PendingSecret).UIEventID, "success", json.RawMessage(`{"VAULT_KEY":"`+testSecret+`"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if c := h.waitStatus(id, baton.ChatCompleted, baton.ChatFailed); c.Status != baton.ChatCompleted {
+		t.Fatalf("status %s:\n%s", c.Status, dump(h.events(id)))
+	}
+	raw, _ := json.Marshal(h.events(id))
+	all := string(raw)
+	if strings.Contains(all, testSecret) {
+		t.Fatalf("the secret is in the recorded events:\n%s", all)
+	}
+	if !strings.Contains(all, "opened with [redacted]") {
+		t.Fatalf("the tool response is not recorded redacted:\n%s", all)
+	}
+	if got, _ := peeked.Load().(map[string]string); len(got) != 0 {
+		t.Fatalf("a tool that declares no secret got %v", got)
 	}
 }

@@ -99,6 +99,9 @@ func (s *sealer) sealForm(chatID string, data json.RawMessage, declared []string
 		if str == "" { // it would hide the server's variable of that name from http tools
 			return nil, baton.Errorf(baton.EINVALID, "data.%s: empty (leave a secret out rather than send it empty)", name)
 		}
+		if strings.ContainsRune(str, 0) { // no environment variable can hold it: every command tool would fail
+			return nil, baton.Errorf(baton.EINVALID, "data.%s: contains a NUL byte", name)
+		}
 		var err error
 		if sealed[name], err = s.seal(chatID, name, str); err != nil {
 			return nil, err

@@ -111,10 +111,11 @@ type Collector struct {
 	prom *promMetrics
 
 	mu      sync.Mutex
-	chats   *lru[*chatAgg]      // by chat id, at most Options.MaxChats
-	apps    map[string]*totals  // in-memory totals per app, since Start
-	appBase map[string]*appBase // per-app totals from the store, for budgets
-	written map[string]*totals  // what the writer has written, per app
+	chats   *lru[*chatAgg]          // by chat id, at most Options.MaxChats
+	apps    map[string]*totals      // in-memory totals per app, since Start
+	tenants map[baton.Scope]*totals // in-memory totals per tenant (app and user), since Start
+	appBase map[string]*appBase     // per-app totals from the store, for budgets
+	written map[string]*totals      // what the writer has written, per app
 	global  totals
 	msgs    *lru[*msgTiming] // open model calls, by message id, at most Options.MaxChats
 
@@ -217,6 +218,7 @@ func New(opts Options) (*Collector, error) {
 		log:     opts.Logger,
 		now:     opts.Now,
 		apps:    map[string]*totals{},
+		tenants: map[baton.Scope]*totals{},
 		appBase: map[string]*appBase{},
 		written: map[string]*totals{},
 		msgs:    newLRU[*msgTiming](opts.MaxChats, nil),
@@ -450,8 +452,10 @@ func (c *Collector) Observe(ev baton.Event) {
 		a := ch.agent(p.Agent)
 		a.Turns++
 		ch.pendingAgent(p.Agent).Turns++
-		if t := c.app(ch); t != nil {
-			t.Turns++
+		for _, t := range []*totals{c.app(ch), c.tenant(ch)} {
+			if t != nil {
+				t.Turns++
+			}
 		}
 		ch.dirty = true
 	case baton.TypeChatToolResponse:
@@ -460,8 +464,10 @@ func (c *Collector) Observe(ev baton.Event) {
 		ch.pending.ToolCalls++
 		ch.agent(p.Agent).ToolCalls++
 		ch.pendingAgent(p.Agent).ToolCalls++
-		if t := c.app(ch); t != nil {
-			t.ToolCalls++
+		for _, t := range []*totals{c.app(ch), c.tenant(ch)} {
+			if t != nil {
+				t.ToolCalls++
+			}
 		}
 		ch.dirty = true
 	case baton.TypeChatUsageSummary:
@@ -484,8 +490,10 @@ func (c *Collector) Observe(ev baton.Event) {
 		pa.Calls++
 		pa.Usage = pa.Usage.Add(u)
 		pa.Cost += p.Cost
-		if t := c.app(ch); t != nil {
-			t.addUsage(u, p.Cost)
+		for _, t := range []*totals{c.app(ch), c.tenant(ch)} {
+			if t != nil {
+				t.addUsage(u, p.Cost)
+			}
 		}
 		ch.dirty = true
 		if m, _ := c.msgs.peek(p.AgentMessageID); m != nil {
@@ -587,11 +595,27 @@ func (c *Collector) setScope(ch *chatAgg, scope baton.Scope) {
 		t = &totals{}
 		c.apps[scope.App] = t
 	}
-	t.Turns += ch.all.Turns
-	t.ToolCalls += ch.all.ToolCalls
-	t.Calls += ch.all.Calls
-	t.Usage = t.Usage.Add(ch.all.Usage)
-	t.Cost += ch.all.Cost
+	u := c.tenants[scope]
+	if u == nil {
+		u = &totals{}
+		c.tenants[scope] = u
+	}
+	for _, t := range []*totals{t, u} {
+		t.Turns += ch.all.Turns
+		t.ToolCalls += ch.all.ToolCalls
+		t.Calls += ch.all.Calls
+		t.Usage = t.Usage.Add(ch.all.Usage)
+		t.Cost += ch.all.Cost
+	}
+}
+
+// tenant returns the totals of the chat's tenant (app and user), nil when
+// it is not known yet. c.mu is held.
+func (c *Collector) tenant(ch *chatAgg) *totals {
+	if !ch.scoped {
+		return nil
+	}
+	return c.tenants[ch.scope]
 }
 
 // app returns the totals of the chat's app, nil when it is not known yet.

@@ -151,8 +151,8 @@ func (c *Collector) ChatPerf(r *http.Request, scope baton.Scope, chatID string) 
 
 // AggregateHandler serves GET /metrics/perf/aggregate. With scopeOf nil it
 // reports every app (an operator endpoint); with scopeOf it reports the
-// caller's app only (active_chats: its chats with an event in the last
-// minute).
+// caller's tenant only, app and user (active_chats: its chats with an
+// event in the last minute).
 func (c *Collector) AggregateHandler(scopeOf ScopeFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		agg := c.Snapshot()
@@ -164,13 +164,15 @@ func (c *Collector) AggregateHandler(scopeOf ScopeFunc) http.Handler {
 			}
 			now := c.now()
 			c.mu.Lock()
+			// The tenant is app and user, as everywhere else: one user of
+			// an app does not see the others' turns, tokens and cost.
 			t := totals{}
-			if a := c.apps[scope.App]; a != nil {
+			if a := c.tenants[scope]; a != nil {
 				t = *a
 			}
 			var active int64
 			for _, ch := range c.chats.all() {
-				if ch.scoped && ch.scope.App == scope.App && now.Sub(ch.lastSeen) < time.Minute {
+				if ch.scoped && ch.scope == scope && now.Sub(ch.lastSeen) < time.Minute {
 					active++
 				}
 			}

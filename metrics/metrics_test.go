@@ -330,6 +330,12 @@ func TestChatEndpointIsTenantScoped(t *testing.T) {
 	if err := json.Unmarshal(body, &agg); err != nil || agg.TotalTokens != 0 || agg.Timestamp.IsZero() {
 		t.Errorf("another app's aggregate = %s (%v), want zero totals", body, err)
 	}
+	// Another user of the same app sees none of this user's usage: the
+	// tenant is app and user.
+	_, body = get("/metrics/perf/aggregate", baton.Scope{App: testScope.App, User: "mallory"})
+	if err := json.Unmarshal(body, &agg); err != nil || agg.TotalTokens != 0 || agg.TotalTurns != 0 || agg.ActiveChats != 0 {
+		t.Errorf("another user's aggregate = %s (%v), want zero totals", body, err)
+	}
 	_, body = get("/metrics/perf/aggregate", testScope)
 	if err := json.Unmarshal(body, &agg); err != nil || agg.TotalTokens != perf.TotalTokens || agg.TotalTurns == 0 {
 		t.Errorf("own aggregate = %s (%v), want %d tokens", body, err, perf.TotalTokens)

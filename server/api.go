@@ -309,11 +309,15 @@ type submitRequest struct {
 
 func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	err := func() error {
+		pre, err := s.authFirst(r)
+		if err != nil {
+			return err
+		}
 		var req submitRequest
 		if err := s.decodeBody(w, r, &req, false); err != nil {
 			return err
 		}
-		p, err := s.principal(r, req.App)
+		p, err := pre.forApp(s, r, req.App)
 		if err != nil {
 			return err
 		}
@@ -463,11 +467,15 @@ func (s *Server) handlePrompt(w http.ResponseWriter, r *http.Request) {
 		if err := s.needEngine(); err != nil {
 			return err
 		}
+		pre, err := s.authFirst(r)
+		if err != nil {
+			return err
+		}
 		var req promptRequest
 		if err := s.decodeBody(w, r, &req, true); err != nil {
 			return err
 		}
-		p, err := s.principal(r, req.App)
+		p, err := pre.forApp(s, r, req.App)
 		if err != nil {
 			return err
 		}
@@ -531,6 +539,10 @@ func reservedExternal(typ string) bool {
 // idempotent by id (the bus drops an id it has already seen).
 func (s *Server) handleExternalEvent(w http.ResponseWriter, r *http.Request) {
 	err := func() error {
+		pre, err := s.authFirst(r)
+		if err != nil {
+			return err
+		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody))
 		if err != nil {
 			return baton.Errorf(codeTooLarge, "body: larger than %d bytes", s.cfg.MaxBody)
@@ -540,7 +552,7 @@ func (s *Server) handleExternalEvent(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return err
 		}
-		p, err := s.principal(r, app)
+		p, err := pre.forApp(s, r, app)
 		if err != nil {
 			return err
 		}

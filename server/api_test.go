@@ -299,6 +299,7 @@ func TestUIResponseValidation(t *testing.T) {
 		{map[string]any{"chat_id": id, "ui_event_id": secret, "data": []int{1}}, 400, "data"},
 		{map[string]any{"chat_id": id, "ui_event_id": secret, "data": map[string]int{"NEWSLETTER_API_KEY": 1}}, 400, "data"},
 		{map[string]any{"chat_id": id, "ui_event_id": secret}, 400, "data"},
+		{map[string]any{"chat_id": id, "ui_event_id": secret, "data": map[string]string{"NEWSLETTER_API_KEY": "sk\x00x"}}, 400, "data.NEWSLETTER_API_KEY: contains a NUL byte"},
 		{map[string]any{"chat_id": id, "ui_event_id": secret, "status": "maybe", "data": map[string]string{}}, 400, "status"},
 		{map[string]any{"chat_id": id, "content": "hi"}, 409, "ui.tool.response"},
 	} {

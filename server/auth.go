@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"path"
 	"strings"
@@ -79,15 +80,30 @@ func (s *Server) authenticate(ctx context.Context, r *http.Request, token, app s
 		if app == "" {
 			return principal{}, baton.Errorf(baton.EINVALID, "app: required in dev mode without a key")
 		}
-		return principal{scope: baton.Scope{App: app, User: DevUser}, limit: devLimitKey(r)}, nil
+		// The same rule as an API key's app (baton.Scope.Validate), so that
+		// no store is handed a scope it keeps differently from the other.
+		scope := baton.Scope{App: app, User: DevUser}
+		if err := scope.Validate(); err != nil {
+			return principal{}, err
+		}
+		return principal{scope: scope, limit: devLimitKey(r)}, nil
+	}
+	// Wrong keys cost their client address (clientAddr): once its bucket
+	// of failures is empty, it is refused before any lookup, so keys
+	// cannot be guessed at the rate requests arrive.
+	addr := clientAddr(r)
+	if !s.authFails.has(addr) {
+		return principal{}, errAuthFails
 	}
 	if len(token) > 256 {
+		s.authFails.allow(addr)
 		return principal{}, errUnauthorized
 	}
 	hash := HashKey(token)
 	k, err := s.cfg.Keys.LookupKey(ctx, hash)
 	if err != nil {
 		if baton.ErrorCode(err) == baton.ENOTFOUND {
+			s.authFails.allow(addr)
 			return principal{}, errUnauthorized
 		}
 		return principal{}, err
@@ -209,6 +225,31 @@ func devLimitKey(r *http.Request) string {
 	return "dev:" + host
 }
 
+// errAuthFails refuses a client address that sent too many wrong keys.
+var errAuthFails = baton.Errorf(codeRateLimited, "too many failed API key attempts from this address: retry later")
+
+// clientAddr is the bucket of a client's connection address for the
+// limits that apply before anyone is known (failed keys, unauthenticated
+// WebSocket handshakes): the IP, or for IPv6 its /64, which one client
+// usually holds whole. Behind a reverse proxy every client shares the
+// proxy's address.
+func clientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return host
+	}
+	ip = ip.Unmap()
+	if ip.Is6() {
+		p, _ := ip.Prefix(64)
+		return p.String()
+	}
+	return ip.String()
+}
+
 // limiter is a token bucket per key.
 type limiter struct {
 	rate  rate.Limit
@@ -241,6 +282,17 @@ func (l *limiter) allow(key string) bool {
 	}
 	l.mu.Unlock()
 	return b.Allow()
+}
+
+// has reports whether key's bucket holds a token, without taking it.
+func (l *limiter) has(key string) bool {
+	if l == nil {
+		return true
+	}
+	l.mu.Lock()
+	b := l.buckets[key]
+	l.mu.Unlock()
+	return b == nil || b.Tokens() >= 1
 }
 
 // originAllowed reports whether a request's Origin may use the API: no
@@ -318,4 +370,39 @@ func IsLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// preauth is a request authenticated before its body is read: a request
+// with a key, or with none outside dev mode, is settled (401 or a
+// principal) before a byte of its body is parsed, so that an
+// unauthenticated client learns nothing from how its body is judged and
+// costs no decoding. Only a dev-mode request without a key, whose app is
+// in the body, waits for it.
+type preauth struct {
+	p    principal
+	done bool
+}
+
+// authFirst authenticates r before its body is read (see preauth).
+func (s *Server) authFirst(r *http.Request) (preauth, error) {
+	if bearer(r) == "" && s.cfg.Dev {
+		return preauth{}, nil
+	}
+	p, err := s.principal(r, "")
+	if err != nil {
+		return preauth{}, err
+	}
+	return preauth{p: p, done: true}, nil
+}
+
+// forApp returns the principal for the app the body names ("" for none):
+// a key of another app is ENOTFOUND, as in authenticate.
+func (a preauth) forApp(s *Server, r *http.Request, app string) (principal, error) {
+	if !a.done {
+		return s.principal(r, app)
+	}
+	if app != "" && app != a.p.scope.App {
+		return principal{}, baton.Errorf(baton.ENOTFOUND, "not found")
+	}
+	return a.p, nil
 }

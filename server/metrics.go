@@ -106,3 +106,24 @@ var (
 	// errNoMetricsToken answers a scrape when no metrics token is set.
 	errNoMetricsToken = baton.Errorf(baton.EFORBIDDEN, "/metrics is closed: the operator sets BATON_METRICS_TOKEN to open it to a Prometheus scraper")
 )
+
+// aggregateHandler serves GET /metrics/perf/aggregate: with an API key, the
+// key's tenant's totals (app and user, like every other route); with the
+// operator's metrics token, every app's.
+func (s *Server) aggregateHandler() http.HandlerFunc {
+	tenant := s.perfHandler((*metrics.Collector).AggregateHandler)
+	operator := s.metricsHandler(func(c *metrics.Collector) http.Handler { return c.AggregateHandler(nil) })
+	want := sha256.Sum256([]byte(s.cfg.MetricsToken))
+	return func(w http.ResponseWriter, r *http.Request) {
+		got := sha256.Sum256([]byte(bearer(r)))
+		if s.cfg.MetricsToken == "" || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+			tenant(w, r)
+			return
+		}
+		if !s.limiter.allow("metrics-scraper") {
+			s.writeError(w, r, errRateLimited)
+			return
+		}
+		operator(w, r)
+	}
+}

@@ -80,6 +80,20 @@ type Config struct {
 	// a goroutine for up to AuthTimeout before anyone is known. Beyond it a
 	// handshake is answered 429.
 	MaxPendingAuth int
+	// MaxPendingAuthPerAddr bounds the WebSockets of one client address
+	// (an IPv4 address, an IPv6 /64) waiting for their auth message
+	// (default 16), and HandshakeRate and HandshakeBurst rate-limit the
+	// handshakes of such sockets per address (default 2 per second, burst
+	// 32), so that nobody without a key can fill MaxPendingAuth and keep
+	// every browser out. Beyond them a handshake is answered 429.
+	MaxPendingAuthPerAddr int
+	HandshakeRate         float64
+	HandshakeBurst        int
+	// AuthFailRate and AuthFailBurst bound the wrong API keys one client
+	// address may present (default 1 per second, burst 20): beyond them
+	// its requests with a key are answered 429 before any lookup.
+	AuthFailRate  float64
+	AuthFailBurst int
 	// MaxStreamsPerKey bounds the open WebSocket and SSE streams of one key
 	// (dev mode without a key has no bound: one developer on loopback); default 64,
 	// negative for no bound. Beyond it a stream is refused with 429.
@@ -139,6 +153,11 @@ type Server struct {
 	openStreams map[string]int // principal bucket → open streams (acquireStream)
 
 	pendingAuth atomic.Int64 // WebSockets waiting for their auth message
+
+	authFails     *limiter // wrong API keys, per client address
+	handshakes    *limiter // unauthenticated WebSocket handshakes, per client address
+	pendingMu     sync.Mutex
+	pendingByAddr map[string]int // WebSockets waiting for their auth message, per client address
 }
 
 // route is one endpoint of the API.
@@ -179,6 +198,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxPendingAuth <= 0 {
 		cfg.MaxPendingAuth = 1024
 	}
+	if cfg.MaxPendingAuthPerAddr <= 0 {
+		cfg.MaxPendingAuthPerAddr = 16
+	}
+	if cfg.HandshakeRate <= 0 {
+		cfg.HandshakeRate, cfg.HandshakeBurst = 2, max(cfg.HandshakeBurst, 32)
+	}
+	if cfg.AuthFailRate <= 0 {
+		cfg.AuthFailRate, cfg.AuthFailBurst = 1, max(cfg.AuthFailBurst, 20)
+	}
 	if cfg.MaxStreamsPerKey == 0 {
 		cfg.MaxStreamsPerKey = 64
 	}
@@ -193,7 +221,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, limiter: newLimiter(cfg.RateLimit, cfg.RateBurst),
-		liveKeys: map[string]time.Time{}, openStreams: map[string]int{},
+		authFails: newLimiter(cfg.AuthFailRate, cfg.AuthFailBurst), handshakes: newLimiter(cfg.HandshakeRate, cfg.HandshakeBurst),
+		liveKeys: map[string]time.Time{}, openStreams: map[string]int{}, pendingByAddr: map[string]int{},
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.hub = newHub(cfg.Bus, cfg.Logger, cfg.HubBuffer, cfg.QueueLen)
@@ -221,7 +250,7 @@ func New(cfg Config) (*Server, error) {
 		{"POST", "/api/events", s.handleExternalEvent},
 		{"POST", "/sessions/{id}/prompt", s.handlePrompt},
 		{"GET", "/ws/{app}/{chat_id}", s.handleWS},
-		{"GET", "/metrics/perf/aggregate", s.perfHandler((*metrics.Collector).AggregateHandler)},
+		{"GET", "/metrics/perf/aggregate", s.aggregateHandler()},
 		{"GET", "/metrics/perf/chats/{chat_id}", s.perfHandler((*metrics.Collector).ChatHandler)},
 		{"GET", "/metrics/prometheus", s.metricsHandler(prometheusHandler(s))},
 		{"GET", "/metrics", s.metricsHandler(prometheusHandler(s))},

@@ -127,6 +127,35 @@ func authMessageParam(r *http.Request) (bool, error) {
 	}
 }
 
+// admitPending admits a WebSocket that will wait for its auth message, or
+// refuses it (ERATELIMITED) when its client address is over its handshake
+// rate or holds MaxPendingAuthPerAddr such sockets already, or when
+// MaxPendingAuth are waiting in all. release uncounts it.
+func (s *Server) admitPending(r *http.Request) (release func(), err error) {
+	addr := clientAddr(r)
+	if !s.handshakes.allow(addr) {
+		return nil, baton.Errorf(codeRateLimited, "too many unauthenticated WebSocket handshakes from this address: retry later")
+	}
+	s.pendingMu.Lock()
+	defer s.pendingMu.Unlock()
+	if s.pendingByAddr[addr] >= s.cfg.MaxPendingAuthPerAddr {
+		return nil, baton.Errorf(codeRateLimited, "too many connections from this address waiting to authenticate: retry later")
+	}
+	if s.pendingAuth.Add(1) > int64(s.cfg.MaxPendingAuth) {
+		s.pendingAuth.Add(-1)
+		return nil, baton.Errorf(codeRateLimited, "too many connections waiting to authenticate: retry later")
+	}
+	s.pendingByAddr[addr]++
+	return func() {
+		s.pendingAuth.Add(-1)
+		s.pendingMu.Lock()
+		defer s.pendingMu.Unlock()
+		if s.pendingByAddr[addr]--; s.pendingByAddr[addr] <= 0 {
+			delete(s.pendingByAddr, addr)
+		}
+	}, nil
+}
+
 // wsConn is what a WebSocket's reader and writer share.
 type wsConn struct {
 	conn   *websocket.Conn
@@ -216,14 +245,15 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	default:
-		// Until its auth message, a socket is nobody's: only this global
-		// bound keeps many of them from holding connections and goroutines.
-		if s.pendingAuth.Add(1) > int64(s.cfg.MaxPendingAuth) {
-			s.pendingAuth.Add(-1)
-			s.writeError(w, r, baton.Errorf(codeRateLimited, "too many connections waiting to authenticate: retry later"))
+		// Until its auth message, a socket is nobody's: bounds per client
+		// address (a rate and a count) keep one client from filling the
+		// global bound and locking every browser out.
+		release, err := s.admitPending(r)
+		if err != nil {
+			s.writeError(w, r, err)
 			return
 		}
-		waiting = sync.OnceFunc(func() { s.pendingAuth.Add(-1) })
+		waiting = sync.OnceFunc(release)
 		defer waiting()
 	}
 	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: s.cfg.AllowedOrigins})
@@ -245,9 +275,19 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	if !authed {
 		// A browser cannot set headers on a WebSocket: its first message is
 		// {"type":"auth","token":"…"}.
-		actx, acancel := context.WithTimeout(ctx, s.cfg.AuthTimeout)
-		_, data, err := conn.Read(actx)
-		acancel()
+		// At the deadline the socket is closed with the 4401 frame, not
+		// dropped: a cancelled Read would close it without one, and the
+		// client would not know why.
+		timedOut := make(chan struct{})
+		timer := time.AfterFunc(s.cfg.AuthTimeout, func() {
+			defer close(timedOut)
+			conn.Close(CloseUnauthorized, "auth: no auth message in time")
+		})
+		_, data, err := conn.Read(ctx)
+		if !timer.Stop() {
+			<-timedOut // the close is sent; the socket is done
+			return
+		}
 		// (In dev mode, a socket here said it would authenticate:
 		// ?auth=message. One that did not was closed 4404 above.)
 		if err != nil {

@@ -18,10 +18,11 @@ import (
 
 // Limits of a command tool's stderr.
 const (
-	stderrTail   = 4 << 10  // bytes of stderr kept for the error message
-	stderrLogMax = 32 << 10 // bytes of stderr logged per call
-	stderrLines  = 10       // lines of stderr in a failed call's error
-	waitDelay    = time.Second
+	stderrTail    = 4 << 10  // bytes of stderr kept for the error message
+	stderrLogMax  = 32 << 10 // bytes of stderr logged per call
+	stderrLines   = 10       // lines of stderr in a failed call's error
+	stderrLineMax = 1024     // bytes of one stderr line logged
+	waitDelay     = time.Second
 )
 
 // commandTool runs an executable under the workflow's tools/ folder:
@@ -65,9 +66,9 @@ func newCommandTool(r *Registry, s *Spec) (*commandTool, error) {
 	if fi.IsDir() || fi.Mode()&0o111 == 0 {
 		return nil, baton.Errorf(baton.EINVALID, "command tool file %s is not an executable file", s.File)
 	}
-	abs, err := filepath.Abs(path)
+	abs, err := insideDir(r.dir, path)
 	if err != nil {
-		return nil, fmt.Errorf("command tool file %s: %w", s.File, err)
+		return nil, baton.Errorf(baton.EINVALID, "command tool file %s: %w", s.File, err)
 	}
 	absDir, err := filepath.Abs(dir)
 	if err != nil {
@@ -98,12 +99,16 @@ func (t *commandTool) environ(cc *baton.CallContext) []string {
 	for k, v := range cc.Secrets {
 		env = append(env, k+"="+v)
 	}
-	for _, k := range append([]string{"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "TZ"}, t.env...) {
-		if v, ok := os.LookupEnv(k); ok {
-			env = append(env, k+"="+v)
+	env = append(env, baseEnv(t.env)...)
+	// Runtime-reserved variables (the sealed __secrets) are no tool's
+	// business: the tool gets its own secrets opened, above.
+	snap := cc.Vars.Snapshot()
+	for k := range snap {
+		if strings.HasPrefix(k, "__") {
+			delete(snap, k)
 		}
 	}
-	vars, _ := json.Marshal(cc.Vars.Snapshot()) // raw JSON values always marshal
+	vars, _ := json.Marshal(snap) // raw JSON values always marshal
 	if cc.Recovery {
 		env = append(env, "BATON_EFFECT_RECOVERY=1")
 	}
@@ -128,7 +133,7 @@ func (t *commandTool) Call(ctx context.Context, cc *baton.CallContext, args json
 	cmd.Env = t.environ(cc)
 	cmd.Stdin = bytes.NewReader(args)
 	stdout := &capWriter{max: t.reg.opts.maxOutput}
-	stderr := &stderrLog{log: t.reg.log.With(slog.String("tool", t.name), slog.String("chat_id", cc.ChatID))}
+	stderr := &stderrLog{log: t.reg.log.With(slog.String("tool", t.name), slog.String("chat_id", cc.ChatID)), redact: newRedactor(cc.Secrets)}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	startOwnGroup(cmd)
 	// At the timeout kill the whole group, not just the leader; WaitDelay
@@ -157,26 +162,49 @@ func (t *commandTool) Call(ctx context.Context, cc *baton.CallContext, args json
 	return parseOutput(stdout.buf, stdout.total), nil
 }
 
+// baseEnv is the environment every process the registry starts gets from
+// baton's own (command tools and stdio MCP servers): PATH, HOME, TMPDIR,
+// LANG, LC_ALL and TZ, and the variables the workflow passes through —
+// never one of baton's credentials (baton.ServerOnlyEnv), which the
+// workflow loader refuses too.
+func baseEnv(pass []string) []string {
+	var env []string
+	for _, k := range append([]string{"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "TZ"}, pass...) {
+		if baton.ServerOnlyEnv(k) {
+			continue
+		}
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
+}
+
 // stderrLog logs a command's stderr line by line, up to stderrLogMax bytes,
 // and keeps its last stderrTail bytes for the error message.
 type stderrLog struct {
 	log    *slog.Logger
-	line   []byte
-	logged int
-	tail   []byte
+	redact redactor // the call's secrets, never logged
+	// tailCut: tail lost its front, so its first line may start inside
+	// a secret.
+	tailCut bool
+	line    []byte
+	logged  int
+	tail    []byte
 }
 
 func (w *stderrLog) Write(p []byte) (int, error) {
 	w.tail = append(w.tail, p...)
 	if len(w.tail) > stderrTail {
 		w.tail = append(w.tail[:0], w.tail[len(w.tail)-stderrTail:]...)
+		w.tailCut = true
 	}
 	for _, c := range p {
 		if c == '\n' {
 			w.emit()
 			continue
 		}
-		if len(w.line) < 1024 {
+		if len(w.line) < stderrLineMax {
 			w.line = append(w.line, c)
 		}
 	}
@@ -185,7 +213,11 @@ func (w *stderrLog) Write(p []byte) (int, error) {
 
 func (w *stderrLog) emit() {
 	if w.logged < stderrLogMax {
-		w.log.Info("tool stderr", slog.String("line", string(w.line)))
+		line := w.redact.string(string(w.line))
+		if len(w.line) == stderrLineMax { // cut: a secret may straddle the cut
+			line = w.redact.cutEnd(line)
+		}
+		w.log.Info("tool stderr", slog.String("line", line))
 		w.logged += len(w.line) + 1
 		if w.logged >= stderrLogMax {
 			w.log.Info("tool stderr: further output not logged")
@@ -207,8 +239,14 @@ func (w *stderrLog) lastLines() string {
 		return ""
 	}
 	lines := strings.Split(s, "\n")
+	cutFront := w.tailCut
 	if len(lines) > stderrLines {
 		lines = lines[len(lines)-stderrLines:]
+		cutFront = false // the first line shown is whole
 	}
-	return ": " + strings.Join(lines, "\n")
+	out := w.redact.string(strings.Join(lines, "\n"))
+	if cutFront {
+		out = w.redact.cutStart(out)
+	}
+	return ": " + out
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	neturl "net/url"
 	"strings"
 
 	"github.com/batonhq/baton"
@@ -28,13 +27,27 @@ type httpTool struct {
 	headers    map[string]string
 	fromEnv    map[string]string
 	params     json.RawMessage
+	// client connects only to public addresses unless the spec allows
+	// private ones, and drops the tool's headers on a redirect to another
+	// origin (netguard.go).
+	client *http.Client
 }
 
 func newHTTPTool(r *Registry, s *Spec) (*httpTool, error) {
 	if s.URL == "" {
 		return nil, baton.Errorf(baton.EINVALID, "http tool needs a url")
 	}
-	return &httpTool{reg: r, name: s.toolName(), desc: s.Description, url: s.URL, headers: s.Headers, fromEnv: s.HeadersFromEnv, params: paramsOrAny(s.Parameters)}, nil
+	creds := make([]string, 0, len(s.Headers)+len(s.HeadersFromEnv))
+	for h := range s.Headers {
+		creds = append(creds, h)
+	}
+	for h := range s.HeadersFromEnv {
+		creds = append(creds, h)
+	}
+	return &httpTool{
+		reg: r, name: s.toolName(), desc: s.Description, url: s.URL, headers: s.Headers, fromEnv: s.HeadersFromEnv,
+		params: paramsOrAny(s.Parameters), client: guardedClient(r.opts.httpClient, !s.AllowPrivateNetwork, creds),
+	}, nil
 }
 
 func (t *httpTool) Name() string                { return t.name }
@@ -43,13 +56,10 @@ func (t *httpTool) Parameters() json.RawMessage { return t.params }
 
 func (t *httpTool) Call(ctx context.Context, cc *baton.CallContext, args json.RawMessage) (baton.ToolResult, error) {
 	// A secret is the person's text: in the URL it is escaped, so it can
-	// add no path segment, query parameter or fragment. The operator's own
-	// variables (a base URL, say) are used as they are.
-	escaped := make(map[string]string, len(cc.Secrets))
-	for k, v := range cc.Secrets {
-		escaped[k] = neturl.QueryEscape(v)
-	}
-	url, err := expandEnv(t.url, escaped)
+	// add no path segment, query parameter or fragment, and it may not
+	// choose the host. The operator's own variables (a base URL, say) are
+	// used as they are.
+	url, err := requestURL(t.url, cc.Secrets)
 	if err != nil {
 		return errorResult("tool %s: url: %s", t.name, baton.ErrorMessage(err)), nil
 	}
@@ -84,7 +94,7 @@ func (t *httpTool) Call(ctx context.Context, cc *baton.CallContext, args json.Ra
 	set("X-Baton-Agent", cc.Agent)
 	set("X-Baton-Tool-Call-Id", cc.ToolCallID)
 
-	resp, err := t.reg.opts.httpClient.Do(req)
+	resp, err := t.client.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return baton.ToolResult{}, ctx.Err()

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -99,9 +98,19 @@ func (c *mcpConn) transport() (mcp.Transport, *exec.Cmd, error) {
 		return c.srv.Transport(), nil, nil
 	}
 	if c.srv.Command == "" {
-		hc := *c.hc
-		hc.Transport = headerTransport{base: c.hc.Transport, headers: c.srv.Headers, fromEnv: c.srv.HeadersFromEnv}
-		return &mcp.StreamableClientTransport{Endpoint: c.srv.URL, HTTPClient: &hc, DisableStandaloneSSE: true}, nil, nil
+		// The same stance as http tools: public addresses only unless the
+		// server allows private ones, and its headers go to its own
+		// origin only, never along a redirect to another.
+		var creds []string
+		for h := range c.srv.Headers {
+			creds = append(creds, h)
+		}
+		for h := range c.srv.HeadersFromEnv {
+			creds = append(creds, h)
+		}
+		hc := guardedClient(c.hc, !c.srv.AllowPrivateNetwork, creds)
+		hc.Transport = headerTransport{base: hc.Transport, headers: c.srv.Headers, fromEnv: c.srv.HeadersFromEnv, origin: origin(c.srv.URL)}
+		return &mcp.StreamableClientTransport{Endpoint: c.srv.URL, HTTPClient: hc, DisableStandaloneSSE: true}, nil, nil
 	}
 	path := c.srv.Command
 	if strings.ContainsRune(path, filepath.Separator) && !filepath.IsAbs(path) {
@@ -109,7 +118,10 @@ func (c *mcpConn) transport() (mcp.Transport, *exec.Cmd, error) {
 	}
 	cmd := exec.Command(path, c.srv.Args...)
 	cmd.Dir = c.dir
-	cmd.Env = os.Environ()
+	// The server gets what a command tool gets from baton's environment
+	// and what the workflow declares, never the whole of it: baton's
+	// environment holds the key that seals every tenant's secrets.
+	cmd.Env = baseEnv(nil)
 	for k, v := range c.srv.Env {
 		v, err := expandEnv(v, nil)
 		if err != nil {
@@ -274,10 +286,11 @@ type headerTransport struct {
 	base    http.RoundTripper
 	headers map[string]string
 	fromEnv map[string]string
+	origin  string // the server's; a request elsewhere (a redirect) gets no headers
 }
 
 func (h headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if len(h.headers)+len(h.fromEnv) > 0 {
+	if len(h.headers)+len(h.fromEnv) > 0 && origin(req.URL.String()) == h.origin {
 		req = req.Clone(req.Context())
 		for k, v := range h.headers {
 			v, err := expandEnv(v, nil)

@@ -27,7 +27,7 @@ type greetArgs struct {
 type pidArgs struct{}
 
 // newMCPServer is the Go MCP server of the tests: greet, pid (the server's
-// process id) and crash (the process exits).
+// process id), env (its environment) and crash (the process exits).
 func newMCPServer() *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "test", Version: "1"}, nil)
 	mcp.AddTool(s, &mcp.Tool{Name: "greet", Description: "says hi"}, func(_ context.Context, _ *mcp.CallToolRequest, in greetArgs) (*mcp.CallToolResult, any, error) {
@@ -38,6 +38,9 @@ func newMCPServer() *mcp.Server {
 	})
 	mcp.AddTool(s, &mcp.Tool{Name: "pid", Description: "the server's process id"}, func(context.Context, *mcp.CallToolRequest, pidArgs) (*mcp.CallToolResult, any, error) {
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: strconv.Itoa(os.Getpid())}}}, nil, nil
+	})
+	mcp.AddTool(s, &mcp.Tool{Name: "env", Description: "the server's environment"}, func(context.Context, *mcp.CallToolRequest, pidArgs) (*mcp.CallToolResult, any, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: strings.Join(os.Environ(), "\n")}}}, nil, nil
 	})
 	mcp.AddTool(s, &mcp.Tool{Name: "crash", Description: "exits the server"}, func(context.Context, *mcp.CallToolRequest, pidArgs) (*mcp.CallToolResult, any, error) {
 		os.Exit(2)
@@ -100,7 +103,7 @@ func TestMCPInMemory(t *testing.T) {
 	if got := toolNames(t, r, "A"); !slices.Equal(got, []string{"t_greet"}) {
 		t.Fatalf("A's tools = %v", got)
 	}
-	if got := toolNames(t, r, "B"); !slices.Equal(got, []string{"crash", "greet", "pid"}) {
+	if got := toolNames(t, r, "B"); !slices.Equal(got, []string{"crash", "env", "greet", "pid"}) {
 		t.Fatalf("B's tools = %v", got)
 	}
 	checkGreet(t, r, "t_greet")
@@ -111,8 +114,14 @@ func TestMCPStreamableHTTP(t *testing.T) {
 	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
 	t.Cleanup(hs.Close) // after the registry's Close (cleanups run last-first), which ends the session
 	r := newRegistry(t, []tool.Spec{{Agent: "A", Kind: tool.KindMCP, Server: "web", Tools: []string{"greet"}}},
-		tool.WithMCPServers(map[string]tool.MCPServer{"web": {URL: hs.URL}}))
+		tool.WithMCPServers(map[string]tool.MCPServer{"web": {URL: hs.URL, AllowPrivateNetwork: true}}))
 	checkGreet(t, r, "greet")
+	// Without the opt-in the same server, on loopback, is refused.
+	closed := newRegistry(t, []tool.Spec{{Agent: "A", Kind: tool.KindMCP, Server: "web", Tools: []string{"greet"}}},
+		tool.WithMCPServers(map[string]tool.MCPServer{"web": {URL: hs.URL}}))
+	if _, err := closed.Tools(context.Background(), "A"); err == nil || !strings.Contains(err.Error(), "allow_private_network") {
+		t.Fatalf("an MCP server on loopback without allow_private_network: %v, want refused", err)
+	}
 }
 
 // TestMCPStdioRestart runs the test binary as a stdio MCP server, crashes
@@ -183,5 +192,40 @@ func TestMCPServerEverything(t *testing.T) {
 	t.Logf("%s: %s", sum, res.Content)
 	if res := mustCall(t, lookup(t, r, "A", "ev_echo"), callCtx("e2"), `{}`); res.Status != "error" {
 		t.Fatalf("echo without message = %+v, want a tool error", res)
+	}
+}
+
+// TestMCPStdioEnvironment: a stdio MCP server gets the allowlisted part of
+// baton's environment and what the workflow declares for it, never the
+// rest — not the key that seals every tenant's secrets, not the metrics
+// token.
+func TestMCPStdioEnvironment(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("BATON_SECRET_KEY", "c2VhbGluZy1rZXktb2YtZXZlcnktdGVuYW50LTAwMDA=")
+	t.Setenv("BATON_METRICS_TOKEN", "metrics-token-4242")
+	t.Setenv("SOME_OPERATOR_VAR", "operator-only")
+	t.Setenv("PASSED_VAR", "passed")
+	r := newRegistry(t, []tool.Spec{{Agent: "A", Kind: tool.KindMCP, Server: "self"}},
+		tool.WithMCPServers(map[string]tool.MCPServer{"self": {Command: exe, Env: map[string]string{mcpServerEnv: "1", "DECLARED": "${PASSED_VAR}"}}}))
+	res := mustCall(t, lookup(t, r, "A", "env"), callCtx("e1"), `{}`)
+	env := strings.Split(res.Content, "\n")
+	for _, want := range []string{"DECLARED=passed", "PATH=" + os.Getenv("PATH")} {
+		if !slices.Contains(env, want) {
+			t.Errorf("the server's environment lacks %s:\n%s", want, res.Content)
+		}
+	}
+	for _, leak := range []string{"BATON_SECRET_KEY", "BATON_METRICS_TOKEN", "SOME_OPERATOR_VAR", "PASSED_VAR="} {
+		if strings.Contains(res.Content, leak) {
+			t.Errorf("%s reached the MCP server:\n%s", leak, res.Content)
+		}
+	}
+	// The workflow cannot declare its way to baton's credentials either.
+	r2 := newRegistry(t, []tool.Spec{{Agent: "A", Kind: tool.KindMCP, Server: "self"}},
+		tool.WithMCPServers(map[string]tool.MCPServer{"self": {Command: exe, Env: map[string]string{mcpServerEnv: "1", "K": "${BATON_SECRET_KEY}"}}}))
+	if _, err := r2.Tools(context.Background(), "A"); err == nil || !strings.Contains(err.Error(), "BATON_SECRET_KEY") {
+		t.Fatalf("an env naming BATON_SECRET_KEY: %v, want refused", err)
 	}
 }

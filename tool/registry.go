@@ -398,6 +398,7 @@ type entry struct {
 	schema  *schema
 	timeout time.Duration
 	sem     chan struct{}
+	secrets []string // the names of the secrets the tool declares
 }
 
 func (r *Registry) newEntry(s Spec, inner baton.Tool) (*entry, error) {
@@ -418,6 +419,7 @@ func (r *Registry) newEntry(s Spec, inner baton.Tool) (*entry, error) {
 		schema:  sch,
 		timeout: s.timeout(r.opts.timeout),
 		sem:     make(chan struct{}, n),
+		secrets: s.declaredSecrets(),
 	}, nil
 }
 
@@ -472,17 +474,25 @@ func (r *Registry) call(ctx context.Context, e *entry, cc *baton.CallContext, ar
 	if msg := e.schema.validate(args); msg != "" {
 		return errorResult("invalid arguments for tool %s: %s", e.Name(), msg), nil
 	}
+	// The tool gets only the secrets it declares, and every secret of the
+	// chat is redacted from what it returns before that is recorded (in
+	// the effect ledger too), published or logged: a tool that echoes a
+	// key must not put it into the history.
+	red := newRedactor(c.Secrets)
+	c.Secrets = secretsFor(e.secrets, c.Secrets)
+	runRedacted := func(ctx context.Context) (baton.ToolResult, error) {
+		res, err := r.run(ctx, e, &c, args)
+		return red.result(res), red.error(err)
+	}
 	if !e.spec.SideEffects {
-		return r.run(ctx, e, &c, args)
+		return runRedacted(ctx)
 	}
 	if c.ChatID == "" || c.TurnKey == "" || c.ToolCallID == "" {
 		return baton.ToolResult{}, baton.Errorf(baton.EINVALID, "tool %s has side effects: the call needs a chat id, a turn key and a tool-call id", e.Name())
 	}
 	scope := baton.Scope{App: c.App, User: c.User}
 	res, replayed, err = r.flights.do(ctx, c.EffectKey, func() (baton.ToolResult, bool, error) {
-		return Once(ctx, r.opts.ledger, scope, c.ChatID, c.EffectKey, e.timeout+pendingGrace, r.opts.claimant, c.Recovery, func(ctx context.Context) (baton.ToolResult, error) {
-			return r.run(ctx, e, &c, args)
-		})
+		return Once(ctx, r.opts.ledger, scope, c.ChatID, c.EffectKey, e.timeout+pendingGrace, r.opts.claimant, c.Recovery, runRedacted)
 	})
 	return res, err
 }
@@ -633,6 +643,10 @@ func capText(s string, max int) string {
 func expandEnv(s string, secrets map[string]string) (string, error) {
 	var missing []string
 	out := os.Expand(s, func(k string) string {
+		if baton.ServerOnlyEnv(k) {
+			missing = append(missing, k+" (baton's own, never a workflow's)")
+			return ""
+		}
 		if v, ok := secrets[k]; ok {
 			return v
 		}
@@ -651,6 +665,9 @@ func expandEnv(s string, secrets map[string]string) (string, error) {
 // lookupSecret returns the secret name or, failing that, the environment
 // variable name; an unset variable is an error.
 func lookupSecret(name string, secrets map[string]string) (string, error) {
+	if baton.ServerOnlyEnv(name) {
+		return "", baton.Errorf(baton.EINVALID, "environment variable %s is baton's own, never a workflow's", name)
+	}
 	if v, ok := secrets[name]; ok {
 		return v, nil
 	}
@@ -658,6 +675,30 @@ func lookupSecret(name string, secrets map[string]string) (string, error) {
 		return v, nil
 	}
 	return "", baton.Errorf(baton.EINVALID, "environment variable %s is not set", name)
+}
+
+// insideDir returns the absolute path of file with its symbolic links
+// resolved, and an error when that is not inside dir (itself resolved): a
+// link to /bin/sh or out of the workflow folder runs no tool.
+func insideDir(dir, file string) (string, error) {
+	realDir, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return "", err
+	}
+	if realDir, err = filepath.Abs(realDir); err != nil {
+		return "", err
+	}
+	real, err := filepath.EvalSymlinks(file)
+	if err != nil {
+		return "", err
+	}
+	if real, err = filepath.Abs(real); err != nil {
+		return "", err
+	}
+	if rel, err := filepath.Rel(realDir, real); err != nil || !filepath.IsLocal(rel) {
+		return "", fmt.Errorf("resolves to %s, outside the workflow folder", real)
+	}
+	return real, nil
 }
 
 // localPath resolves a path inside dir that may not leave it.

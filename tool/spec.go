@@ -80,6 +80,10 @@ type Spec struct {
 	// environment variable holding its value (tools.json's
 	// headers_from_env); an unset variable fails the call.
 	HeadersFromEnv map[string]string
+	// AllowPrivateNetwork lets an http tool connect to loopback,
+	// link-local, private and other non-public addresses (refused by
+	// default, at connect time and on every redirect).
+	AllowPrivateNetwork bool
 	// Env lists environment variables of the baton process passed through to
 	// a command tool (which otherwise gets only PATH, HOME, TMPDIR, LANG,
 	// the BATON_* variables and the call's secrets).
@@ -117,6 +121,9 @@ type MCPServer struct {
 	// HeadersFromEnv maps a header to the environment variable holding its
 	// value (workflow.json's headers_from_env).
 	HeadersFromEnv map[string]string
+	// AllowPrivateNetwork lets a URL server be on a loopback, link-local
+	// or private address (refused by default, as for http tools).
+	AllowPrivateNetwork bool
 	// Transport, when set, connects to a server in the same program (for
 	// example over mcp.NewInMemoryTransports) instead of Command or URL. It
 	// is called for every new session.

@@ -264,7 +264,7 @@ func TestConcurrencyLimit(t *testing.T) {
 func TestCommandTool(t *testing.T) {
 	specs := []tool.Spec{
 		{Agent: "A", Name: "echo", File: "echo.sh", Parameters: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}`)},
-		{Agent: "A", Name: "env", File: "env.sh", Function: "fn", Env: []string{"PASSED_VAR"}},
+		{Agent: "A", Name: "env", File: "env.sh", Function: "fn", Env: []string{"PASSED_VAR", "MY_SECRET"}},
 		{Agent: "A", Name: "fail", File: "fail.sh"},
 		{Agent: "A", Name: "huge", File: "huge.sh"},
 	}
@@ -292,7 +292,7 @@ func TestCommandTool(t *testing.T) {
 	for _, want := range []string{
 		"BATON_CHAT_ID=chat-1", "BATON_AGENT=A", "BATON_WORKFLOW=wf", "BATON_TOOL_CALL_ID=env-call",
 		"BATON_FUNCTION=fn", "BATON_EFFECT_KEY=chat-1/turn-1/env-call", `BATON_CONTEXT={"plan":{"steps":2}}`,
-		"MY_SECRET=s3cret", "PASSED_VAR=yes",
+		"MY_SECRET=[redacted]", "PASSED_VAR=yes",
 	} {
 		if !strings.Contains(res.Content, want) {
 			t.Errorf("env output lacks %q:\n%s", want, res.Content)
@@ -449,7 +449,7 @@ func TestHTTPTool(t *testing.T) {
 
 	spec := func(name, path string) tool.Spec {
 		return tool.Spec{Agent: "A", Name: name, URL: srv.URL + path, Headers: map[string]string{"Authorization": "Bearer ${ORDERS_TOKEN}"},
-			HeadersFromEnv: map[string]string{"X-Api-Key": "ORDERS_TOKEN"}, TimeoutSeconds: 5}
+			HeadersFromEnv: map[string]string{"X-Api-Key": "ORDERS_TOKEN"}, TimeoutSeconds: 5, AllowPrivateNetwork: true}
 	}
 	slow := spec("slow", "/slow")
 	slow.TimeoutSeconds = 0.1
@@ -487,7 +487,7 @@ func TestHTTPTool(t *testing.T) {
 	// A secret the person typed goes into the URL escaped: it adds no path
 	// segment, parameter or fragment. The operator's variables do not.
 	t.Setenv("ORDERS_BASE", srv.URL)
-	r = newRegistry(t, []tool.Spec{{Agent: "A", Name: "order", URL: "${ORDERS_BASE}/orders/${ACCOUNT}?key=${ACCOUNT}", TimeoutSeconds: 5}})
+	r = newRegistry(t, []tool.Spec{{Agent: "A", Name: "order", URL: "${ORDERS_BASE}/orders/${ACCOUNT}?key=${ACCOUNT}", TimeoutSeconds: 5, AllowPrivateNetwork: true}})
 	cc := callCtx("c")
 	cc.Secrets = map[string]string{"ACCOUNT": "a/../admin?x=1&role=root#f"}
 	res = mustCall(t, lookup(t, r, "A", "order"), cc, `{}`)

@@ -82,11 +82,7 @@ type walker struct {
 }
 
 func newWalker(t *testing.T, w *workflow.Workflow, s *script) *walker {
-	vars, err := w.InitialContext(func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &walker{t: t, w: w, s: s, vars: vars, used: map[string]int{}}
+	return &walker{t: t, w: w, s: s, vars: w.InitialContext(), used: map[string]int{}}
 }
 
 // turn returns the agent's next scripted entry and applies its text triggers.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"net/url"
+	"os"
 	"path"
 	"reflect"
 	"regexp"
@@ -15,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/batonhq/baton"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
@@ -363,8 +365,8 @@ func (l *loader) declareVariables() {
 		} else if v.Default != nil && !valueHasType(v.Default, v.Type) {
 			l.errorf(FileContextVariables, p+".default", "must be %s %s (or null)", article(v.Type), v.Type)
 		}
-		if v.FromEnv != "" && !envNameRe.MatchString(v.FromEnv) {
-			l.errorf(FileContextVariables, p+".from_env", "%q is not an environment variable name", v.FromEnv)
+		if v.FromEnv != "" {
+			l.errorf(FileContextVariables, p+".from_env", "no longer supported: a context variable is shown to the chat's model and client, and must not come from baton's environment; set default")
 		}
 		w.varTypes[name] = v.Type
 	}
@@ -463,6 +465,8 @@ func (l *loader) checkLLM(file, p string, c *LLMConfig) {
 	if c.APIKeyEnv != "" && !envNameRe.MatchString(c.APIKeyEnv) {
 		l.errorf(file, p+".api_key_env", "%q is not an environment variable name", c.APIKeyEnv)
 	}
+	l.checkEnvName(file, p+".base_url_env", c.BaseURLEnv)
+	l.checkEnvName(file, p+".api_key_env", c.APIKeyEnv)
 }
 
 func (l *loader) checkConfig() {
@@ -523,11 +527,27 @@ func (l *loader) checkConfig() {
 			l.errorf(FileWorkflow, p, "set command or url, not both")
 		case s.URL != "" && !isHTTPURL(s.URL):
 			l.errorf(FileWorkflow, p+".url", "%q is not an http or https URL", s.URL)
+		case s.Command != "":
+			l.checkMCPCommand(p+".command", s.Command)
 		}
+		if s.AllowPrivateNetwork && s.URL == "" {
+			l.errorf(FileWorkflow, p+".allow_private_network", "only a url server has allow_private_network")
+		}
+		for k, v := range s.Env {
+			if !envNameRe.MatchString(k) {
+				l.errorf(FileWorkflow, p+".env."+k, "%q is not an environment variable name", k)
+			}
+			l.checkEnvRefs(FileWorkflow, p+".env."+k, v)
+		}
+		for h, v := range s.Headers {
+			l.checkEnvRefs(FileWorkflow, p+".headers."+h, v)
+		}
+		l.checkEnvRefs(FileWorkflow, p+".url", s.URL)
 		for h, env := range s.HeadersFromEnv {
 			if !envNameRe.MatchString(env) {
 				l.errorf(FileWorkflow, p+".headers_from_env."+h, "%q is not an environment variable name", env)
 			}
+			l.checkEnvName(FileWorkflow, p+".headers_from_env."+h, env)
 		}
 	}
 }
@@ -785,17 +805,26 @@ func (l *loader) checkTools() {
 			if !envNameRe.MatchString(env) {
 				l.errorf(FileTools, p+".headers_from_env."+h, "%q is not an environment variable name", env)
 			}
+			l.checkEnvName(FileTools, p+".headers_from_env."+h, env)
+		}
+		l.checkEnvRefs(FileTools, p+".url", t.URL)
+		for h, v := range t.Headers {
+			l.checkEnvRefs(FileTools, p+".headers."+h, v)
 		}
 		if t.Kind != KindHTTP && (len(t.Headers) > 0 || len(t.HeadersFromEnv) > 0) {
 			l.errorf(FileTools, p, "headers and headers_from_env are for http tools")
+		}
+		if t.Kind != KindHTTP && t.AllowPrivateNetwork {
+			l.errorf(FileTools, p+".allow_private_network", "only an http tool has allow_private_network")
 		}
 		for i, env := range t.Env {
 			if !envNameRe.MatchString(env) {
 				l.errorf(FileTools, fmt.Sprintf("%s.env[%d]", p, i), "%q is not an environment variable name", env)
 			}
+			l.checkEnvName(FileTools, fmt.Sprintf("%s.env[%d]", p, i), env)
 		}
-		if t.Kind != KindCommand && len(t.Env) > 0 {
-			l.errorf(FileTools, p+".env", "only a command tool has env")
+		if t.Kind != KindCommand && t.Kind != KindGo && len(t.Env) > 0 {
+			l.errorf(FileTools, p+".env", "only a command or go tool has env")
 		}
 		if t.TimeoutSeconds < 0 {
 			l.errorf(FileTools, p+".timeout_seconds", "must not be negative")
@@ -812,6 +841,35 @@ func (l *loader) checkTools() {
 			}
 		}
 		l.checkSecretForm(t, p)
+	}
+	for _, t := range w.Tools {
+		if t != nil && t.Kind == KindHTTP {
+			l.checkSecretHost(t, fmt.Sprintf("tools[%d].url", t.Index))
+		}
+	}
+}
+
+// checkSecretHost refuses an http tool url in which a secret (a value the
+// person types into a masked form) would choose the scheme, user or host:
+// the person would choose where the tool's credentials are sent.
+func (l *loader) checkSecretHost(t *Tool, p string) {
+	with := func(v string) string {
+		return os.Expand(t.URL, func(k string) string {
+			if l.w.DeclaresSecret(k) {
+				return v
+			}
+			return "v" // the operator's variable: the same either way
+		})
+	}
+	origin := func(s string) string {
+		u, err := url.Parse(s)
+		if err != nil {
+			return "?" + s
+		}
+		return u.Scheme + "://" + u.User.String() + "@" + u.Host
+	}
+	if origin(with("")) != origin(with("x0")) {
+		l.errorf(FileTools, p, "a secret of a masked form may not choose the url's scheme, user or host (only its path or query)")
 	}
 }
 
@@ -881,6 +939,10 @@ var (
 		"NODE_OPTIONS", "NODE_PATH", "RUBYOPT", "RUBYLIB", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS",
 		"CLASSPATH", "GOFLAGS", "GODEBUG", "GOTOOLCHAIN", "SSL_CERT_FILE", "SSL_CERT_DIR", "HTTP_PROXY", "HTTPS_PROXY",
 		"ALL_PROXY", "NO_PROXY", "TMP", "TEMP", "ZDOTDIR", "OPENSSL_CONF", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
+		// Where a program writes its TLS keys, reads its configuration,
+		// or which program it starts for the person.
+		"SSLKEYLOGFILE", "CURL_HOME", "WGETRC", "EDITOR", "VISUAL", "PAGER", "LESSOPEN", "LESSCLOSE", "BROWSER",
+		"SSH_ASKPASS", "SUDO_ASKPASS", "INPUTRC", "MANPAGER", "GNUPGHOME", "SSH_AUTH_SOCK", "KRB5CCNAME",
 	}
 	reservedSecretPrefixes = []string{"BATON_", "LD_", "DYLD_", "LC_", "PYTHON", "PERL", "RUBY", "NODE_", "JAVA_", "_JAVA_",
 		"JDK_", "DOTNET_", "LUA_", "XDG_", "GIT_", "MALLOC_", "BASH_FUNC_", "GLIBC_", "NPM_CONFIG_"}
@@ -911,13 +973,69 @@ func (l *loader) checkCommandFile(t *Tool, p string) {
 		l.errorf(FileTools, p+".file", "%q must be a path inside tools/", t.File)
 		return
 	}
-	st, err := fs.Stat(l.w.FS, path.Join(l.w.Dir, rel))
+	l.checkInside(FileTools, p+".file", rel)
+}
+
+// checkInside checks that rel, a file the workflow runs (a command tool, a
+// stdio MCP server), exists inside the workflow folder once every symbolic
+// link on its way is resolved: a link under tools/ to /bin/sh, or out of
+// the folder, would run a program the folder does not hold.
+func (l *loader) checkInside(file, p, rel string) {
+	resolved, err := resolveInside(l.w.FS, l.w.Dir, rel)
+	if err != nil {
+		l.errorf(file, p, "%s: %v", rel, err)
+		return
+	}
+	st, err := fs.Stat(l.w.FS, path.Join(l.w.Dir, resolved))
 	switch {
 	case err != nil:
-		l.errorf(FileTools, p+".file", "%s not found", rel)
+		l.errorf(file, p, "%s not found", rel)
 	case st.IsDir():
-		l.errorf(FileTools, p+".file", "%s is a directory", rel)
+		l.errorf(file, p, "%s is a directory", rel)
 	}
+}
+
+// resolveInside resolves the symbolic links of rel (a path relative to the
+// workflow folder dir in fsys) and returns the resolved path, relative to
+// dir. It is an error for rel or any link's target to leave dir.
+func resolveInside(fsys fs.FS, dir, rel string) (string, error) {
+	parts := strings.Split(rel, "/")
+	var done []string
+	for hops := 0; len(parts) > 0; {
+		part := parts[0]
+		parts = parts[1:]
+		switch part {
+		case "", ".":
+			continue
+		case "..":
+			if len(done) == 0 {
+				return "", errors.New("leaves the workflow folder")
+			}
+			done = done[:len(done)-1]
+			continue
+		}
+		cur := path.Join(append(done, part)...)
+		fi, err := fs.Lstat(fsys, path.Join(dir, cur))
+		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+			// A missing file is reported by the caller's Stat.
+			done = append(done, part)
+			continue
+		}
+		if hops++; hops > 40 {
+			return "", errors.New("too many symbolic links")
+		}
+		target, err := fs.ReadLink(fsys, path.Join(dir, cur))
+		if err != nil {
+			return "", fmt.Errorf("read link: %w", err)
+		}
+		if path.IsAbs(target) {
+			return "", fmt.Errorf("a symbolic link to %s, outside the workflow folder", target)
+		}
+		// The target is relative to the link's folder: resolve it from
+		// there, then go on with what is left of rel.
+		parts = append(strings.Split(target, "/"), parts...)
+	}
+	return path.Join(done...), nil
 }
 
 func (l *loader) checkParameters(t *Tool, p string) {
@@ -1242,5 +1360,38 @@ func (l *loader) checkAfterWorkCycles() {
 			chain = append(chain, cur)
 			cur = r.TargetAgent
 		}
+	}
+}
+
+// checkMCPCommand checks a stdio MCP server's command as a command tool's
+// file is checked: a relative path (with a slash, like tools/server) to a
+// file inside the workflow folder, symbolic links resolved. A bare name
+// would be looked up in PATH, and anything on the host (/bin/sh) could be
+// the server; a workflow that wants npx ships a script that runs it.
+func (l *loader) checkMCPCommand(p, command string) {
+	switch {
+	case !strings.Contains(command, "/"):
+		l.errorf(FileWorkflow, p, "%q must be a path inside the workflow folder, like tools/%s (a bare name would run any program in PATH)", command, command)
+	case path.IsAbs(command) || !fs.ValidPath(path.Clean(command)) || strings.Contains(command, ".."):
+		l.errorf(FileWorkflow, p, "%q must be a path inside the workflow folder", command)
+	default:
+		l.checkInside(FileWorkflow, p, path.Clean(command))
+	}
+}
+
+// checkEnvRefs refuses ${VAR} and $VAR references in s to baton's own
+// credentials (baton.ServerOnlyEnv).
+func (l *loader) checkEnvRefs(file, p, s string) {
+	os.Expand(s, func(name string) string {
+		l.checkEnvName(file, p, name)
+		return ""
+	})
+}
+
+// checkEnvName refuses a variable a workflow reads from baton's
+// environment when it is one of baton's own credentials.
+func (l *loader) checkEnvName(file, p, name string) {
+	if baton.ServerOnlyEnv(name) {
+		l.errorf(file, p, "%s is baton's own credential; no workflow may read it", name)
 	}
 }

@@ -211,7 +211,7 @@ func TestDirectoryAsWorkflowRoot(t *testing.T) {
 
 func TestToolKinds(t *testing.T) {
 	fsys := fstest.MapFS{
-		"k/workflow.json": {Data: []byte(`{"orchestration": {"initial_agent": "A"}, "mcp_servers": {"ev": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-everything"]}, "remote": {"url": "https://mcp.example.com/mcp", "headers_from_env": {"Authorization": "MCP_TOKEN"}}}}`)},
+		"k/workflow.json": {Data: []byte(`{"orchestration": {"initial_agent": "A"}, "mcp_servers": {"ev": {"command": "tools/everything", "args": ["stdio"]}, "remote": {"url": "https://mcp.example.com/mcp", "headers_from_env": {"Authorization": "MCP_TOKEN"}}}}`)},
 		"k/agents.json":   {Data: []byte(`{"agents": {"A": {"system_message": "hi", "tools": ["shared"]}, "B": {"system_message": "b"}}}`)},
 		"k/handoffs.json": {Data: []byte(`{"handoff_rules": [{"source_agent": "A", "target_agent": "B", "handoff_type": "llm", "description": "to B"}]}`)},
 		"k/tools.json": {Data: []byte(`{"tools": [
@@ -223,7 +223,8 @@ func TestToolKinds(t *testing.T) {
 			{"name": "audit", "function": "audit", "kind": "go", "tool_type": "Lifecycle_Tool", "trigger": "after_agent"},
 			{"name": "hello", "function": "hello", "kind": "go", "tool_type": "Lifecycle_Tool", "trigger": "before_chat"}
 		]}`)},
-		"k/tools/run.py": {Data: []byte("print('{}')\n"), Mode: 0o755},
+		"k/tools/run.py":     {Data: []byte("print('{}')\n"), Mode: 0o755},
+		"k/tools/everything": {Data: []byte("#!/bin/sh\nexec npx -y @modelcontextprotocol/server-everything \"$@\"\n"), Mode: 0o755},
 	}
 	w, err := workflow.Load(fsys, "k")
 	if err != nil {

@@ -3,7 +3,7 @@ package workflow
 import (
 	"encoding/json"
 	"fmt"
-	"strconv"
+	"slices"
 	"strings"
 
 	"github.com/batonhq/baton"
@@ -71,26 +71,12 @@ func (d *DerivedVariable) FieldValue(output any) (any, bool) {
 }
 
 // InitialContext returns a new chat's context variables: every declared
-// variable at its default (or its from_env value when lookup finds one,
-// converted to the variable's type), text and tool derived variables at
-// false and structured_output_field variables at nil. lookup is usually
-// os.LookupEnv. A from_env value that does not convert is an EINVALID error.
-func (w *Workflow) InitialContext(lookup func(string) (string, bool)) (map[string]any, error) {
+// variable at its default, text and tool derived variables at false and
+// structured_output_field variables at nil.
+func (w *Workflow) InitialContext() map[string]any {
 	vars := make(map[string]any, len(w.Variables)+len(w.DerivedVariables))
 	for _, v := range w.Variables {
 		vars[v.Name] = v.Default
-		if v.FromEnv == "" || lookup == nil {
-			continue
-		}
-		s, ok := lookup(v.FromEnv)
-		if !ok {
-			continue
-		}
-		val, err := convertEnv(s, v.Type)
-		if err != nil {
-			return nil, baton.Errorf(baton.EINVALID, "context variable %s: environment variable %s: %v", v.Name, v.FromEnv, err)
-		}
-		vars[v.Name] = val
 	}
 	for _, d := range w.DerivedVariables {
 		if d.TriggerType == StructuredOutputField {
@@ -99,27 +85,55 @@ func (w *Workflow) InitialContext(lookup func(string) (string, bool)) (map[strin
 			vars[d.Name] = false
 		}
 	}
-	return vars, nil
+	return vars
 }
 
-func convertEnv(s, typ string) (any, error) {
-	switch typ {
-	case TypeStr:
-		return s, nil
-	case TypeBool:
-		return strconv.ParseBool(strings.TrimSpace(s))
-	case TypeInt:
-		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
-		return float64(n), err
-	case TypeFloat:
-		return strconv.ParseFloat(strings.TrimSpace(s), 64)
+// CheckStartContext checks the context variables a client asks to set when
+// it starts a chat. Only variables marked client_settable may be set, each
+// with a value of its declared type (or null); anything else is an EINVALID
+// error naming the first offending variable in name order. Derived
+// variables are never client-settable.
+func (w *Workflow) CheckStartContext(vars map[string]json.RawMessage) error {
+	names := make([]string, 0, len(vars))
+	for k := range vars {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		if err := w.checkStartVar(k, vars[k]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w *Workflow) checkStartVar(name string, raw json.RawMessage) error {
+	shown := name
+	if len(shown) > 64 {
+		shown = shown[:64] + "…"
+	}
+	var decl *Variable
+	for _, v := range w.Variables {
+		if v.Name == name {
+			decl = v
+			break
+		}
+	}
+	if decl == nil {
+		if _, derived := w.varTypes[name]; derived {
+			return baton.Errorf(baton.EINVALID, "context.%s: a derived variable of workflow %s; only the chat sets it", shown, w.Name)
+		}
+		return baton.Errorf(baton.EINVALID, "context.%s: not a variable of workflow %s", shown, w.Name)
+	}
+	if !decl.ClientSettable {
+		return baton.Errorf(baton.EINVALID, "context.%s: not client-settable in workflow %s (context_variables.json client_settable)", shown, w.Name)
 	}
 	var v any
-	if err := json.Unmarshal([]byte(s), &v); err != nil {
-		return nil, fmt.Errorf("not JSON: %w", err)
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return baton.Errorf(baton.EINVALID, "context.%s: not valid JSON", shown)
 	}
-	if !valueHasType(v, typ) {
-		return nil, fmt.Errorf("not a %s", typ)
+	if v != nil && !valueHasType(v, decl.Type) {
+		return baton.Errorf(baton.EINVALID, "context.%s: must be %s %s (or null)", shown, article(decl.Type), decl.Type)
 	}
-	return v, nil
+	return nil
 }

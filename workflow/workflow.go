@@ -266,6 +266,9 @@ type MCPServer struct {
 	// HeadersFromEnv maps an HTTP header to the environment variable that
 	// holds its value (for url servers).
 	HeadersFromEnv map[string]string `json:"headers_from_env"`
+	// AllowPrivateNetwork lets a url server be on a loopback, link-local
+	// or private address, refused by default as for http tools.
+	AllowPrivateNetwork bool `json:"allow_private_network"`
 }
 
 // Agent is one entry of agents.json.
@@ -395,8 +398,14 @@ type Tool struct {
 	// HeadersFromEnv maps an HTTP header to the environment variable that
 	// holds its value; secrets never appear in the file.
 	HeadersFromEnv map[string]string `json:"headers_from_env"`
+	// AllowPrivateNetwork lets an http tool reach loopback, link-local
+	// and private addresses, which are refused by default (at connect
+	// time and on every redirect): a tool aimed at 169.254.169.254 or an
+	// internal service must say so.
+	AllowPrivateNetwork bool `json:"allow_private_network"`
 	// Env lists environment variables of the baton process passed through
-	// to a command tool (which otherwise gets a minimal environment).
+	// to a command tool (which otherwise gets a minimal environment), and
+	// the secrets a command or go tool may read.
 	Env []string `json:"env"`
 	// Server names the workflow.json mcp_servers entry of an mcp tool.
 	Server string `json:"server"`
@@ -439,10 +448,17 @@ type Variable struct {
 	// Type is one of bool, int, float, str, list, dict.
 	Type    string `json:"type"`
 	Default any    `json:"default"`
-	// FromEnv names an environment variable whose value, when set,
-	// replaces Default (converted to Type).
+	// FromEnv is refused at load: a variable's value is shown to the
+	// chat's model and client, so it may not be read from baton's
+	// environment. The field is kept to say so by name.
 	FromEnv     string `json:"from_env"`
 	Description string `json:"description"`
+	// ClientSettable lets a client set the variable when it starts a chat
+	// (the start endpoint's context). Variables are not client-settable
+	// unless they say so, and derived variables never are: they record
+	// what happened in the chat, and a client presetting them would skip
+	// the step they guard.
+	ClientSettable bool `json:"client_settable"`
 }
 
 // DerivedVariable is a context variable the runtime sets when its trigger

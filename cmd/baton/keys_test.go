@@ -43,8 +43,23 @@ func TestKeysCreateAndRevoke(t *testing.T) {
 		}
 	}
 	out.Reset()
-	if code := run(ctx, []string{"keys", "revoke", "--store", "sqlite:" + db, "--key", key}, &out, &errb); code != 0 {
-		t.Fatalf("keys revoke: exit %d: %s", code, errb.String())
+	// The key on the command line is refused (it would be in the process
+	// list), and nothing is revoked; on stdin it revokes.
+	if code := run(ctx, []string{"keys", "revoke", "--store", "sqlite:" + db, "--key", key}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "process list") {
+		t.Fatalf("keys revoke --key: exit %d: %s", code, errb.String())
+	}
+	if st, err := sqlite.Open(ctx, db); err != nil {
+		t.Fatal(err)
+	} else if _, err := st.LookupKey(ctx, server.HashKey(key)); err != nil {
+		st.Close()
+		t.Fatalf("a refused revoke removed the key: %v", err)
+	} else {
+		st.Close()
+	}
+	stdin = strings.NewReader(key + "\n")
+	t.Cleanup(func() { stdin = os.Stdin })
+	if code := run(ctx, []string{"keys", "revoke", "--store", "sqlite:" + db}, &out, &errb); code != 0 {
+		t.Fatalf("keys revoke < key: exit %d: %s", code, errb.String())
 	}
 	st, err = sqlite.Open(ctx, db)
 	if err != nil {

@@ -72,3 +72,43 @@ func TestValidateMissingDir(t *testing.T) {
 		t.Errorf("stderr %q", stderr.String())
 	}
 }
+
+// TestValidateRefusesEscapes: baton validate resolves the symbolic links
+// under tools/ on disk: hello with its command tool linked to /bin/sh, or
+// with an MCP server run from PATH, does not validate.
+func TestValidateRefusesEscapes(t *testing.T) {
+	copyHello := func(t *testing.T) string {
+		dir := filepath.Join(t.TempDir(), "hello")
+		if err := os.CopyFS(dir, os.DirFS("../../workflows/hello")); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	linked := copyHello(t)
+	tool := filepath.Join(linked, "tools", "get_time")
+	if err := os.Remove(tool); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/bin/sh", tool); err != nil {
+		t.Fatal(err)
+	}
+	mcp := copyHello(t)
+	wf := filepath.Join(mcp, "workflow.json")
+	raw, err := os.ReadFile(wf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw = bytes.Replace(raw, []byte(`{`), []byte(`{"mcp_servers": {"sh": {"command": "sh", "args": ["-c", "id"]}},`), 1)
+	if err := os.WriteFile(wf, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for dir, want := range map[string]string{
+		linked: "tools/get_time: a symbolic link to /bin/sh, outside the workflow folder",
+		mcp:    `mcp_servers.sh.command: "sh" must be a path inside the workflow folder`,
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := run(context.Background(), []string{"validate", dir}, &stdout, &stderr); code != 1 || !strings.Contains(stdout.String()+stderr.String(), want) {
+			t.Errorf("validate %s: exit %d: %s%s, want 1 naming %q", dir, code, stdout.String(), stderr.String(), want)
+		}
+	}
+}

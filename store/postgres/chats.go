@@ -34,6 +34,9 @@ func (s *Store) CreateChat(ctx context.Context, scope baton.Scope, c baton.Chat)
 	if c.Status == "" {
 		c.Status = baton.ChatRunning
 	}
+	if err := scope.Validate(); err != nil {
+		return baton.Chat{}, err
+	}
 	if err := c.Validate(); err != nil {
 		return baton.Chat{}, err
 	}

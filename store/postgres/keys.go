@@ -83,5 +83,8 @@ func validKey(k baton.APIKey) error {
 	case k.User == "":
 		return baton.Errorf(baton.EINVALID, "api key user: required")
 	}
+	if err := k.Scope().Validate(); err != nil {
+		return baton.Errorf(baton.EINVALID, "api key %s", baton.ErrorMessage(err))
+	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/batonhq/baton"
@@ -35,7 +36,8 @@ func RunKeys(t *testing.T, ks baton.KeyStore) {
 	if _, err := ks.CreateKey(ctx, baton.APIKey{Hash: hash, App: "other", User: "other"}); !errors.Is(err, baton.ErrConflict) {
 		t.Errorf("CreateKey duplicate: %v, want conflict", err)
 	}
-	for _, bad := range []baton.APIKey{{Hash: "short", App: "a", User: "u"}, {Hash: hash[:63] + "0", User: "u"}, {Hash: hash[:63] + "0", App: "a"}} {
+	for _, bad := range []baton.APIKey{{Hash: "short", App: "a", User: "u"}, {Hash: hash[:63] + "0", User: "u"}, {Hash: hash[:63] + "0", App: "a"},
+		{Hash: hash[:63] + "0", App: "\xff", User: "u"}, {Hash: hash[:63] + "0", App: "a\x00b", User: "u"}, {Hash: hash[:63] + "0", App: "a", User: strings.Repeat("u", 129)}} {
 		if _, err := ks.CreateKey(ctx, bad); !errors.Is(err, baton.ErrInvalid) {
 			t.Errorf("CreateKey(%+v): %v, want invalid", bad, err)
 		}

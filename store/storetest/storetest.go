@@ -985,6 +985,12 @@ func testValidation(t *testing.T, s baton.Store) {
 	bad.Payload = json.RawMessage(`{"broken"`)
 	noID := TextEvent("A", "x")
 	noID.ID = ""
+	// A scope either store could not keep the same way (invalid UTF-8,
+	// NUL, too long) creates no chat in any store.
+	for _, bad := range []baton.Scope{{App: "\xff", User: "u"}, {App: "a\x00", User: "u"}, {App: "a", User: ""}, {App: strings.Repeat("a", 129), User: "u"}} {
+		_, err := s.CreateChat(ctx, bad, baton.Chat{Workflow: "hello"})
+		wantCode(t, fmt.Sprintf("CreateChat in scope %q", bad), err, baton.EINVALID)
+	}
 	cases := map[string]baton.Event{"stream event": stream, "other chat's event": foreign, "invalid payload": bad, "no id": noID}
 	for name, e := range cases {
 		_, err := s.Append(ctx, scope, c.ID, []baton.Event{TextEvent("A", "ok"), e}, nil)
