@@ -218,10 +218,16 @@ func (e *Engine) Takeovers() int64 { return e.takeovers.Load() }
 // natsbridge): every event of a chat that is published to the bus — a
 // person's message, a UI response, a run start or resume, an external or
 // background-task event — except the facts the engine publishes about its
-// own run (tool.*), its coalesced wakes (scheduled on the instance that
-// recorded the events they follow) and recorded or streamed chat events.
+// own run (tool.*, session.created, session.updated), its coalesced wakes
+// (scheduled on the instance that recorded the events they follow) and
+// recorded or streamed chat events. The rules that observe the session
+// facts run where the chat runs, which is where they are published.
 func IsInput(ev baton.Event) bool {
-	if ev.ChatID() == "" || ev.Type == TypeRunWake {
+	switch ev.Type {
+	case TypeRunWake, baton.TypeSessionCreated, baton.TypeSessionUpdated:
+		return false
+	}
+	if ev.ChatID() == "" {
 		return false
 	}
 	for _, own := range []string{"tool.", "chat.", "stream."} {
