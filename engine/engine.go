@@ -27,7 +27,10 @@ package engine
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
@@ -317,6 +320,11 @@ type StartOptions struct {
 // Start creates a chat of the named workflow in scope and publishes its
 // run.start. It returns once the chat is stored; the run proceeds on the bus.
 func (e *Engine) Start(ctx context.Context, scope baton.Scope, workflowName string, opts StartOptions) (baton.Chat, error) {
+	return e.start(ctx, scope, workflowName, opts, "")
+}
+
+// start is Start with the id of the run.start event (empty: a fresh one).
+func (e *Engine) start(ctx context.Context, scope baton.Scope, workflowName string, opts StartOptions, startID string) (baton.Chat, error) {
 	wf := e.workflows[workflowName]
 	if wf == nil {
 		return baton.Chat{}, baton.Errorf(baton.ENOTFOUND, "workflow %q: not found", workflowName)
@@ -352,10 +360,113 @@ func (e *Engine) Start(ctx context.Context, scope baton.Scope, workflowName stri
 	payload, _ := json.Marshal(struct {
 		Message string `json:"message,omitempty"`
 	}{opts.Message})
-	if err := e.publish(ctx, scope, TypeRunStart, chat.ID, payload); err != nil {
+	ev := InputEvent(scope, TypeRunStart, chat.ID, payload)
+	if startID != "" {
+		ev.ID = startID
+	}
+	if err := e.publishEvent(ctx, ev); err != nil {
 		return chat, err
 	}
 	return chat, nil
+}
+
+// StartOnce is Start for a start sent with an idempotency key: opts.ChatID
+// (required) is the chat id the caller derived from the key, so that a
+// retry after a lost answer names the same chat. The first call creates it
+// (created true); a retry with the same request returns the stored chat
+// (created false), and publishes its run.start again while nothing is
+// recorded yet (the first answer may have been lost with the process before
+// the run took it; the run.start's id is the same, so the bus takes it
+// once). A retry with another request (another message or context) is
+// ECONFLICT naming the key, and changes nothing.
+//
+// The request's fingerprint is kept in the chat's effect ledger under
+// startKeyEffect, written right after the chat: a process that dies between
+// the two leaves a chat without one, and the next retry's request is then
+// taken as the first's (it is recorded as the fingerprint).
+func (e *Engine) StartOnce(ctx context.Context, scope baton.Scope, workflowName, key string, opts StartOptions) (chat baton.Chat, created bool, err error) {
+	if opts.ChatID == "" || key == "" {
+		return baton.Chat{}, false, baton.Errorf(baton.EINVALID, "idempotent start: a chat id and a key are required")
+	}
+	fp, err := startFingerprint(workflowName, opts)
+	if err != nil {
+		return baton.Chat{}, false, err
+	}
+	chat, err = e.start(ctx, scope, workflowName, opts, opts.ChatID)
+	switch {
+	case err == nil:
+		if _, err := e.store.ClaimEffect(ctx, scope, chat.ID, startKeyEffect); err == nil {
+			if err := e.store.RecordEffect(ctx, scope, chat.ID, startKeyEffect, fp); err != nil {
+				e.log.Warn("engine: record the start's idempotency fingerprint", "chat_id", chat.ID, "err", err)
+			}
+		}
+		return chat, true, nil
+	case !errors.Is(err, baton.ErrConflict):
+		return chat, false, err
+	}
+	// The chat id is taken: a retry of this start, or the key's earlier use.
+	chat, err = e.store.GetChat(ctx, scope, opts.ChatID)
+	if errors.Is(err, baton.ErrNotFound) {
+		return baton.Chat{}, false, baton.Errorf(baton.ECONFLICT, "Idempotency-Key %q: already used for a chat that was deleted; use a new key", key)
+	}
+	if err != nil {
+		return baton.Chat{}, false, fmt.Errorf("start %s again: %w", workflowName, err)
+	}
+	eff, err := e.store.ClaimEffect(ctx, scope, chat.ID, startKeyEffect)
+	if err != nil {
+		return baton.Chat{}, false, fmt.Errorf("start %s again: %w", workflowName, err)
+	}
+	switch eff.State {
+	case baton.EffectDone:
+		if !bytes.Equal(bytes.TrimSpace(eff.Result), fp) {
+			return baton.Chat{}, false, baton.Errorf(baton.ECONFLICT, "Idempotency-Key %q: already used to start chat %s with another request (message or context); use a new key", key, chat.ID)
+		}
+	case baton.EffectNew:
+		// The first start died before its fingerprint: this request is taken
+		// for it.
+		if err := e.store.RecordEffect(ctx, scope, chat.ID, startKeyEffect, fp); err != nil {
+			e.log.Warn("engine: record the start's idempotency fingerprint", "chat_id", chat.ID, "err", err)
+		}
+	}
+	if chat.LastSequence == 0 && chat.Status == baton.ChatRunning {
+		payload, _ := json.Marshal(struct {
+			Message string `json:"message,omitempty"`
+		}{opts.Message})
+		ev := InputEvent(scope, TypeRunStart, chat.ID, payload)
+		ev.ID = chat.ID // the same for every retry: the bus takes it once
+		if err := e.publishEvent(ctx, ev); err != nil {
+			return chat, false, err
+		}
+	}
+	return chat, false, nil
+}
+
+// startKeyEffect is the effect-ledger key under which an idempotent start
+// keeps its request's fingerprint.
+const startKeyEffect = "start.idempotency"
+
+// startFingerprint is a start request's fingerprint: the SHA-256 of its
+// workflow, message and context (values compacted, keys sorted), as a JSON
+// string.
+func startFingerprint(workflowName string, opts StartOptions) (json.RawMessage, error) {
+	ctxVals := make(map[string]json.RawMessage, len(opts.Context))
+	for k, v := range opts.Context {
+		var b bytes.Buffer
+		if err := json.Compact(&b, v); err != nil {
+			return nil, baton.Errorf(baton.EINVALID, "context.%s: not valid JSON", k)
+		}
+		ctxVals[k] = b.Bytes()
+	}
+	canon, err := json.Marshal(struct {
+		Workflow string                     `json:"workflow"`
+		Message  string                     `json:"message"`
+		Context  map[string]json.RawMessage `json:"context"`
+	}{workflowName, opts.Message, ctxVals})
+	if err != nil {
+		return nil, fmt.Errorf("start fingerprint: %w", err)
+	}
+	sum := sha256.Sum256(canon)
+	return json.Marshal(hex.EncodeToString(sum[:]))
 }
 
 // Submit publishes a person's message to a chat (user_query). source says

@@ -101,11 +101,32 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) error {
 	if len(req.Message) > maxContent {
 		return baton.Errorf(baton.EINVALID, "message: longer than %d bytes", maxContent)
 	}
-	chat, err := s.cfg.Engine.Start(r.Context(), p.scope, r.PathValue("workflow"), engine.StartOptions{Message: req.Message, Context: req.Context})
+	key, err := idempotencyKey(r)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{"chat_id": chat.ID, "app": chat.App, "workflow": chat.Workflow, "status": chat.Status})
+	opts := engine.StartOptions{Message: req.Message, Context: req.Context}
+	wf := r.PathValue("workflow")
+	var chat baton.Chat
+	status := http.StatusCreated
+	if key == "" {
+		if chat, err = s.cfg.Engine.Start(r.Context(), p.scope, wf, opts); err != nil {
+			return err
+		}
+	} else {
+		// The key, with the caller and the workflow, makes the chat's id:
+		// a retry after a lost answer names the same chat, and gets it (200)
+		// instead of another one.
+		opts.ChatID = inputEventID(p.scope, "start:"+wf, key)
+		created := false
+		if chat, created, err = s.cfg.Engine.StartOnce(r.Context(), p.scope, wf, key, opts); err != nil {
+			return err
+		}
+		if !created {
+			status = http.StatusOK
+		}
+	}
+	writeJSON(w, status, map[string]any{"chat_id": chat.ID, "app": chat.App, "workflow": chat.Workflow, "status": chat.Status})
 	return nil
 }
 
