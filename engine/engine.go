@@ -53,10 +53,12 @@ const (
 	TypeRunResume = "run.resume" // go on with a chat: after an error, or after a restart
 )
 
-// Metadata keys that carry an input's tenant scope.
+// Metadata keys that carry an input's tenant scope, and mark an input that
+// was kept in its chat's inbox before it was published (metaInbox).
 const (
-	metaApp  = "app"
-	metaUser = "user"
+	metaApp   = "app"
+	metaUser  = "user"
+	metaInbox = "inbox"
 )
 
 // Recorder appends chat events to the store and only then publishes them
@@ -71,6 +73,7 @@ type Store interface {
 	baton.EventStore
 	baton.UsageStore
 	baton.EffectLedger
+	baton.InboxStore
 }
 
 // Broadcaster sends transient events (stream.*) to observers; *bus.Bus is one.
@@ -187,6 +190,10 @@ type Engine struct {
 
 	active atomic.Int64 // runs in progress
 	turns  atomic.Int64 // turns started since New
+
+	anyPolicy bool // a workflow's double_texting is not enqueue: submits read the chat
+	callsMu   sync.Mutex
+	calls     map[string]context.CancelCauseFunc // model calls in progress, by chat, for interrupt
 }
 
 // New returns an engine and registers its rules on cfg.Bus: run.start,
@@ -252,6 +259,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	for _, wf := range cfg.Workflows {
 		e.workflows[wf.Name] = wf
+		e.anyPolicy = e.anyPolicy || wf.DoubleTexting() != workflow.DoubleTextingEnqueue
 	}
 	prio := cfg.RulePriority
 	if prio == 0 {
@@ -479,13 +487,182 @@ func (e *Engine) Submit(ctx context.Context, scope baton.Scope, chatID, content,
 // (empty: a fresh one) is its user_query's id, the same for every retry (the
 // server derives it from the client's key), so that the bus, JetStream and
 // the engine's record of the chat's recent inputs take it once.
+//
+// The message is durable when SubmitOnce returns nil: it is in the chat's
+// inbox (baton.InboxStore), and the run takes it from there at its next
+// input point — when the chat waits for the person, after an error, or
+// when the run ends first (completed, budget reached): it then starts the
+// next run — recording it once, in the append that marks it taken. The
+// user_query published on the bus afterwards only rings the bell: if the
+// process dies before or after it, RecoverInputs publishes it again at
+// start, and JetStream redelivers it to another instance. What the chat
+// does with a message while a run goes is the workflow's double_texting
+// policy: enqueue (above), reject (ECONFLICT while the chat is running,
+// nothing kept) or interrupt (as enqueue, and the model call in progress on
+// this instance is stopped at once).
 func (e *Engine) SubmitOnce(ctx context.Context, scope baton.Scope, chatID, eventID, content, source string) error {
 	payload, _ := json.Marshal(userQuery{Content: content, Source: source})
 	ev := InputEvent(scope, baton.TypeUserQuery, chatID, payload)
 	if eventID != "" {
 		ev.ID = eventID
 	}
-	return e.publishEvent(ctx, ev)
+	policy, err := e.policyOf(ctx, scope, chatID)
+	if err != nil {
+		return err
+	}
+	if policy == workflow.DoubleTextingReject {
+		if err := e.refuseWhileRunning(ctx, scope, chatID, eventID); err != nil {
+			return err
+		}
+	}
+	in, err := e.keep(ctx, scope, ev)
+	if err != nil {
+		return err
+	}
+	if policy == workflow.DoubleTextingInterrupt {
+		e.interrupt(chatID)
+	}
+	return e.publishEvent(ctx, in)
+}
+
+// errInterrupted is the cause of a model call stopped by a message sent
+// to a workflow whose double_texting is interrupt.
+var errInterrupted = errors.New("interrupted by the person's message")
+
+// interrupt stops the model call in progress for the chat on this
+// instance, if any (double_texting: interrupt).
+func (e *Engine) interrupt(chatID string) {
+	e.callsMu.Lock()
+	stop := e.calls[chatID]
+	e.callsMu.Unlock()
+	if stop != nil {
+		stop(errInterrupted)
+	}
+}
+
+// modelCall registers a model call of the chat so that interrupt can stop
+// it, and returns its context and the function that ends it.
+func (e *Engine) modelCall(ctx context.Context, chatID string) (context.Context, func()) {
+	callCtx, stop := context.WithCancelCause(ctx)
+	e.callsMu.Lock()
+	if e.calls == nil {
+		e.calls = map[string]context.CancelCauseFunc{}
+	}
+	e.calls[chatID] = stop
+	e.callsMu.Unlock()
+	return callCtx, func() {
+		e.callsMu.Lock()
+		delete(e.calls, chatID)
+		e.callsMu.Unlock()
+		stop(context.Canceled)
+	}
+}
+
+// keep stores an input in its chat's inbox before it is acknowledged and
+// returns the event to publish: ev, or the input kept before under its id
+// (a retry). When keep returns nil the input survives kill -9.
+func (e *Engine) keep(ctx context.Context, scope baton.Scope, ev baton.Event) (baton.Event, error) {
+	if ev.Metadata.Extra == nil {
+		ev.Metadata.Extra = map[string]json.RawMessage{}
+	}
+	ev.Metadata.Extra[metaInbox] = json.RawMessage("true")
+	in, _, err := e.store.AddInput(ctx, scope, ev)
+	if err != nil {
+		return baton.Event{}, fmt.Errorf("keep %s for chat %s: %w", ev.Type, ev.ChatID(), err)
+	}
+	return in.Event, nil
+}
+
+// policyOf returns the double_texting policy of the chat's workflow,
+// reading the chat only when the engine runs a workflow that does not
+// enqueue.
+func (e *Engine) policyOf(ctx context.Context, scope baton.Scope, chatID string) (string, error) {
+	if !e.anyPolicy {
+		return workflow.DoubleTextingEnqueue, nil
+	}
+	chat, err := e.store.GetChat(ctx, scope, chatID)
+	if err != nil {
+		return "", err
+	}
+	if wf := e.workflows[chat.Workflow]; wf != nil {
+		return wf.DoubleTexting(), nil
+	}
+	return workflow.DoubleTextingEnqueue, nil
+}
+
+// refuseWhileRunning is the reject policy: ECONFLICT while a run goes (the
+// chat is running), unless eventID names a message the chat took already
+// (a retry, which gets the same acceptance).
+func (e *Engine) refuseWhileRunning(ctx context.Context, scope baton.Scope, chatID, eventID string) error {
+	chat, err := e.store.GetChat(ctx, scope, chatID)
+	if err != nil {
+		return err
+	}
+	if chat.Status != baton.ChatRunning {
+		return nil
+	}
+	if eventID != "" {
+		if known, err := e.inputKnown(ctx, scope, chat, eventID); err != nil || known {
+			return err
+		}
+	}
+	return baton.Errorf(baton.ECONFLICT, "chat %s is running: workflow %s takes no message while a run goes (double_texting: reject); send it when the chat waits for input", chatID, chat.Workflow)
+}
+
+// inputKnown reports whether the chat holds input eventID: waiting in its
+// inbox, or recorded among its last answeredWindow events.
+func (e *Engine) inputKnown(ctx context.Context, scope baton.Scope, chat baton.Chat, eventID string) (bool, error) {
+	ins, err := e.store.Inputs(ctx, scope, chat.ID)
+	if err != nil {
+		return false, err
+	}
+	for _, in := range ins {
+		if in.Event.ID == eventID {
+			return true, nil
+		}
+	}
+	evs, err := e.store.Events(ctx, scope, chat.ID, max(0, chat.LastSequence-answeredWindow), answeredWindow)
+	if err != nil {
+		return false, err
+	}
+	for i := range evs {
+		if evs[i].Type == baton.TypeChatText && bytes.Contains(evs[i].Payload, []byte(eventID)) {
+			var p textPayload
+			if json.Unmarshal(evs[i].Payload, &p) == nil && p.InputID == eventID {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}
+
+// RecoverInputs publishes again the inputs chats accepted and their runs
+// had not taken when the process stopped (their bus events were in memory,
+// or never published), and returns how many. Call it once at start, after
+// New; with several instances every one may call it: the bus drops an id it
+// has seen and a run takes an input once.
+func (e *Engine) RecoverInputs(ctx context.Context) (int, error) {
+	chats, err := e.store.ChatsWithInputs(ctx, 100000)
+	if err != nil {
+		return 0, fmt.Errorf("recover inputs: %w", err)
+	}
+	n := 0
+	for _, c := range chats {
+		if e.workflows[c.Workflow] == nil {
+			continue
+		}
+		ins, err := e.store.Inputs(ctx, baton.Scope{App: c.App, User: c.User}, c.ID)
+		if err != nil {
+			return n, fmt.Errorf("recover the inputs of chat %s: %w", c.ID, err)
+		}
+		for _, in := range ins {
+			if err := e.publishEvent(ctx, in.Event); err != nil {
+				return n, fmt.Errorf("recover the inputs of chat %s: %w", c.ID, err)
+			}
+			n++
+		}
+	}
+	return n, nil
 }
 
 // RespondUI publishes the person's response to a UI tool (ui.tool.response).
@@ -559,6 +736,10 @@ func (e *Engine) respondUI(ctx context.Context, scope baton.Scope, chatID, event
 	ev := InputEvent(scope, baton.TypeUIToolResponse, chatID, payload)
 	if eventID != "" {
 		ev.ID = eventID
+	}
+	// Durable before it is acknowledged, as a message is (see SubmitOnce).
+	if ev, err = e.keep(ctx, scope, ev); err != nil {
+		return err
 	}
 	return e.publishEvent(ctx, ev)
 }
