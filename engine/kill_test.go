@@ -41,6 +41,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(runChild())
 	}
+	if os.Getenv(inboxChildEnv) != "" {
+		os.Exit(runInboxChild())
+	}
 	if os.Getenv(ownerChildEnv) != "" {
 		os.Exit(runOwnerChild())
 	}
