@@ -516,7 +516,9 @@ func (s *Server) handlePrompt(w http.ResponseWriter, r *http.Request) {
 		if key != "" {
 			ev.ID = inputEventID(p.scope, id, key)
 		}
-		if err := s.cfg.Bus.Publish(r.Context(), ev); err != nil {
+		// Kept in the chat's inbox before the answer, as /api/input/submit's
+		// messages are.
+		if err := s.cfg.Engine.PublishInput(r.Context(), p.scope, ev); err != nil {
 			if baton.ErrorCode(err) == baton.EUNAVAILABLE {
 				return unavailable(msgInputUnroutable, err)
 			}
