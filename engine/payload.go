@@ -32,6 +32,7 @@ type textPayload struct {
 	EventID        string  `json:"event_id,omitempty"`       // an observed environment event's id
 	InputID        string  `json:"input_id,omitempty"`       // the id of the user_query this message came from
 	TurnKey        string  `json:"turn_key,omitempty"`
+	Interrupted    bool    `json:"interrupted,omitempty"` // the model call was stopped by the person's message (double_texting: interrupt)
 }
 
 // Interaction types of tool calls the model did not make.

@@ -994,9 +994,10 @@ func (r *run) interrupted(agent, msgID, key string, acc *llm.Accumulator) error 
 	var events []baton.Event
 	if text := acc.Text(); strings.TrimSpace(text) != "" {
 		events = append(events, r.synthetic(agent, text)...)
-		ev := r.textEvent(agent, msgID, key, text, false, false, r.isAutoToolAgent(agent), baton.Usage{}, 0)
-		ev.Payload = withInterrupted(ev.Payload)
-		events = append(events, ev)
+		events = append(events, chatEvent(baton.TypeChatText, st.chat.ID, agent, textPayload{
+			Kind: "text", Agent: agent, Content: text, Index: st.texts, AgentMessageID: msgID,
+			UIHidden: r.isAutoToolAgent(agent), TurnKey: key, Interrupted: true,
+		}))
 	}
 	events = append(events,
 		chatEvent(baton.TypeChatHandoff, st.chat.ID, agent, handoffPayload{Kind: "handoff", From: agent, HandoffType: "interrupt", TransitionTarget: workflow.RevertToUserTarget}),
@@ -1005,17 +1006,6 @@ func (r *run) interrupted(agent, msgID, key string, acc *llm.Accumulator) error 
 	r.stage(events, &baton.ChatUpdate{TurnAgent: &agent, Status: &waiting})
 	r.logger().Info("engine: model call interrupted by the person's message", "agent", agent, "message_id", msgID)
 	return nil
-}
-
-// withInterrupted marks a chat.text payload as cut short by an interrupt.
-func withInterrupted(payload json.RawMessage) json.RawMessage {
-	var m map[string]any
-	if json.Unmarshal(payload, &m) != nil {
-		return payload
-	}
-	m["interrupted"] = true
-	out, _ := json.Marshal(m)
-	return out
 }
 
 func (r *run) textEvent(agent, msgID, key, content string, toolOnly, hasCalls, hidden bool, usage baton.Usage, cost float64) baton.Event {
