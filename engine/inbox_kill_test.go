@@ -26,9 +26,10 @@ import (
 )
 
 // The inbox kill test re-runs this test binary as a child that sends
-// messages to two chats — one that waits for the next message after each
-// answer (queue), one whose run ends after each answer (short) — and is
-// killed with SIGKILL at random moments; see runInboxChild.
+// messages to three chats — one that waits for the next message after each
+// answer (queue), one whose run ends after each answer (short), one whose
+// budget stops the run at random before a model call (queue, budget) — and
+// is killed with SIGKILL at random moments; see runInboxChild.
 const (
 	inboxChildEnv = "BATON_ENGINE_INBOX_CHILD"
 	inboxMessages = 60
@@ -36,9 +37,14 @@ const (
 )
 
 // inboxChats are the chats of the kill test; message n goes to
-// inboxChats[n%2], so that a message sent again after a kill goes to the
+// inboxChats[n%3], so that a message sent again after a kill goes to the
 // same chat.
-var inboxChats = [2]struct{ id, workflow string }{{"inbox-queue", "queue"}, {"inbox-short", "short"}}
+var inboxChats = [3]struct{ id, workflow string }{{"inbox-queue", "queue"}, {"inbox-short", "short"}, {"inbox-budget", "queue"}}
+
+// budgetChat is the kill test's chat whose budget is reached before about
+// a third of its model calls (when its last sequence is a multiple of 3:
+// the same answer for a turn run again after a kill).
+const budgetChat = "inbox-budget"
 
 // runInboxChild opens the store named by the environment, creates the
 // test's chats (or, after a kill, recovers like `baton serve` does at
@@ -71,6 +77,9 @@ func runInboxChild() int {
 		Providers: func(wf *workflow.Workflow) (baton.Provider, error) {
 			return scripted.Load(wf.FS, path.Join(wf.Dir, "scripted.json"))
 		},
+		Budget: func(_ context.Context, _ baton.Scope, chat baton.Chat, _ *workflow.Workflow) (bool, string, error) {
+			return chat.ID == budgetChat && chat.LastSequence%3 == 0, "the test's budget", nil
+		},
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child: engine:", err)
@@ -99,7 +108,7 @@ func runInboxChild() int {
 	from, _ := strconv.Atoi(os.Getenv("MSG_FROM"))
 	to, _ := strconv.Atoi(os.Getenv("MSG_TO"))
 	for n := from; n <= to; n++ {
-		c := inboxChats[n%2]
+		c := inboxChats[n%3]
 		if err := eng.SubmitOnce(ctx, testScope, c.id, fmt.Sprintf("msg-%d", n), fmt.Sprintf("message %d", n), "http"); err != nil {
 			fmt.Fprintln(os.Stderr, "child: submit:", err)
 			return 1
@@ -181,7 +190,7 @@ func inboxKillTest(t *testing.T, env []string, open func(context.Context) (baton
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("final child: %v", err)
 	}
-	t.Logf("killed the child %d times; %d messages were acknowledged by a child that was then killed", kills, acked)
+	t.Logf("killed the child %d times; %d of %d messages were acknowledged by a child that was killed afterwards", kills, acked, inboxMessages)
 
 	ctx := context.Background()
 	st, err := open(ctx)
@@ -197,7 +206,7 @@ func inboxKillTest(t *testing.T, env []string, open func(context.Context) (baton
 		checkSequences(t, evs)
 		var want, got []string
 		for n := 1; n <= inboxMessages; n++ {
-			if n%2 == i {
+			if n%3 == i {
 				want = append(want, fmt.Sprintf("msg-%d", n))
 			}
 		}
@@ -224,10 +233,29 @@ func inboxKillTest(t *testing.T, env []string, open func(context.Context) (baton
 		if strings.Join(got, " ") != strings.Join(want, " ") {
 			t.Fatalf("chat %s: the person's messages in history\n got %v\nwant %v (each once, in the order sent)", c.id, got, want)
 		}
-		if answers != len(want) {
+		budgetStops := countRunComplete(evs, "budget_exceeded")
+		if c.id == budgetChat {
+			t.Logf("chat %s: %d messages, %d answers, %d runs stopped by the budget", c.id, len(want), answers, budgetStops)
+		}
+		switch {
+		case c.id == budgetChat && answers+budgetStops < len(want):
+			t.Errorf("chat %s: %d answers and %d budget stops for %d messages", c.id, answers, budgetStops, len(want))
+		case c.id != budgetChat && answers != len(want):
 			t.Errorf("chat %s: %d answers to %d messages", c.id, answers, len(want))
 		}
 	}
+}
+
+// countRunComplete counts the chat.run_complete events with status.
+func countRunComplete(evs []baton.Event, status string) int {
+	n := 0
+	for _, ev := range evs {
+		var p struct{ Status string }
+		if ev.Type == baton.TypeChatRunComplete && json.Unmarshal(ev.Payload, &p) == nil && p.Status == status {
+			n++
+		}
+	}
+	return n
 }
 
 // readLines sends the child's output lines on a channel, closed at EOF.
