@@ -372,6 +372,15 @@ func (e *Engine) start(ctx context.Context, scope baton.Scope, workflowName stri
 	if startID != "" {
 		ev.ID = startID
 	}
+	if opts.Message != "" {
+		// The person's first message is an accepted input like any other:
+		// kept before Start returns (and the client gets its 201), taken in
+		// the append that records it. A restart before the run.start is
+		// handled resumes the chat, and the run finds the message here.
+		if ev, err = e.keep(ctx, scope, ev); err != nil {
+			return chat, err
+		}
+	}
 	if err := e.publishEvent(ctx, ev); err != nil {
 		return chat, err
 	}
@@ -442,6 +451,11 @@ func (e *Engine) StartOnce(ctx context.Context, scope baton.Scope, workflowName,
 		}{opts.Message})
 		ev := InputEvent(scope, TypeRunStart, chat.ID, payload)
 		ev.ID = chat.ID // the same for every retry: the bus takes it once
+		if opts.Message != "" {
+			if ev, err = e.keep(ctx, scope, ev); err != nil { // the first's, if it was kept
+				return chat, false, err
+			}
+		}
 		if err := e.publishEvent(ctx, ev); err != nil {
 			return chat, false, err
 		}

@@ -245,3 +245,41 @@ func TestDoubleTexting_Interrupt(t *testing.T) {
 		t.Errorf("interrupted marks %v %v, want true on the cut text only", ps[0]["interrupted"], ps[1]["interrupted"])
 	}
 }
+
+// TestInbox_StartMessageSurvivesARestart: the process dies after Start
+// returned (the client has its 201) and before the run recorded anything
+// (here every append fails, as if the process died before it). After the
+// restart, recovery starts the chat with the person's first message,
+// recorded once — not without it.
+func TestInbox_StartMessageSurvivesARestart(t *testing.T) {
+	h := newHarness(t, withWorkflows(inboxDir), withFaults(func([]baton.Event) error {
+		return baton.Errorf(baton.EUNAVAILABLE, "the process is dying")
+	}))
+	id := startWith(t, h, "queue", "m0")
+	h.settle()
+	if c, _ := h.store.GetChat(context.Background(), testScope, id); c.LastSequence != 0 || c.Status != baton.ChatRunning {
+		t.Fatalf("before the restart: %d events, status %s; want none, running", c.LastSequence, c.Status)
+	}
+	h = h.restart() // without the faults
+	ctx := context.Background()
+	running, err := h.store.ChatsByStatus(ctx, baton.ChatRunning, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.eng.Recover(ctx, running); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.eng.RecoverInputs(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus(id, baton.ChatWaitingInput)
+	h.waitInboxEmpty(id)
+	evs := h.events(id)
+	checkSequences(t, evs)
+	if users, _ := texts(evs, "user"); !slices.Equal(users, []string{"m0"}) {
+		t.Fatalf("person's texts %q, want [m0] once", users)
+	}
+	if answers, _ := texts(evs, "Echo"); len(answers) != 1 {
+		t.Errorf("Echo answered %d times, want once", len(answers))
+	}
+}

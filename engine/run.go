@@ -98,6 +98,9 @@ func (e *Engine) handle(ctx context.Context, ev baton.Event) (err error) {
 		var p startPayload
 		_ = json.Unmarshal(ev.Payload, &p)
 		r.startMessage = p.Message
+		if _, kept := ev.Metadata.Extra[metaInbox]; kept {
+			r.startInput = ev.ID // taken from the inbox in the start's append
+		}
 	case TypeRunResume:
 		r.retry = true
 	case TypeRunWake:
@@ -472,6 +475,14 @@ func (r *run) steps(ctx context.Context) error {
 				err = r.runLifecycle(ctx, lt, workflow.BeforeChat, "", "chat")
 				break
 			}
+			if r.startMessage == "" {
+				// The start's message waits in the inbox when the run.start
+				// that carried it was lost (a restart: the chat is resumed)
+				// or handled before a before_chat pause.
+				if err = r.takeStart(ctx); err != nil {
+					break
+				}
+			}
 			err = r.start(ctx)
 			if st.next == "" && !st.done && !st.terminating {
 				return err // UserDriven: waits for the first message
@@ -643,6 +654,25 @@ func (r *run) takeInput(ctx context.Context) (bool, error) {
 		return true, nil
 	}
 	return false, nil
+}
+
+// takeStart finds the person's first message of a chat not started yet in
+// its inbox (the run.start kept by Start), for start to record and take.
+func (r *run) takeStart(ctx context.Context) error {
+	ins, err := r.e.store.Inputs(ctx, r.scope, r.st.chat.ID)
+	if err != nil {
+		return fmt.Errorf("read the inbox: %w", err)
+	}
+	for _, in := range ins {
+		if in.Event.Type != TypeRunStart {
+			continue
+		}
+		var p startPayload
+		_ = json.Unmarshal(in.Event.Payload, &p)
+		r.startMessage, r.startInput = p.Message, in.Event.ID
+		return nil
+	}
+	return nil
 }
 
 // consumes reports whether the staged append takes input id.
