@@ -1014,13 +1014,18 @@ func (r *run) callModel(ctx context.Context) error {
 }
 
 // interrupted ends a turn whose model call a person's message stopped
-// (double_texting: interrupt): the text streamed so far is recorded once,
+// (double_texting: interrupt): its stream ends with stream.completed
+// {finish_reason: "interrupted"}, the text streamed so far is recorded once,
 // as the agent's (tool calls it had begun are dropped), marked interrupted,
 // and the turn hands over to the person, whose message the run takes next.
 // Nothing is recorded for a call stopped before its first token.
 func (r *run) interrupted(agent, msgID, key string, acc *llm.Accumulator) error {
 	st := r.st
-	_ = r.e.cast.Broadcast(llm.StreamErrorEvent(st.chat.ID, agent, msgID, errInterrupted))
+	// The stream ends here, as a finished one does (its deltas stand: the
+	// text is recorded under the same message id), not as a failed one.
+	if ev, ok := llm.StreamEvent(st.chat.ID, agent, msgID, baton.Delta{Kind: baton.DeltaFinish, FinishReason: "interrupted"}); ok {
+		_ = r.e.cast.Broadcast(ev)
+	}
 	var events []baton.Event
 	if text := acc.Text(); strings.TrimSpace(text) != "" {
 		events = append(events, r.synthetic(agent, text)...)
