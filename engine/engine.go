@@ -58,8 +58,13 @@ const (
 const (
 	metaApp   = "app"
 	metaUser  = "user"
-	metaInbox = "inbox"
+	metaInbox = InboxKey
 )
+
+// InboxKey is the metadata key that marks an input event kept in its
+// chat's inbox before it was published; it is the runtime's own, and a
+// server refuses it from a client.
+const InboxKey = "inbox"
 
 // Recorder appends chat events to the store and only then publishes them
 // (package recorder). It returns the events with their sequences.
@@ -326,7 +331,8 @@ type StartOptions struct {
 }
 
 // Start creates a chat of the named workflow in scope and publishes its
-// run.start. It returns once the chat is stored; the run proceeds on the bus.
+// run.start. It returns once the chat is stored, with its first message
+// (opts.Message) kept in its inbox; the run proceeds on the bus.
 func (e *Engine) Start(ctx context.Context, scope baton.Scope, workflowName string, opts StartOptions) (baton.Chat, error) {
 	return e.start(ctx, scope, workflowName, opts, "")
 }

@@ -173,7 +173,7 @@ func publicMetadata(md baton.Metadata) baton.Metadata {
 	out := md
 	out.Extra = nil
 	for k, v := range md.Extra {
-		if k == metaApp || k == metaUser {
+		if k == metaApp || k == metaUser || k == metaInbox {
 			continue
 		}
 		if out.Extra == nil {

@@ -595,6 +595,9 @@ func (s *Server) handleExternalEvent(w http.ResponseWriter, r *http.Request) {
 		if bus.Remote(ev) {
 			return baton.Errorf(baton.EINVALID, "metadata.%s: reserved to the runtime", bus.OriginKey)
 		}
+		if _, ok := ev.Metadata.Extra[engine.InboxKey]; ok {
+			return baton.Errorf(baton.EINVALID, "metadata.%s: reserved to the runtime", engine.InboxKey)
+		}
 		// The scope comes from the key, never from the client's metadata.
 		scoped := engine.InputEvent(p.scope, ev.Type, ev.ChatID(), nil)
 		if ev.Metadata.Extra == nil {
