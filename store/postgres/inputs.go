@@ -62,29 +62,40 @@ func (s *Store) Inputs(ctx context.Context, scope baton.Scope, chatID string) ([
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	var one int
-	err := s.pool.QueryRow(ctx, `SELECT 1 WHERE `+inScope, chatID, scope.App, scope.User).Scan(&one)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, notFound(chatID)
-	}
-	if err != nil {
-		return nil, s.dbErr("inputs", err)
-	}
-	rows, err := s.pool.Query(ctx, `SELECT seq, event, accepted_at, consumed_at FROM inputs WHERE chat_id = $1 AND consumed_at IS NULL ORDER BY seq`, chatID)
+	// One query checks the scope and reads the waiting inputs (a row of
+	// NULLs when there is none, no row when the chat is not in scope): a
+	// run reads the inbox at every pause.
+	rows, err := s.pool.Query(ctx, `SELECT i.seq, i.event, i.accepted_at FROM chats c
+		LEFT JOIN inputs i ON i.chat_id = c.id AND i.consumed_at IS NULL
+		WHERE c.id = $1 AND (c.app, c.user_id) IS NOT DISTINCT FROM ($2, $3) AND NOT c.deleted ORDER BY i.seq`, chatID, scope.App, scope.User)
 	if err != nil {
 		return nil, s.dbErr("inputs", err)
 	}
 	defer rows.Close()
 	var out []baton.Input
+	found := false
 	for rows.Next() {
-		in, err := scanInput(rows)
-		if err != nil {
+		found = true
+		var seq *int64
+		var raw *string
+		var accepted *time.Time
+		if err := rows.Scan(&seq, &raw, &accepted); err != nil {
 			return nil, s.dbErr("inputs", err)
+		}
+		if seq == nil {
+			continue // the chat, with no input waiting
+		}
+		in := baton.Input{Seq: *seq, AcceptedAt: accepted.UTC()}
+		if err := json.Unmarshal([]byte(*raw), &in.Event); err != nil {
+			return nil, baton.Errorf(baton.EINTERNAL, "input event: %v", err)
 		}
 		out = append(out, in)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, s.dbErr("inputs", err)
+	}
+	if !found {
+		return nil, notFound(chatID)
 	}
 	return out, nil
 }

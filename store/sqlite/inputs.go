@@ -52,29 +52,36 @@ func (s *Store) Inputs(ctx context.Context, scope baton.Scope, chatID string) ([
 	if s.closed.Load() {
 		return nil, baton.ErrClosed
 	}
-	var one int
-	err := s.rdb.QueryRowContext(ctx, `SELECT 1 FROM chats WHERE id = ? AND app = ? AND user_id = ? AND deleted = 0`, chatID, scope.App, scope.User).Scan(&one)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, notFound(chatID)
-	}
-	if err != nil {
-		return nil, s.readErr("inputs", err)
-	}
-	rows, err := s.rdb.QueryContext(ctx, `SELECT seq, event, accepted_at, consumed_at FROM inputs WHERE chat_id = ? AND consumed_at IS NULL ORDER BY seq`, chatID)
+	// One prepared query checks the scope and reads the waiting inputs: a
+	// run reads the inbox at every pause.
+	rows, err := s.r.inputs.QueryContext(ctx, chatID, scope.App, scope.User)
 	if err != nil {
 		return nil, s.readErr("inputs", err)
 	}
 	defer rows.Close()
 	var out []baton.Input
+	found := false
 	for rows.Next() {
-		in, err := scanInput(rows)
-		if err != nil {
-			return nil, err
+		found = true
+		var seq, accepted sql.NullInt64
+		var raw sql.NullString
+		if err := rows.Scan(&seq, &raw, &accepted); err != nil {
+			return nil, s.readErr("inputs", err)
+		}
+		if !seq.Valid {
+			continue // the chat, with no input waiting
+		}
+		in := baton.Input{Seq: seq.Int64, AcceptedAt: fromMicros(accepted.Int64)}
+		if err := json.Unmarshal([]byte(raw.String), &in.Event); err != nil {
+			return nil, storeErr("input event", err)
 		}
 		out = append(out, in)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, s.readErr("inputs", err)
+	}
+	if !found {
+		return nil, notFound(chatID)
 	}
 	return out, nil
 }
