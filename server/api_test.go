@@ -571,3 +571,26 @@ func TestStartIdempotencyKey(t *testing.T) {
 		t.Errorf("malformed key: %d %s, want 400", bad.status, bad.body)
 	}
 }
+
+// TestSubmit_DoubleTextingReject: a workflow whose double_texting is
+// reject answers 409 to a message sent while the chat's run goes, names
+// the policy, and records nothing of it.
+func TestSubmit_DoubleTextingReject(t *testing.T) {
+	e := newEnv(t, withWorkflows("testdata/policy"))
+	id := e.start(t, "strict", map[string]any{"message": "first"})
+	// The chat is running from its creation until Talker has streamed its
+	// answer, which takes seconds.
+	r := e.do(t, "POST", "/api/input/submit", e.keys[scopeAda], map[string]any{"chat_id": id, "content": "second"})
+	if r.status != http.StatusConflict || !strings.Contains(r.errorMessage(), "double_texting: reject") {
+		t.Fatalf("a message while the run goes: %d %s, want 409 naming the policy", r.status, r.body)
+	}
+	e.waitStatus(t, id, baton.ChatWaitingInput)
+	for _, raw := range e.history(t, id) {
+		if bytes.Contains(raw, []byte(`"second"`)) {
+			t.Fatalf("the refused message is in the history: %s", raw)
+		}
+	}
+	if r := e.do(t, "POST", "/api/input/submit", e.keys[scopeAda], map[string]any{"chat_id": id, "content": "second"}); r.status != http.StatusAccepted {
+		t.Fatalf("a message while the chat waits: %d %s, want 202", r.status, r.body)
+	}
+}
