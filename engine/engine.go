@@ -197,8 +197,11 @@ type Engine struct {
 	turns  atomic.Int64 // turns started since New
 
 	anyPolicy bool // a workflow's double_texting is not enqueue: submits read the chat
-	callsMu   sync.Mutex
-	calls     map[string]context.CancelCauseFunc // model calls in progress, by chat, for interrupt
+
+	agentRulesMu sync.Mutex
+	agentRules   map[string]bool // names of the event-handler agent rules made by AgentRule
+	callsMu      sync.Mutex
+	calls        map[string]context.CancelCauseFunc // model calls in progress, by chat, for interrupt
 }
 
 // New returns an engine and registers its rules on cfg.Bus: run.start,

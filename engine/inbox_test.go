@@ -6,6 +6,7 @@ import (
 	"errors"
 	"iter"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -281,5 +282,52 @@ func TestInbox_StartMessageSurvivesARestart(t *testing.T) {
 	}
 	if answers, _ := texts(evs, "Echo"); len(answers) != 1 {
 		t.Errorf("Echo answered %d times, want once", len(answers))
+	}
+}
+
+// TestInbox_EnvironmentEventSurvivesARestart: an environment event for a
+// chat, published with PublishEvent (POST /api/events) and acknowledged,
+// whose recording the process did not live to make (every append fails
+// here), is observed once after the restart: it was kept in the inbox.
+func TestInbox_EnvironmentEventSurvivesARestart(t *testing.T) {
+	h := newHarness(t, withWorkflows(inboxDir))
+	id := startWith(t, h, "queue", "m0")
+	h.waitStatus(id, baton.ChatWaitingInput)
+	h.close()
+	h = newHarness(t, withDB(h.dbPath), withWorkflows(inboxDir), withFaults(func([]baton.Event) error {
+		return baton.Errorf(baton.EUNAVAILABLE, "the process is dying")
+	}))
+	for _, r := range h.eng.DefaultRules() {
+		mustRule(t, h.bus, r)
+	}
+	ctx := context.Background()
+	ev := engine.InputEvent(testScope, "webhook.received", id, json.RawMessage(`{"order":42}`))
+	ev.Metadata.Source = baton.SourceEnv
+	if err := h.eng.PublishEvent(ctx, testScope, ev); err != nil {
+		t.Fatal(err)
+	}
+	h.settle()
+	before := len(h.events(id))
+	h = h.restart() // without the faults
+	for _, r := range h.eng.DefaultRules() {
+		mustRule(t, h.bus, r)
+	}
+	if _, err := h.eng.RecoverInputs(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.waitInboxEmpty(id)
+	// The agent woken by the event then fails: the scripted Echo has no
+	// answer after a tool result. The event is what this test is about.
+	h.waitStatus(id, baton.ChatWaitingInput, baton.ChatFailed)
+	evs := h.events(id)
+	checkSequences(t, evs)
+	observed := 0
+	for _, e := range evs[before:] {
+		if e.Type == baton.TypeChatToolResponse && strings.Contains(string(e.Payload), `\"order\":42`) {
+			observed++
+		}
+	}
+	if observed != 1 {
+		t.Fatalf("the event is observed %d times after the restart, want once", observed)
 	}
 }

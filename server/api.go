@@ -618,7 +618,13 @@ func (s *Server) handleExternalEvent(w http.ResponseWriter, r *http.Request) {
 		if err := ev.Validate(); err != nil {
 			return err
 		}
-		if err := s.cfg.Bus.Publish(r.Context(), ev); err != nil {
+		// With an engine, an event an event-handler agent will observe is
+		// kept in its chat's inbox before the 202 (Engine.PublishEvent).
+		publish := s.cfg.Bus.Publish
+		if s.cfg.Engine != nil {
+			publish = func(ctx context.Context, ev baton.Event) error { return s.cfg.Engine.PublishEvent(ctx, p.scope, ev) }
+		}
+		if err := publish(r.Context(), ev); err != nil {
 			return fmt.Errorf("publish %s %s: %w", ev.Type, ev.ID, err)
 		}
 		writeJSON(w, http.StatusAccepted, map[string]any{"id": ev.ID, "type": ev.Type, "chat_id": ev.ChatID(), "accepted": true})
