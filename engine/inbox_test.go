@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -329,5 +330,45 @@ func TestInbox_EnvironmentEventSurvivesARestart(t *testing.T) {
 	}
 	if observed != 1 {
 		t.Fatalf("the event is observed %d times after the restart, want once", observed)
+	}
+}
+
+// TestInbox_MessageToACutShortTurn: a chat's turn was cut short (its
+// process stopped before recording the answer: the chat is running with
+// the turn open) and a message arrives before anything resumes it — as
+// JetStream redelivers a queued message to a restarted instance. The
+// message is not dropped as "input ignored": the run goes on with the
+// turn, then takes the message.
+func TestInbox_MessageToACutShortTurn(t *testing.T) {
+	var dying atomic.Bool
+	dying.Store(true)
+	h := newHarness(t, withWorkflows(inboxDir), withFaults(func(evs []baton.Event) error {
+		for _, ev := range evs {
+			if dying.Load() && ev.Type == baton.TypeChatText && strings.Contains(string(ev.Payload), `"agent":"Echo"`) {
+				return baton.ErrClosed // the store went away with the process: nothing recorded
+			}
+		}
+		return nil
+	}))
+	ctx := context.Background()
+	id := startWith(t, h, "queue", "m0")
+	h.settle()
+	c, err := h.store.GetChat(ctx, testScope, id)
+	if err != nil || c.Status != baton.ChatRunning {
+		t.Fatalf("after the cut: status %q (err %v), want running with the turn open", c.Status, err)
+	}
+	dying.Store(false)
+	if err := h.eng.SubmitOnce(ctx, testScope, id, "id-m1", "m1", "http"); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus(id, baton.ChatWaitingInput)
+	h.waitInboxEmpty(id)
+	evs := h.events(id)
+	checkSequences(t, evs)
+	if users, _ := texts(evs, "user"); !slices.Equal(users, []string{"m0", "m1"}) {
+		t.Fatalf("person's texts %q, want [m0 m1]", users)
+	}
+	if answers, _ := texts(evs, "Echo"); len(answers) != 2 {
+		t.Errorf("Echo answered %d times, want 2 (the cut turn, then m1)", len(answers))
 	}
 }
