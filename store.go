@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -95,6 +96,13 @@ type ChatUpdate struct {
 	// Fence, when > 0, must equal the chat's current lease token, else the
 	// call fails with ECONFLICT and nothing is written.
 	Fence int64
+	// ConsumeInputs marks inputs of the chat's inbox (InboxStore) as taken,
+	// by id, in the same transaction as the events that record them: an
+	// input is then taken exactly once, whatever crashes, redeliveries or
+	// instances come between. Each must be in the chat's inbox and not
+	// taken yet, else the whole call fails with ECONFLICT (taken already)
+	// or ENOTFOUND and nothing is written.
+	ConsumeInputs []string
 	// Usage records model calls' token use and cost in the same
 	// transaction, as RecordUsage would one by one: a usage row is then
 	// durable exactly when the events that report it are, in one commit
@@ -269,6 +277,38 @@ type LeaseStore interface {
 	GetLease(ctx context.Context, chatID string) (Lease, error)
 }
 
+// Input is a client's input a chat accepted — a person's message
+// (user_query), a UI tool's response (ui.tool.response) — kept in the chat's
+// inbox from before the acknowledgement until the run takes it.
+type Input struct {
+	// Event is the input event as it was accepted (its id is the input's
+	// id, unique within the chat: an idempotency key's retry names it).
+	Event Event
+	// Seq orders a chat's inputs as they were accepted.
+	Seq int64
+	// AcceptedAt is when the store took it; ConsumedAt when a run took it
+	// (zero while it waits).
+	AcceptedAt, ConsumedAt time.Time
+}
+
+// InboxStore keeps each chat's accepted inputs until its run takes them:
+// an input is durable before it is acknowledged (invariant 11), and the
+// append that records it marks it taken (ChatUpdate.ConsumeInputs).
+type InboxStore interface {
+	// AddInput stores ev, an input of chat ev.ChatID() in scope, at the end
+	// of the chat's inbox. An id the chat's inbox already holds (waiting or
+	// taken) stores nothing: it returns that input and false, so that a
+	// retried input is kept once.
+	AddInput(ctx context.Context, scope Scope, ev Event) (Input, bool, error)
+	// Inputs returns the chat's inputs not taken yet, in the order they
+	// were accepted.
+	Inputs(ctx context.Context, scope Scope, chatID string) ([]Input, error)
+	// ChatsWithInputs lists chats (of every scope, not deleted) whose inbox
+	// holds inputs not taken yet, oldest input first, for recovery after a
+	// restart. Runtime use only.
+	ChatsWithInputs(ctx context.Context, limit int) ([]Chat, error)
+}
+
 // Store is the durable state of baton: chats, their events, the effect
 // ledger, usage, background tasks and run leases. Implementations live in
 // store/sqlite and store/postgres and pass store/storetest. Every method
@@ -288,6 +328,7 @@ type Store interface {
 	TaskStore
 	LeaseStore
 	KeyStore
+	InboxStore
 	// Ping checks that the store can be reached.
 	Ping(ctx context.Context) error
 	// Close releases the store; later calls fail with an EUNAVAILABLE error.
@@ -409,6 +450,11 @@ func (u *ChatUpdate) Validate() error {
 	}
 	for _, id := range u.ResolvePending {
 		if err := validateID("resolve_pending", id); err != nil {
+			return err
+		}
+	}
+	for _, id := range u.ConsumeInputs {
+		if err := validateID("consume_inputs", id); err != nil {
 			return err
 		}
 	}
@@ -582,6 +628,24 @@ func PatchContext(snapshot json.RawMessage, patch map[string]json.RawMessage) (j
 		return nil, Errorf(EINVALID, "context: %w", err)
 	}
 	return out, nil
+}
+
+// PrepareInput checks an input event for AddInput: a valid event
+// (Event.Validate) that names its chat (metadata.trigger_session_id), of a
+// type that is not recorded as it is (not chat.*, stream.*). It is for
+// Store implementations.
+func PrepareInput(ev Event) (Event, error) {
+	if err := validateID("chat_id", ev.Metadata.TriggerSessionID); err != nil {
+		return Event{}, err
+	}
+	if err := ev.Validate(); err != nil {
+		return Event{}, Errorf(EINVALID, "input: %s", ErrorMessage(err))
+	}
+	if IsChatType(ev.Type) || strings.HasPrefix(ev.Type, "stream.") {
+		return Event{}, Errorf(EINVALID, "input: type %q is a recorded or streamed event, not an input", ev.Type)
+	}
+	ev.Sequence = 0
+	return ev, nil
 }
 
 // PrepareEvents checks events for an append to chatID and returns copies

@@ -27,7 +27,10 @@ package engine
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
@@ -51,11 +54,18 @@ const (
 	TypeRunResume = "run.resume" // go on with a chat: after an error, or after a restart
 )
 
-// Metadata keys that carry an input's tenant scope.
+// Metadata keys that carry an input's tenant scope, and mark an input that
+// was kept in its chat's inbox before it was published (metaInbox).
 const (
-	metaApp  = "app"
-	metaUser = "user"
+	metaApp   = "app"
+	metaUser  = "user"
+	metaInbox = InboxKey
 )
+
+// InboxKey is the metadata key that marks an input event kept in its
+// chat's inbox before it was published; it is the runtime's own, and a
+// server refuses it from a client.
+const InboxKey = "inbox"
 
 // Recorder appends chat events to the store and only then publishes them
 // (package recorder). It returns the events with their sequences.
@@ -69,6 +79,7 @@ type Store interface {
 	baton.EventStore
 	baton.UsageStore
 	baton.EffectLedger
+	baton.InboxStore
 }
 
 // Broadcaster sends transient events (stream.*) to observers; *bus.Bus is one.
@@ -186,6 +197,13 @@ type Engine struct {
 
 	active atomic.Int64 // runs in progress
 	turns  atomic.Int64 // turns started since New
+
+	anyPolicy bool // a workflow's double_texting is not enqueue: submits read the chat
+
+	agentRulesMu sync.Mutex
+	agentRules   map[string]bool // names of the event-handler agent rules made by AgentRule
+	callsMu      sync.Mutex
+	calls        map[string]context.CancelCauseFunc // model calls in progress, by chat, for interrupt
 }
 
 // New returns an engine and registers its rules on cfg.Bus: run.start,
@@ -252,6 +270,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	for _, wf := range cfg.Workflows {
 		e.workflows[wf.Name] = wf
+		e.anyPolicy = e.anyPolicy || wf.DoubleTexting() != workflow.DoubleTextingEnqueue
 	}
 	prio := cfg.RulePriority
 	if prio == 0 {
@@ -319,8 +338,14 @@ type StartOptions struct {
 }
 
 // Start creates a chat of the named workflow in scope and publishes its
-// run.start. It returns once the chat is stored; the run proceeds on the bus.
+// run.start. It returns once the chat is stored, with its first message
+// (opts.Message) kept in its inbox; the run proceeds on the bus.
 func (e *Engine) Start(ctx context.Context, scope baton.Scope, workflowName string, opts StartOptions) (baton.Chat, error) {
+	return e.start(ctx, scope, workflowName, opts, "")
+}
+
+// start is Start with the id of the run.start event (empty: a fresh one).
+func (e *Engine) start(ctx context.Context, scope baton.Scope, workflowName string, opts StartOptions, startID string) (baton.Chat, error) {
 	wf := e.workflows[workflowName]
 	if wf == nil {
 		return baton.Chat{}, baton.Errorf(baton.ENOTFOUND, "workflow %q: not found", workflowName)
@@ -357,7 +382,20 @@ func (e *Engine) Start(ctx context.Context, scope baton.Scope, workflowName stri
 	payload, _ := json.Marshal(struct {
 		Message string `json:"message,omitempty"`
 	}{opts.Message})
-	if err := e.publish(ctx, scope, TypeRunStart, chat.ID, payload); err != nil {
+	ev := InputEvent(scope, TypeRunStart, chat.ID, payload)
+	if startID != "" {
+		ev.ID = startID
+	}
+	if opts.Message != "" {
+		// The person's first message is an accepted input like any other:
+		// kept before Start returns (and the client gets its 201), taken in
+		// the append that records it. A restart before the run.start is
+		// handled resumes the chat, and the run finds the message here.
+		if ev, err = e.keep(ctx, scope, ev); err != nil {
+			return chat, err
+		}
+	}
+	if err := e.publishEvent(ctx, ev); err != nil {
 		return chat, err
 	}
 	return chat, nil
@@ -394,6 +432,110 @@ func (e *Engine) publishSession(ctx context.Context, scope baton.Scope, typ stri
 	}
 }
 
+// StartOnce is Start for a start sent with an idempotency key: opts.ChatID
+// (required) is the chat id the caller derived from the key, so that a
+// retry after a lost answer names the same chat. The first call creates it
+// (created true); a retry with the same request returns the stored chat
+// (created false), and publishes its run.start again while nothing is
+// recorded yet (the first answer may have been lost with the process before
+// the run took it; the run.start's id is the same, so the bus takes it
+// once). A retry with another request (another message or context) is
+// ECONFLICT naming the key, and changes nothing.
+//
+// The request's fingerprint is kept in the chat's effect ledger under
+// startKeyEffect, written right after the chat: a process that dies between
+// the two leaves a chat without one, and the next retry's request is then
+// taken as the first's (it is recorded as the fingerprint).
+func (e *Engine) StartOnce(ctx context.Context, scope baton.Scope, workflowName, key string, opts StartOptions) (chat baton.Chat, created bool, err error) {
+	if opts.ChatID == "" || key == "" {
+		return baton.Chat{}, false, baton.Errorf(baton.EINVALID, "idempotent start: a chat id and a key are required")
+	}
+	fp, err := startFingerprint(workflowName, opts)
+	if err != nil {
+		return baton.Chat{}, false, err
+	}
+	chat, err = e.start(ctx, scope, workflowName, opts, opts.ChatID)
+	switch {
+	case err == nil:
+		if _, err := e.store.ClaimEffect(ctx, scope, chat.ID, startKeyEffect, e.holder); err == nil {
+			if err := e.store.RecordEffect(ctx, scope, chat.ID, startKeyEffect, fp); err != nil {
+				e.log.Warn("engine: record the start's idempotency fingerprint", "chat_id", chat.ID, "err", err)
+			}
+		}
+		return chat, true, nil
+	case !errors.Is(err, baton.ErrConflict):
+		return chat, false, err
+	}
+	// The chat id is taken: a retry of this start, or the key's earlier use.
+	chat, err = e.store.GetChat(ctx, scope, opts.ChatID)
+	if errors.Is(err, baton.ErrNotFound) {
+		return baton.Chat{}, false, baton.Errorf(baton.ECONFLICT, "Idempotency-Key %q: already used for a chat that was deleted; use a new key", key)
+	}
+	if err != nil {
+		return baton.Chat{}, false, fmt.Errorf("start %s again: %w", workflowName, err)
+	}
+	eff, err := e.store.ClaimEffect(ctx, scope, chat.ID, startKeyEffect, e.holder)
+	if err != nil {
+		return baton.Chat{}, false, fmt.Errorf("start %s again: %w", workflowName, err)
+	}
+	switch eff.State {
+	case baton.EffectDone:
+		if !bytes.Equal(bytes.TrimSpace(eff.Result), fp) {
+			return baton.Chat{}, false, baton.Errorf(baton.ECONFLICT, "Idempotency-Key %q: already used to start chat %s with another request (message or context); use a new key", key, chat.ID)
+		}
+	case baton.EffectNew:
+		// The first start died before its fingerprint: this request is taken
+		// for it.
+		if err := e.store.RecordEffect(ctx, scope, chat.ID, startKeyEffect, fp); err != nil {
+			e.log.Warn("engine: record the start's idempotency fingerprint", "chat_id", chat.ID, "err", err)
+		}
+	}
+	if chat.LastSequence == 0 && chat.Status == baton.ChatRunning {
+		payload, _ := json.Marshal(struct {
+			Message string `json:"message,omitempty"`
+		}{opts.Message})
+		ev := InputEvent(scope, TypeRunStart, chat.ID, payload)
+		ev.ID = chat.ID // the same for every retry: the bus takes it once
+		if opts.Message != "" {
+			if ev, err = e.keep(ctx, scope, ev); err != nil { // the first's, if it was kept
+				return chat, false, err
+			}
+		}
+		if err := e.publishEvent(ctx, ev); err != nil {
+			return chat, false, err
+		}
+	}
+	return chat, false, nil
+}
+
+// startKeyEffect is the effect-ledger key under which an idempotent start
+// keeps its request's fingerprint.
+const startKeyEffect = "start.idempotency"
+
+// startFingerprint is a start request's fingerprint: the SHA-256 of its
+// workflow, message and context (values compacted, keys sorted), as a JSON
+// string.
+func startFingerprint(workflowName string, opts StartOptions) (json.RawMessage, error) {
+	ctxVals := make(map[string]json.RawMessage, len(opts.Context))
+	for k, v := range opts.Context {
+		var b bytes.Buffer
+		if err := json.Compact(&b, v); err != nil {
+			return nil, baton.Errorf(baton.EINVALID, "context.%s: not valid JSON", k)
+		}
+		ctxVals[k] = b.Bytes()
+	}
+	canon, err := json.Marshal(struct {
+		Workflow string                     `json:"workflow"`
+		Message  string                     `json:"message"`
+		Context  map[string]json.RawMessage `json:"context"`
+	}{workflowName, opts.Message, ctxVals})
+	if err != nil {
+		return nil, fmt.Errorf("start fingerprint: %w", err)
+	}
+	sum := sha256.Sum256(canon)
+	return json.Marshal(hex.EncodeToString(sum[:]))
+}
+
 // Submit publishes a person's message to a chat (user_query). source says
 // where it came from: ws, http or api.
 func (e *Engine) Submit(ctx context.Context, scope baton.Scope, chatID, content, source string) error {
@@ -404,13 +546,195 @@ func (e *Engine) Submit(ctx context.Context, scope baton.Scope, chatID, content,
 // (empty: a fresh one) is its user_query's id, the same for every retry (the
 // server derives it from the client's key), so that the bus, JetStream and
 // the engine's record of the chat's recent inputs take it once.
+//
+// The message is durable when SubmitOnce returns nil: it is in the chat's
+// inbox (baton.InboxStore), and the run takes it from there at its next
+// input point — when the chat waits for the person, after an error, or
+// when the run ends first (completed, budget reached): it then starts the
+// next run — recording it once, in the append that marks it taken. The
+// user_query published on the bus afterwards only rings the bell: if the
+// process dies before or after it, RecoverInputs publishes it again at
+// start, and JetStream redelivers it to another instance. What the chat
+// does with a message while a run goes is the workflow's double_texting
+// policy: enqueue (above), reject (ECONFLICT while the chat is running,
+// nothing kept) or interrupt (as enqueue, and the model call in progress on
+// this instance is stopped at once).
 func (e *Engine) SubmitOnce(ctx context.Context, scope baton.Scope, chatID, eventID, content, source string) error {
 	payload, _ := json.Marshal(userQuery{Content: content, Source: source})
 	ev := InputEvent(scope, baton.TypeUserQuery, chatID, payload)
 	if eventID != "" {
 		ev.ID = eventID
 	}
+	policy, err := e.policyOf(ctx, scope, chatID)
+	if err != nil {
+		return err
+	}
+	if policy == workflow.DoubleTextingReject {
+		if err := e.refuseWhileRunning(ctx, scope, chatID, eventID); err != nil {
+			return err
+		}
+	}
+	in, err := e.keep(ctx, scope, ev)
+	if err != nil {
+		return err
+	}
+	if policy == workflow.DoubleTextingInterrupt {
+		e.interrupt(chatID)
+	}
+	return e.publishEvent(ctx, in)
+}
+
+// errInterrupted is the cause of a model call stopped by a message sent
+// to a workflow whose double_texting is interrupt.
+var errInterrupted = errors.New("interrupted by the person's message")
+
+// interrupt stops the model call in progress for the chat on this
+// instance, if any (double_texting: interrupt).
+func (e *Engine) interrupt(chatID string) {
+	e.callsMu.Lock()
+	stop := e.calls[chatID]
+	e.callsMu.Unlock()
+	if stop != nil {
+		stop(errInterrupted)
+	}
+}
+
+// modelCall registers a model call of the chat so that interrupt can stop
+// it, and returns its context and the function that ends it.
+func (e *Engine) modelCall(ctx context.Context, chatID string) (context.Context, func()) {
+	callCtx, stop := context.WithCancelCause(ctx)
+	e.callsMu.Lock()
+	if e.calls == nil {
+		e.calls = map[string]context.CancelCauseFunc{}
+	}
+	e.calls[chatID] = stop
+	e.callsMu.Unlock()
+	return callCtx, func() {
+		e.callsMu.Lock()
+		delete(e.calls, chatID)
+		e.callsMu.Unlock()
+		stop(context.Canceled)
+	}
+}
+
+// PublishInput keeps a person's input event built by the caller (a
+// user_query of another shape, e.g. seed 004's session prompt) in its
+// chat's inbox and publishes it: like SubmitOnce, it is durable when
+// PublishInput returns nil, and the run takes it once at its next input
+// point.
+func (e *Engine) PublishInput(ctx context.Context, scope baton.Scope, ev baton.Event) error {
+	ev, err := e.keep(ctx, scope, ev)
+	if err != nil {
+		return err
+	}
 	return e.publishEvent(ctx, ev)
+}
+
+// keep stores an input in its chat's inbox before it is acknowledged and
+// returns the event to publish: ev, or the input kept before under its id
+// (a retry). When keep returns nil the input survives kill -9.
+func (e *Engine) keep(ctx context.Context, scope baton.Scope, ev baton.Event) (baton.Event, error) {
+	if ev.Metadata.Extra == nil {
+		ev.Metadata.Extra = map[string]json.RawMessage{}
+	}
+	ev.Metadata.Extra[metaInbox] = json.RawMessage("true")
+	in, _, err := e.store.AddInput(ctx, scope, ev)
+	if err != nil {
+		return baton.Event{}, fmt.Errorf("keep %s for chat %s: %w", ev.Type, ev.ChatID(), err)
+	}
+	return in.Event, nil
+}
+
+// policyOf returns the double_texting policy of the chat's workflow,
+// reading the chat only when the engine runs a workflow that does not
+// enqueue.
+func (e *Engine) policyOf(ctx context.Context, scope baton.Scope, chatID string) (string, error) {
+	if !e.anyPolicy {
+		return workflow.DoubleTextingEnqueue, nil
+	}
+	chat, err := e.store.GetChat(ctx, scope, chatID)
+	if err != nil {
+		return "", err
+	}
+	if wf := e.workflows[chat.Workflow]; wf != nil {
+		return wf.DoubleTexting(), nil
+	}
+	return workflow.DoubleTextingEnqueue, nil
+}
+
+// refuseWhileRunning is the reject policy: ECONFLICT while a run goes (the
+// chat is running), unless eventID names a message the chat took already
+// (a retry, which gets the same acceptance).
+func (e *Engine) refuseWhileRunning(ctx context.Context, scope baton.Scope, chatID, eventID string) error {
+	chat, err := e.store.GetChat(ctx, scope, chatID)
+	if err != nil {
+		return err
+	}
+	if chat.Status != baton.ChatRunning {
+		return nil
+	}
+	if eventID != "" {
+		if known, err := e.inputKnown(ctx, scope, chat, eventID); err != nil || known {
+			return err
+		}
+	}
+	return baton.Errorf(baton.ECONFLICT, "chat %s is running: workflow %s takes no message while a run goes (double_texting: reject); send it when the chat waits for input", chatID, chat.Workflow)
+}
+
+// inputKnown reports whether the chat holds input eventID: waiting in its
+// inbox, or recorded among its last answeredWindow events.
+func (e *Engine) inputKnown(ctx context.Context, scope baton.Scope, chat baton.Chat, eventID string) (bool, error) {
+	ins, err := e.store.Inputs(ctx, scope, chat.ID)
+	if err != nil {
+		return false, err
+	}
+	for _, in := range ins {
+		if in.Event.ID == eventID {
+			return true, nil
+		}
+	}
+	evs, err := e.store.Events(ctx, scope, chat.ID, max(0, chat.LastSequence-answeredWindow), answeredWindow)
+	if err != nil {
+		return false, err
+	}
+	for i := range evs {
+		if evs[i].Type == baton.TypeChatText && bytes.Contains(evs[i].Payload, []byte(eventID)) {
+			var p textPayload
+			if json.Unmarshal(evs[i].Payload, &p) == nil && p.InputID == eventID {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}
+
+// RecoverInputs publishes again the inputs chats accepted and their runs
+// had not taken when the process stopped (their bus events were in memory,
+// or never published), and returns how many. Call it once at start, after
+// New; with several instances every one may call it: the bus drops an id it
+// has seen and a run takes an input once.
+func (e *Engine) RecoverInputs(ctx context.Context) (int, error) {
+	chats, err := e.store.ChatsWithInputs(ctx, 100000)
+	if err != nil {
+		return 0, fmt.Errorf("recover inputs: %w", err)
+	}
+	n := 0
+	for _, c := range chats {
+		if e.workflows[c.Workflow] == nil {
+			continue
+		}
+		ins, err := e.store.Inputs(ctx, baton.Scope{App: c.App, User: c.User}, c.ID)
+		if err != nil {
+			return n, fmt.Errorf("recover the inputs of chat %s: %w", c.ID, err)
+		}
+		for _, in := range ins {
+			if err := e.publishEvent(ctx, in.Event); err != nil {
+				return n, fmt.Errorf("recover the inputs of chat %s: %w", c.ID, err)
+			}
+			n++
+		}
+	}
+	return n, nil
 }
 
 // RespondUI publishes the person's response to a UI tool (ui.tool.response).
@@ -484,6 +808,10 @@ func (e *Engine) respondUI(ctx context.Context, scope baton.Scope, chatID, event
 	ev := InputEvent(scope, baton.TypeUIToolResponse, chatID, payload)
 	if eventID != "" {
 		ev.ID = eventID
+	}
+	// Durable before it is acknowledged, as a message is (see SubmitOnce).
+	if ev, err = e.keep(ctx, scope, ev); err != nil {
+		return err
 	}
 	return e.publishEvent(ctx, ev)
 }

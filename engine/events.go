@@ -60,6 +60,12 @@ func (e *Engine) NewEventAgent(prompt, systemPrompt string) bus.EventAgent {
 // prompt. With coalesce > 0, a burst of events for one chat within the
 // window wakes the agent once, after all of them are recorded.
 func (e *Engine) AgentRule(name string, types []string, priority int, prompt, systemPrompt string, coalesce time.Duration) bus.Rule {
+	e.agentRulesMu.Lock()
+	if e.agentRules == nil {
+		e.agentRules = map[string]bool{}
+	}
+	e.agentRules[name] = true
+	e.agentRulesMu.Unlock()
 	return bus.Rule{Name: name, Types: types, Priority: priority, Handler: bus.AgentHandler(prompt, systemPrompt,
 		func(p, s string) bus.EventAgent { return &eventAgent{e: e, prompt: p, system: s, coalesce: coalesce} })}
 }
@@ -132,6 +138,15 @@ func (a *eventAgent) handle(ctx context.Context, ev baton.Event) (err error) {
 		status := r.st.chat.Status
 		u = &baton.ChatUpdate{Status: &status}
 	}
+	if _, kept := ev.Metadata.Extra[metaInbox]; kept {
+		// Kept in the chat's inbox when it was accepted (PublishEvent):
+		// taken in the append that records it.
+		if u == nil {
+			status := r.st.chat.Status
+			u = &baton.ChatUpdate{Status: &status}
+		}
+		u.ConsumeInputs = []string{ev.ID}
+	}
 	if err := r.record(ctx, events, u); err != nil {
 		return err
 	}
@@ -143,6 +158,39 @@ func (a *eventAgent) handle(ctx context.Context, ev baton.Event) (err error) {
 	err = r.driveOrStop(ctx)
 	clean = err == nil
 	return err
+}
+
+// PublishEvent publishes an environment event (an app's webhook, an outside
+// job's outcome: POST /api/events). An event of a chat in scope whose type
+// the bus routes to an event-handler agent of this engine is kept in the
+// chat's inbox first, like a person's message: durable when PublishEvent
+// returns nil, observed once, and published again by RecoverInputs after a
+// restart. Any other event (no chat, a chat not in scope, a type a log or
+// ignore rule takes, or no rule) is published as it is: no agent would
+// take it from the inbox.
+func (e *Engine) PublishEvent(ctx context.Context, scope baton.Scope, ev baton.Event) error {
+	if ev.ChatID() != "" && e.observes(ev.Type) {
+		kept, err := e.keep(ctx, scope, ev)
+		switch {
+		case err == nil:
+			ev = kept
+		case !errors.Is(err, baton.ErrNotFound):
+			return err
+		}
+	}
+	return e.publishEvent(ctx, ev)
+}
+
+// observes reports whether the bus routes events of typ to an
+// event-handler agent rule of this engine (AgentRule).
+func (e *Engine) observes(typ string) bool {
+	rule, ok := e.bus.Match(typ)
+	if !ok {
+		return false
+	}
+	e.agentRulesMu.Lock()
+	defer e.agentRulesMu.Unlock()
+	return e.agentRules[rule.Name]
 }
 
 // observedEvents are the three messages of spec §3.2 for ev, preceded by a
@@ -174,7 +222,7 @@ func publicMetadata(md baton.Metadata) baton.Metadata {
 	out := md
 	out.Extra = nil
 	for k, v := range md.Extra {
-		if k == metaApp || k == metaUser {
+		if k == metaApp || k == metaUser || k == metaInbox {
 			continue
 		}
 		if out.Extra == nil {

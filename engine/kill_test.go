@@ -41,6 +41,15 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(runChild())
 	}
+	if os.Getenv(duoChildEnv) != "" {
+		os.Exit(runDuoChild())
+	}
+	if os.Getenv(restartChildEnv) != "" {
+		os.Exit(runRestartChild())
+	}
+	if os.Getenv(inboxChildEnv) != "" {
+		os.Exit(runInboxChild())
+	}
 	if os.Getenv(ownerChildEnv) != "" {
 		os.Exit(runOwnerChild())
 	}

@@ -157,6 +157,14 @@ func (e *Engine) release(chatID string, h *held) {
 // takes the lease properly, and if several instances resume one chat at
 // once the lease runs them one after the other, the later ones finding the
 // work done.
+//
+// A live lease held under this instance's own id by no run of this process
+// is this instance's previous life: it was restarted with the same id
+// (kill -9, a crash) while running the chat. It is taken back at once —
+// AcquireLease extends an owner's own lease — instead of after it expires.
+// (A run of this process that has just taken a lease and not yet noted it
+// in running may be resumed twice: the bus runs a chat's inputs one at a
+// time, so the second finds the work done.)
 func (e *Engine) sweepTakeovers(ctx context.Context) error {
 	chats, err := e.leases.ChatsByStatus(ctx, baton.ChatRunning, 10000)
 	if err != nil {
@@ -166,11 +174,8 @@ func (e *Engine) sweepTakeovers(ctx context.Context) error {
 		e.runningMu.Lock()
 		mine := e.running[c.ID]
 		e.runningMu.Unlock()
-		if e.workflows[c.Workflow] == nil || mine || time.Since(c.UpdatedAt) < e.leaseTTL {
-			// Not ours to run, running here now, or changed within a TTL: a
-			// chat just started, or just written by its owner, has a live
-			// process behind it; a dead owner's chat stops changing.
-			continue
+		if e.workflows[c.Workflow] == nil || mine {
+			continue // not ours to run, or running here now
 		}
 		if c.LastSequence == 0 && time.Since(c.CreatedAt) < e.startGrace {
 			// Created, never started: its run.start, with the person's
@@ -183,11 +188,25 @@ func (e *Engine) sweepTakeovers(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if lease.Owner != "" && time.Now().Before(lease.Expires) {
-			continue // a live owner runs it (maybe this instance, about to)
+		live := lease.Owner != "" && time.Now().Before(lease.Expires)
+		previousLife := live && lease.Owner == e.instance
+		if !previousLife {
+			if time.Since(c.UpdatedAt) < e.leaseTTL {
+				// Changed within a TTL: a chat just started, or just
+				// written by its owner, has a live process behind it; a
+				// dead owner's chat stops changing.
+				continue
+			}
+			if live {
+				continue // a live owner runs it
+			}
 		}
 		e.takeovers.Add(1)
-		e.log.Info("engine: taking over a running chat whose owner's lease expired", "chat_id", c.ID, "instance", e.instance)
+		if previousLife {
+			e.log.Info("engine: taking back a running chat this instance held before its restart", "chat_id", c.ID, "instance", e.instance)
+		} else {
+			e.log.Info("engine: taking over a running chat whose owner's lease expired", "chat_id", c.ID, "instance", e.instance)
+		}
 		if err := e.Resume(ctx, baton.Scope{App: c.App, User: c.User}, c.ID); err != nil {
 			return err
 		}

@@ -53,6 +53,7 @@ type run struct {
 	reg   *tool.Registry
 
 	startMessage string // run.start's message, if any
+	startInput   string // the inbox input startMessage came from, if any
 	retry        bool   // go on after a recorded error (run.resume, or the person wrote)
 	fence        int64  // the chat's lease token, stamped on every append (0: no leases)
 
@@ -102,6 +103,9 @@ func (e *Engine) handle(ctx context.Context, ev baton.Event) (err error) {
 		var p startPayload
 		_ = json.Unmarshal(ev.Payload, &p)
 		r.startMessage = p.Message
+		if _, kept := ev.Metadata.Extra[metaInbox]; kept {
+			r.startInput = ev.ID // taken from the inbox in the start's append
+		}
 	case TypeRunResume:
 		r.retry = true
 	case TypeRunWake:
@@ -109,13 +113,19 @@ func (e *Engine) handle(ctx context.Context, ev baton.Event) (err error) {
 			return err
 		}
 	case baton.TypeUserQuery:
-		if err := r.userInput(ctx, ev); err != nil {
+		// The message waits in the chat's inbox; the drive takes it at the
+		// run's next input point (takeInput). A chat whose run was cut
+		// short (a crash, a lost lease: JetStream redelivers the message
+		// before the turn is taken over) goes on with its turn first.
+		if err := r.queueInput(ctx, ev); err != nil {
 			clean = errors.Is(err, errIgnored)
 			return r.ignored(ev, err)
 		}
-		r.retry = true
 	case baton.TypeUIToolResponse:
 		if err := r.uiResponse(ctx, ev); err != nil {
+			if errors.Is(err, errIgnored) {
+				err = r.dropInput(ctx, ev, err)
+			}
 			clean = errors.Is(err, errIgnored)
 			return r.ignored(ev, err)
 		}
@@ -243,7 +253,7 @@ type staged struct {
 func (s *staged) empty() bool {
 	u := &s.u
 	return len(s.events) == 0 && len(u.Usage) == 0 && u.Status == nil && u.TurnAgent == nil &&
-		len(u.Context) == 0 && len(u.AddPending) == 0 && len(u.ResolvePending) == 0
+		len(u.Context) == 0 && len(u.AddPending) == 0 && len(u.ResolvePending) == 0 && len(u.ConsumeInputs) == 0
 }
 
 // stage folds events and u into the state at once and keeps them for the
@@ -292,6 +302,7 @@ func (r *run) stage(events []baton.Event, u *baton.ChatUpdate) {
 	}
 	b.u.AddPending = append(b.u.AddPending, u.AddPending...)
 	b.u.ResolvePending = append(b.u.ResolvePending, u.ResolvePending...)
+	b.u.ConsumeInputs = append(b.u.ConsumeInputs, u.ConsumeInputs...)
 	b.u.Usage = append(b.u.Usage, u.Usage...)
 }
 
@@ -313,7 +324,7 @@ func (r *run) flush(ctx context.Context) error {
 	}
 	var recorded []baton.Event
 	var err error
-	if len(events) > 0 || u.Status != nil || u.TurnAgent != nil || len(u.Context) > 0 || len(u.AddPending) > 0 || len(u.ResolvePending) > 0 || len(u.Usage) > 0 {
+	if len(events) > 0 || u.Status != nil || u.TurnAgent != nil || len(u.Context) > 0 || len(u.AddPending) > 0 || len(u.ResolvePending) > 0 || len(u.ConsumeInputs) > 0 || len(u.Usage) > 0 {
 		recorded, err = r.e.rec.Record(ctx, r.scope, r.st.chat.ID, events, &u)
 	}
 	if err != nil {
@@ -408,9 +419,19 @@ func (r *run) steps(ctx context.Context) error {
 		var err error
 		switch {
 		case st.done:
-			return nil
+			// A message accepted while the run went on, which ended first
+			// (completed, budget reached): it starts the next run.
+			var took bool
+			if took, err = r.takeInput(ctx); err == nil && !took {
+				return nil
+			}
 		case st.isFailed() && !r.retry:
-			return nil // paused after an error until a retry
+			// Paused after an error until a retry: a message is one.
+			var took bool
+			if took, err = r.takeInput(ctx); err == nil && !took {
+				return nil
+			}
+			r.retry = took
 		case len(st.waitingUI()) > 0:
 			return nil // waiting for the person: a UI tool, a form, a secret
 		case st.terminating:
@@ -455,7 +476,12 @@ func (r *run) steps(ctx context.Context) error {
 		case t != nil:
 			err = r.handoff(ctx)
 		case st.next == workflow.UserAgent:
-			return nil // waiting for the person
+			// Waiting for the person: a message in the inbox (sent while
+			// the run went on, or before a restart) is taken now.
+			var took bool
+			if took, err = r.takeInput(ctx); err == nil && !took {
+				return nil
+			}
 		case st.next == "":
 			if st.started || st.turns > 0 {
 				return nil // nothing left to do
@@ -463,6 +489,14 @@ func (r *run) steps(ctx context.Context) error {
 			if lt := r.nextLifecycle(workflow.BeforeChat, "", "chat"); lt != nil {
 				err = r.runLifecycle(ctx, lt, workflow.BeforeChat, "", "chat")
 				break
+			}
+			if r.startMessage == "" {
+				// The start's message waits in the inbox when the run.start
+				// that carried it was lost (a restart: the chat is resumed)
+				// or handled before a before_chat pause.
+				if err = r.takeStart(ctx); err != nil {
+					break
+				}
 			}
 			err = r.start(ctx)
 			if st.next == "" && !st.done && !st.terminating {
@@ -532,7 +566,11 @@ func (r *run) start(ctx context.Context) error {
 	events = append(events, chatEvent(baton.TypeChatHandoff, r.st.chat.ID, user, handoffPayload{
 		Kind: "handoff", From: user, To: o.InitialAgent, HandoffType: "start", TransitionTarget: workflow.AgentTarget,
 	}))
-	r.stage(events, &baton.ChatUpdate{TurnAgent: &user})
+	u := &baton.ChatUpdate{TurnAgent: &user}
+	if r.startInput != "" {
+		u.ConsumeInputs = []string{r.startInput}
+	}
+	r.stage(events, u)
 	return nil
 }
 
@@ -548,15 +586,13 @@ func (r *run) userInput(ctx context.Context, ev baton.Event) error {
 	switch {
 	case content == "":
 		return fmt.Errorf("%w: empty message", errIgnored)
-	case st.done:
-		return fmt.Errorf("%w: the chat has ended", errIgnored)
 	case st.turn != nil && !st.isFailed():
 		return fmt.Errorf("%w: the chat waits for a UI tool response, not a message", errIgnored)
 	}
 	if !st.started && st.turns == 0 && st.next == "" {
 		// A message before the chat started (a UserDriven chat's first input
 		// arriving with run.start): it is the start message.
-		r.startMessage = content
+		r.startMessage, r.startInput = content, ev.ID
 		return r.start(ctx)
 	}
 	user := workflow.UserAgent
@@ -564,12 +600,118 @@ func (r *run) userInput(ctx context.Context, ev baton.Event) error {
 	events = append(events, chatEvent(baton.TypeChatText, st.chat.ID, user, textPayload{
 		Kind: "text", Agent: user, Content: content, Index: st.texts, Source: q.Source, InputID: ev.ID,
 	}))
-	u := &baton.ChatUpdate{TurnAgent: &user}
+	// Taken from the inbox in the append that records it: once, whatever
+	// comes between (a crash, a redelivery, another instance).
+	u := &baton.ChatUpdate{TurnAgent: &user, ConsumeInputs: []string{ev.ID}}
 	if st.turn == nil {
+		// After the end of the chat too: the message starts the next run
+		// (the fold reopens a chat on a handoff from the person).
 		events = append(events, chatEvent(baton.TypeChatHandoff, st.chat.ID, user, r.afterUser()))
 	}
 	r.stage(events, u) // recorded before the model answers it (drive flushes)
 	return nil
+}
+
+// queueInput makes sure a user_query is in its chat's inbox, where the run
+// takes it at its next input point (takeInput). One published through
+// Submit is there already; one published straight on the bus (an app's own
+// user_query) is kept now, unless the chat has ended: only a message the
+// chat accepted while it ran starts a next run.
+func (r *run) queueInput(ctx context.Context, ev baton.Event) error {
+	if _, kept := ev.Metadata.Extra[metaInbox]; kept {
+		return nil
+	}
+	var q userQuery
+	if err := json.Unmarshal(ev.Payload, &q); err != nil {
+		return fmt.Errorf("%w: payload: %v", errIgnored, err)
+	}
+	switch {
+	case strings.TrimSpace(q.Content) == "":
+		return fmt.Errorf("%w: empty message", errIgnored)
+	case r.st.done:
+		return fmt.Errorf("%w: the chat has ended", errIgnored)
+	}
+	if _, _, err := r.e.store.AddInput(ctx, r.scope, ev); err != nil {
+		return fmt.Errorf("keep the message in the inbox: %w", err)
+	}
+	return nil
+}
+
+// takeInput takes the oldest message waiting in the chat's inbox, if any,
+// at an input point of the run (the chat waits for the person, failed, or
+// ended): it stages the message's chat.text, which marks it taken in the
+// same append. A message that cannot be taken (empty) is marked taken with
+// nothing recorded.
+func (r *run) takeInput(ctx context.Context) (bool, error) {
+	ins, err := r.e.store.Inputs(ctx, r.scope, r.st.chat.ID)
+	if err != nil {
+		return false, fmt.Errorf("read the inbox: %w", err)
+	}
+	for _, in := range ins {
+		ev := in.Event
+		if ev.Type != baton.TypeUserQuery || r.staged.consumes(ev.ID) {
+			continue // a UI response is taken by the request it answers
+		}
+		if r.st.inputs[ev.ID] {
+			// Recorded and not marked taken: recorded before the inbox
+			// existed. Marked now.
+			r.stage(nil, &baton.ChatUpdate{Status: &r.st.chat.Status, ConsumeInputs: []string{ev.ID}})
+			continue
+		}
+		if err := r.userInput(ctx, ev); err != nil {
+			if !errors.Is(err, errIgnored) {
+				return false, err
+			}
+			r.logger().Warn("engine: input dropped", "event_id", ev.ID, "reason", err.Error())
+			r.stage(nil, &baton.ChatUpdate{Status: &r.st.chat.Status, ConsumeInputs: []string{ev.ID}})
+			continue
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
+// takeStart finds the person's first message of a chat not started yet in
+// its inbox (the run.start kept by Start), for start to record and take.
+func (r *run) takeStart(ctx context.Context) error {
+	ins, err := r.e.store.Inputs(ctx, r.scope, r.st.chat.ID)
+	if err != nil {
+		return fmt.Errorf("read the inbox: %w", err)
+	}
+	for _, in := range ins {
+		if in.Event.Type != TypeRunStart {
+			continue
+		}
+		var p startPayload
+		_ = json.Unmarshal(in.Event.Payload, &p)
+		r.startMessage, r.startInput = p.Message, in.Event.ID
+		return nil
+	}
+	return nil
+}
+
+// consumes reports whether the staged append takes input id.
+func (s *staged) consumes(id string) bool {
+	for _, c := range s.u.ConsumeInputs {
+		if c == id {
+			return true
+		}
+	}
+	return false
+}
+
+// dropInput marks a UI response the chat cannot take (cause: not pending
+// any more) taken, recording nothing, so that recovery does not publish it
+// again; it returns cause, or the error of the write.
+func (r *run) dropInput(ctx context.Context, ev baton.Event, cause error) error {
+	if _, kept := ev.Metadata.Extra[metaInbox]; !kept {
+		return cause
+	}
+	status := r.st.chat.Status
+	if err := r.record(ctx, nil, &baton.ChatUpdate{Status: &status, ConsumeInputs: []string{ev.ID}}); err != nil && !errors.Is(err, baton.ErrConflict) {
+		return fmt.Errorf("drop input %s: %w", ev.ID, err)
+	}
+	return cause
 }
 
 // afterUser decides who answers the person: the first matching rule whose
@@ -633,6 +775,9 @@ func (r *run) uiResponse(ctx context.Context, ev baton.Event) error {
 		corr = st.turn.key
 	}
 	u := &baton.ChatUpdate{ResolvePending: []string{p.UIEventID}}
+	if _, kept := ev.Metadata.Extra[metaInbox]; kept {
+		u.ConsumeInputs = []string{ev.ID} // taken from the inbox in the append that records it
+	}
 	data := p.Data
 	var secretNames []string
 	if call.pendingKind == baton.PendingSecret {
@@ -787,7 +932,9 @@ func (r *run) callModel(ctx context.Context) error {
 	}
 	firstID, attempt := msgID, 1
 	var streamErr, recordErr error
-	for d, err := range r.prov.Stream(ctx, req) {
+	callCtx, endCall := r.e.modelCall(ctx, st.chat.ID) // a message may interrupt it (double_texting)
+	defer endCall()
+	for d, err := range r.prov.Stream(callCtx, req) {
 		if err != nil {
 			streamErr = err
 			break
@@ -819,9 +966,15 @@ func (r *run) callModel(ctx context.Context) error {
 		_ = r.e.cast.Broadcast(llm.StreamErrorEvent(st.chat.ID, agent.Name, msgID, recordErr, false))
 		return recordErr
 	}
+	if streamErr == nil && errors.Is(context.Cause(callCtx), errInterrupted) {
+		streamErr = errInterrupted // the stream ended as it was stopped
+	}
 	if streamErr != nil {
 		if ctx.Err() != nil {
 			return ctx.Err() // shutting down: nothing recorded, the turn resumes later
+		}
+		if errors.Is(context.Cause(callCtx), errInterrupted) {
+			return r.interrupted(agent.Name, msgID, t.key, &acc)
 		}
 		_ = r.e.cast.Broadcast(llm.StreamErrorEvent(st.chat.ID, agent.Name, msgID, streamErr, false))
 		return r.fail(ctx, agent.Name, streamErr)
@@ -927,6 +1080,36 @@ func (r *run) retryNotice(agent string, rt *baton.Retry) baton.Event {
 		Kind: "notice", Code: baton.NoticeModelRetry, Agent: agent, Attempt: rt.Attempt, MaxAttempts: rt.MaxAttempts,
 		Message: fmt.Sprintf("%s; retrying (%d/%d)", what, rt.Attempt, rt.MaxAttempts),
 	})
+}
+
+// interrupted ends a turn whose model call a person's message stopped
+// (double_texting: interrupt): its stream ends with stream.completed
+// {finish_reason: "interrupted"}, the text streamed so far is recorded once,
+// as the agent's (tool calls it had begun are dropped), marked interrupted,
+// and the turn hands over to the person, whose message the run takes next.
+// Nothing is recorded for a call stopped before its first token.
+func (r *run) interrupted(agent, msgID, key string, acc *llm.Accumulator) error {
+	st := r.st
+	// The stream ends here, as a finished one does (its deltas stand: the
+	// text is recorded under the same message id), not as a failed one.
+	if ev, ok := llm.StreamEvent(st.chat.ID, agent, msgID, baton.Delta{Kind: baton.DeltaFinish, FinishReason: "interrupted"}); ok {
+		_ = r.e.cast.Broadcast(ev)
+	}
+	var events []baton.Event
+	if text := acc.Text(); strings.TrimSpace(text) != "" {
+		events = append(events, r.synthetic(agent, text)...)
+		events = append(events, chatEvent(baton.TypeChatText, st.chat.ID, agent, textPayload{
+			Kind: "text", Agent: agent, Content: text, Index: st.texts, AgentMessageID: msgID,
+			UIHidden: r.isAutoToolAgent(agent), TurnKey: key, Interrupted: true,
+		}))
+	}
+	events = append(events,
+		chatEvent(baton.TypeChatHandoff, st.chat.ID, agent, handoffPayload{Kind: "handoff", From: agent, HandoffType: "interrupt", TransitionTarget: workflow.RevertToUserTarget}),
+		chatEvent(baton.TypeChatInputRequest, st.chat.ID, agent, inputRequestPayload{Kind: "input_request", Agent: agent, RequestID: "input_" + key + "_interrupt"}))
+	waiting := baton.ChatWaitingInput
+	r.stage(events, &baton.ChatUpdate{TurnAgent: &agent, Status: &waiting})
+	r.logger().Info("engine: model call interrupted by the person's message", "agent", agent, "message_id", msgID)
+	return nil
 }
 
 // textEvent builds the chat.text of a model call; retract names the

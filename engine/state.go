@@ -346,6 +346,11 @@ func (st *state) apply(ev *baton.Event) {
 		var p handoffPayload
 		decodeHandoff(ev.Payload, &p, st.names)
 		st.turn = nil
+		if p.From == workflow.UserAgent && st.done {
+			// The person's message after the end (accepted while the run
+			// went on): it starts the next run.
+			st.done = false
+		}
 		// A turn that ended with calls unanswered (a transfer among
 		// them, say) leaves nothing to wait for.
 		clear(st.unanswered)

@@ -36,6 +36,11 @@ func (e *Engine) Run(ctx context.Context) error {
 		t := time.NewTicker(e.leaseTTL / 3)
 		defer t.Stop()
 		takeovers = t.C
+		// At once too: a restarted instance takes back the chats its
+		// previous life held (sweepTakeovers) without waiting a tick.
+		if err := e.sweepTakeovers(ctx); err != nil && ctx.Err() == nil {
+			e.log.Warn("engine: takeover sweep", "err", err)
+		}
 	}
 	for {
 		select {

@@ -101,11 +101,32 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) error {
 	if len(req.Message) > maxContent {
 		return baton.Errorf(baton.EINVALID, "message: longer than %d bytes", maxContent)
 	}
-	chat, err := s.cfg.Engine.Start(r.Context(), p.scope, r.PathValue("workflow"), engine.StartOptions{Message: req.Message, Context: req.Context})
+	key, err := idempotencyKey(r)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{"chat_id": chat.ID, "app": chat.App, "workflow": chat.Workflow, "status": chat.Status})
+	opts := engine.StartOptions{Message: req.Message, Context: req.Context}
+	wf := r.PathValue("workflow")
+	var chat baton.Chat
+	status := http.StatusCreated
+	if key == "" {
+		if chat, err = s.cfg.Engine.Start(r.Context(), p.scope, wf, opts); err != nil {
+			return err
+		}
+	} else {
+		// The key, with the caller and the workflow, makes the chat's id:
+		// a retry after a lost answer names the same chat, and gets it (200)
+		// instead of another one.
+		opts.ChatID = inputEventID(p.scope, "start:"+wf, key)
+		created := false
+		if chat, created, err = s.cfg.Engine.StartOnce(r.Context(), p.scope, wf, key, opts); err != nil {
+			return err
+		}
+		if !created {
+			status = http.StatusOK
+		}
+	}
+	writeJSON(w, status, map[string]any{"chat_id": chat.ID, "app": chat.App, "workflow": chat.Workflow, "status": chat.Status})
 	return nil
 }
 
@@ -503,7 +524,9 @@ func (s *Server) handlePrompt(w http.ResponseWriter, r *http.Request) {
 		if key != "" {
 			ev.ID = inputEventID(p.scope, id, key)
 		}
-		if err := s.cfg.Bus.Publish(r.Context(), ev); err != nil {
+		// Kept in the chat's inbox before the answer, as /api/input/submit's
+		// messages are.
+		if err := s.cfg.Engine.PublishInput(r.Context(), p.scope, ev); err != nil {
 			if baton.ErrorCode(err) == baton.EUNAVAILABLE {
 				return unavailable(msgInputUnroutable, err)
 			}
@@ -584,6 +607,9 @@ func (s *Server) handleExternalEvent(w http.ResponseWriter, r *http.Request) {
 		if bus.Remote(ev) {
 			return baton.Errorf(baton.EINVALID, "metadata.%s: reserved to the runtime", bus.OriginKey)
 		}
+		if _, ok := ev.Metadata.Extra[engine.InboxKey]; ok {
+			return baton.Errorf(baton.EINVALID, "metadata.%s: reserved to the runtime", engine.InboxKey)
+		}
 		// The scope comes from the key, never from the client's metadata.
 		scoped := engine.InputEvent(p.scope, ev.Type, ev.ChatID(), nil)
 		if ev.Metadata.Extra == nil {
@@ -604,7 +630,13 @@ func (s *Server) handleExternalEvent(w http.ResponseWriter, r *http.Request) {
 		if err := ev.Validate(); err != nil {
 			return err
 		}
-		if err := s.cfg.Bus.Publish(r.Context(), ev); err != nil {
+		// With an engine, an event an event-handler agent will observe is
+		// kept in its chat's inbox before the 202 (Engine.PublishEvent).
+		publish := s.cfg.Bus.Publish
+		if s.cfg.Engine != nil {
+			publish = func(ctx context.Context, ev baton.Event) error { return s.cfg.Engine.PublishEvent(ctx, p.scope, ev) }
+		}
+		if err := publish(r.Context(), ev); err != nil {
 			return fmt.Errorf("publish %s %s: %w", ev.Type, ev.ID, err)
 		}
 		writeJSON(w, http.StatusAccepted, map[string]any{"id": ev.ID, "type": ev.Type, "chat_id": ev.ChatID(), "accepted": true})

@@ -519,3 +519,79 @@ func TestCORS(t *testing.T) {
 		t.Fatalf("no origin: %d %v", r.status, r.header)
 	}
 }
+
+// TestStartIdempotencyKey retries a start with its Idempotency-Key: the
+// retry answers 200 with the same chat, the chat runs once (its first
+// message recorded once), another body with the key is 409 naming the key,
+// and the key makes another chat for another user or another workflow.
+func TestStartIdempotencyKey(t *testing.T) {
+	e := newEnv(t)
+	const path = "/api/chats/acme/generator/start"
+	body := map[string]any{"message": "a newsletter please", "context": map[string]any{}}
+	first := e.do(t, "POST", path, e.keys[scopeAda], body, "Idempotency-Key", "start-1")
+	if first.status != http.StatusCreated {
+		t.Fatalf("first start: %d %s", first.status, first.body)
+	}
+	id, _ := first.json(t)["chat_id"].(string)
+	for i := range 2 {
+		again := e.do(t, "POST", path, e.keys[scopeAda], body, "Idempotency-Key", "start-1")
+		if again.status != http.StatusOK || again.json(t)["chat_id"] != id {
+			t.Fatalf("retry %d: %d %s, want 200 with chat %s", i, again.status, again.body, id)
+		}
+	}
+	other := e.do(t, "POST", path, e.keys[scopeAda], map[string]any{"message": "something else"}, "Idempotency-Key", "start-1")
+	if other.status != http.StatusConflict || !strings.Contains(other.errorMessage(), `"start-1"`) {
+		t.Fatalf("another body with the key: %d %s, want 409 naming the key", other.status, other.body)
+	}
+	e.waitStatus(t, id, baton.ChatWaitingInput)
+	texts := 0
+	for _, raw := range e.history(t, id) {
+		if bytes.Contains(raw, []byte("a newsletter please")) && bytes.Contains(raw, []byte(`"chat.text"`)) {
+			texts++
+		}
+	}
+	if texts != 1 {
+		t.Errorf("the first message is recorded %d times, want once", texts)
+	}
+	chats, err := e.store.ListChats(context.Background(), scopeAda, baton.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(chats) != 1 {
+		t.Errorf("ada has %d chats after a start and its retries, want 1", len(chats))
+	}
+	bob := e.do(t, "POST", path, e.keys[scopeBob], body, "Idempotency-Key", "start-1")
+	if bob.status != http.StatusCreated || bob.json(t)["chat_id"] == id {
+		t.Errorf("bob with ada's key: %d %s, want 201 and another chat", bob.status, bob.body)
+	}
+	hello := e.do(t, "POST", "/api/chats/acme/hello/start", e.keys[scopeAda], nil, "Idempotency-Key", "start-1")
+	if hello.status != http.StatusCreated || hello.json(t)["chat_id"] == id {
+		t.Errorf("another workflow with the key: %d %s, want 201 and another chat", hello.status, hello.body)
+	}
+	if bad := e.do(t, "POST", path, e.keys[scopeAda], body, "Idempotency-Key", "no spaces"); bad.status != http.StatusBadRequest {
+		t.Errorf("malformed key: %d %s, want 400", bad.status, bad.body)
+	}
+}
+
+// TestSubmit_DoubleTextingReject: a workflow whose double_texting is
+// reject answers 409 to a message sent while the chat's run goes, names
+// the policy, and records nothing of it.
+func TestSubmit_DoubleTextingReject(t *testing.T) {
+	e := newEnv(t, withWorkflows("testdata/policy"))
+	id := e.start(t, "strict", map[string]any{"message": "first"})
+	// The chat is running from its creation until Talker has streamed its
+	// answer, which takes seconds.
+	r := e.do(t, "POST", "/api/input/submit", e.keys[scopeAda], map[string]any{"chat_id": id, "content": "second"})
+	if r.status != http.StatusConflict || !strings.Contains(r.errorMessage(), "double_texting: reject") {
+		t.Fatalf("a message while the run goes: %d %s, want 409 naming the policy", r.status, r.body)
+	}
+	e.waitStatus(t, id, baton.ChatWaitingInput)
+	for _, raw := range e.history(t, id) {
+		if bytes.Contains(raw, []byte(`"second"`)) {
+			t.Fatalf("the refused message is in the history: %s", raw)
+		}
+	}
+	if r := e.do(t, "POST", "/api/input/submit", e.keys[scopeAda], map[string]any{"chat_id": id, "content": "second"}); r.status != http.StatusAccepted {
+		t.Fatalf("a message while the chat waits: %d %s, want 202", r.status, r.body)
+	}
+}

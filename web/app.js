@@ -449,6 +449,10 @@ function onText(d, env) {
     return;
   }
   if (agent === "user") {
+    // The recorded echo replaces the bubble shown while the message was
+    // queued (accepted and kept by the server, not yet taken by the run).
+    const queued = [...document.querySelectorAll("#messages .msg.user.queued")].find((q) => q.dataset.content === (d.content || ""));
+    if (queued) queued.remove();
     const { node, body } = messageNode(agent, "user");
     body.textContent = d.content || "";
     node.dataset.seq = d.sequence;
@@ -958,6 +962,15 @@ $("composer").addEventListener("submit", (ev) => {
   if (send({ type: "user.input.submit", content })) {
     input.value = "";
     setInput(false);
+    // Shown as sent at once: the server keeps it before it acknowledges
+    // it, and the run takes it at its next input point; the recorded echo
+    // (chat.text of the user) replaces this bubble.
+    const { node, body } = messageNode("user", "user");
+    node.classList.add("queued");
+    node.dataset.content = content;
+    node.title = "Sent — waiting for the agent to take it";
+    body.textContent = content;
+    append(node);
   }
 });
 

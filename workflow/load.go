@@ -506,6 +506,9 @@ func (l *loader) checkConfig() {
 	if o.MaxTurns < 0 {
 		l.errorf(FileWorkflow, "orchestration.max_turns", "must not be negative")
 	}
+	if c.DoubleTexting != "" && !oneOf(c.DoubleTexting, DoubleTextingEnqueue, DoubleTextingReject, DoubleTextingInterrupt) {
+		l.errorf(FileWorkflow, "double_texting", "%q is not one of %s", c.DoubleTexting, list(DoubleTextingEnqueue, DoubleTextingReject, DoubleTextingInterrupt))
+	}
 	l.checkLLM(FileWorkflow, "llm", &c.LLM)
 	for model, p := range c.Pricing {
 		if p.Input < 0 || p.Output < 0 || p.CachedInput < 0 {

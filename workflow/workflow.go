@@ -150,6 +150,36 @@ type Config struct {
 	MCPServers    map[string]MCPServer `json:"mcp_servers"`
 	// Budget limits what one chat may spend; zero fields mean no limit.
 	Budget Budget `json:"budget"`
+	// DoubleTexting is what a chat does with a person's message that
+	// arrives while a run goes: DoubleTextingEnqueue (the default),
+	// DoubleTextingReject or DoubleTextingInterrupt.
+	DoubleTexting string `json:"double_texting"`
+}
+
+// Double-texting policies (workflow.json double_texting): what a chat does
+// with a person's message that arrives while a run goes.
+const (
+	// DoubleTextingEnqueue keeps the message (it is acknowledged and
+	// durable) and the run takes it at its next input point; if the run
+	// ends first (completed, budget reached, failed), the message starts the
+	// next run.
+	DoubleTextingEnqueue = "enqueue"
+	// DoubleTextingReject refuses the message (409) while the chat is
+	// running; nothing is recorded.
+	DoubleTextingReject = "reject"
+	// DoubleTextingInterrupt keeps the message as enqueue does and stops
+	// the model call in progress at once: the text streamed so far is
+	// recorded once, and the run takes the message.
+	DoubleTextingInterrupt = "interrupt"
+)
+
+// DoubleTexting returns the workflow's double_texting policy (enqueue when
+// it sets none).
+func (w *Workflow) DoubleTexting() string {
+	if w.Config.DoubleTexting == "" {
+		return DoubleTextingEnqueue
+	}
+	return w.Config.DoubleTexting
 }
 
 // Budget is workflow.json's budget block: per-chat limits on the tokens

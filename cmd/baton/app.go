@@ -260,6 +260,15 @@ func (rt *runtime) recover(ctx context.Context) error {
 			return err
 		}
 	}
+	// Inputs the chats accepted (202) and their runs had not taken when the
+	// process stopped: published again, and taken once.
+	inputs, err := rt.engine.RecoverInputs(ctx)
+	if inputs > 0 {
+		rt.log.Info("published again the inputs accepted before the restart and not yet taken", "count", inputs)
+	}
+	if err != nil {
+		return err
+	}
 	tasks, err := rt.engine.RecoverTasks(ctx)
 	if tasks > 0 {
 		rt.log.Info("reported background tasks interrupted by the restart as failed", "count", tasks)

@@ -267,7 +267,7 @@ func lockChat(ctx context.Context, tx pgx.Tx, scope baton.Scope, id string) erro
 	return err
 }
 
-// checkUpdate runs the parts of u that need checks (fence, pending) inside
+// checkUpdate runs the parts of u that need checks (fence, pending, inputs) inside
 // tx, after the chat row is locked.
 func checkUpdate(ctx context.Context, tx pgx.Tx, id string, u *baton.ChatUpdate, now time.Time) error {
 	if u.Fence > 0 {
@@ -297,7 +297,10 @@ func checkUpdate(ctx context.Context, tx pgx.Tx, id string, u *baton.ChatUpdate,
 			return err
 		}
 	}
-	return addPending(ctx, tx, id, u.AddPending, now)
+	if err := addPending(ctx, tx, id, u.AddPending, now); err != nil {
+		return err
+	}
+	return consumeInputs(ctx, tx, id, u.ConsumeInputs, now)
 }
 
 func addPending(ctx context.Context, tx pgx.Tx, chatID string, ps []baton.PendingRequest, now time.Time) error {

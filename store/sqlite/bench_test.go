@@ -84,3 +84,22 @@ func BenchmarkGetChat(b *testing.B) {
 		i++
 	}
 }
+
+// BenchmarkInputsEmpty: reading an empty inbox, which a run does at each
+// input point (a pause, the end of a run) to take the messages that came
+// while it ran.
+func BenchmarkInputsEmpty(b *testing.B) {
+	s := openTemp(b)
+	ctx := context.Background()
+	scope := storetest.NewScope()
+	chat, err := s.CreateChat(ctx, scope, baton.Chat{Workflow: "wf"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if ins, err := s.Inputs(ctx, scope, chat.ID); err != nil || len(ins) != 0 {
+			b.Fatal(ins, err)
+		}
+	}
+}

@@ -322,6 +322,9 @@ func applyUpdate(ctx context.Context, w *wconn, id string, u *baton.ChatUpdate, 
 		if err := addPending(ctx, w, id, u.AddPending, now); err != nil {
 			return err
 		}
+		if err := consumeInputs(ctx, w, id, u.ConsumeInputs, now); err != nil {
+			return err
+		}
 		if u.Status != nil {
 			status = string(*u.Status)
 		}

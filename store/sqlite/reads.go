@@ -29,6 +29,7 @@ type readStmts struct {
 	lookupKey *sql.Stmt
 	getTask   *sql.Stmt
 	getLease  *sql.Stmt
+	inputs    *sql.Stmt // the chat's waiting inputs, in scope (a run reads them at every pause)
 }
 
 const (
@@ -68,6 +69,10 @@ const (
 	getTaskSQL   = `SELECT ` + taskCols + ` FROM tasks t JOIN chats c ON c.id = t.chat_id
 		WHERE t.id = ? AND c.app = ? AND c.user_id = ? AND c.deleted = 0`
 	getLeaseSQL = `SELECT owner, token, expires FROM leases WHERE chat_id = ?`
+	// inputsSQL returns the chat's waiting inputs, oldest first, or one row
+	// of NULLs when there is none; no row when the chat is not in scope.
+	inputsSQL = `SELECT i.seq, i.event, i.accepted_at FROM chats c LEFT JOIN inputs i ON i.chat_id = c.id AND i.consumed_at IS NULL
+		WHERE c.id = ? AND c.app = ? AND c.user_id = ? AND c.deleted = 0 ORDER BY i.seq`
 )
 
 // prepareReads prepares the read statements on s.rdb; on an error it closes
@@ -86,6 +91,7 @@ func (s *Store) prepareReads(ctx context.Context) error {
 		{&r.lookupKey, lookupKeySQL},
 		{&r.getTask, getTaskSQL},
 		{&r.getLease, getLeaseSQL},
+		{&r.inputs, inputsSQL},
 	} {
 		st, err := s.rdb.PrepareContext(ctx, p.q)
 		if err != nil {
@@ -99,7 +105,7 @@ func (s *Store) prepareReads(ctx context.Context) error {
 // close closes the prepared statements.
 func (r *readStmts) close() error {
 	var errs []error
-	for _, st := range []*sql.Stmt{r.getChat, r.chatSeq, r.events, r.bigEvents, r.chatUsage, r.lookupKey, r.getTask, r.getLease} {
+	for _, st := range []*sql.Stmt{r.getChat, r.chatSeq, r.events, r.bigEvents, r.chatUsage, r.lookupKey, r.getTask, r.getLease, r.inputs} {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}
