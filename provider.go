@@ -127,7 +127,11 @@ type Delta struct {
 	Text         string
 	ToolCall     ToolCallDelta
 	FinishReason string
-	Usage        Usage
+	// ResponseID is the provider's id of the response (OpenAI's chunk id),
+	// set on a DeltaFinish when the provider gives one; traces report it as
+	// gen_ai.response.id.
+	ResponseID string
+	Usage      Usage
 }
 
 // ToolCallDelta is a fragment of the tool call at position Index of the

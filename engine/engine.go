@@ -31,10 +31,14 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
@@ -571,6 +575,38 @@ func InputEvent(scope baton.Scope, typ, chatID string, payload json.RawMessage) 
 	}, payload)
 }
 
+// metaTraceParent is the input event's metadata key for the W3C
+// traceparent of the request that brought it.
+const metaTraceParent = "traceparent"
+
+// WithTraceParent returns ev carrying, as metadata "traceparent", the span
+// that ctx holds (an HTTP server span, or the caller's own traceparent), so
+// that the run's trace can link to the request; ev as it is when ctx holds
+// none.
+func WithTraceParent(ctx context.Context, ev baton.Event) baton.Event {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return ev
+	}
+	v, _ := json.Marshal("00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-" + sc.TraceFlags().String())
+	extra := make(map[string]json.RawMessage, len(ev.Metadata.Extra)+1)
+	maps.Copy(extra, ev.Metadata.Extra) // the caller's map stays as it was
+	extra[metaTraceParent] = v
+	ev.Metadata.Extra = extra
+	return ev
+}
+
+// TraceParentOf returns the span context an input event's traceparent
+// names (WithTraceParent), or an invalid one.
+func TraceParentOf(ev baton.Event) trace.SpanContext {
+	var tp string
+	if json.Unmarshal(ev.Metadata.Extra[metaTraceParent], &tp) != nil || tp == "" {
+		return trace.SpanContext{}
+	}
+	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": tp})
+	return trace.SpanContextFromContext(ctx)
+}
+
 // ScopeOf returns the tenant scope an input event carries.
 func ScopeOf(ev baton.Event) baton.Scope {
 	var s baton.Scope
@@ -583,8 +619,10 @@ func (e *Engine) publish(ctx context.Context, scope baton.Scope, typ, chatID str
 	return e.publishEvent(ctx, InputEvent(scope, typ, chatID, payload))
 }
 
-// publishEvent publishes an input event built by the caller.
+// publishEvent publishes an input event built by the caller, with the
+// trace context of the request that brought it (WithTraceParent).
 func (e *Engine) publishEvent(ctx context.Context, ev baton.Event) error {
+	ev = WithTraceParent(ctx, ev)
 	if err := e.bus.Publish(ctx, ev); err != nil {
 		return fmt.Errorf("publish %s for chat %s: %w", ev.Type, ev.ChatID(), err)
 	}

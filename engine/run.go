@@ -777,7 +777,7 @@ func (r *run) callModel(ctx context.Context) error {
 	}
 
 	var acc llm.Accumulator
-	_ = r.e.cast.Broadcast(llm.StreamStartEvent(st.chat.ID, agent.Name, msgID))
+	_ = r.e.cast.Broadcast(llm.ModelCallEvent(req, llm.ProviderName(r.prov)))
 	gate := newTextGate(r.wf, agent) // hidden text never streams (hidden.go)
 	emit := func(d baton.Delta) {
 		if ev, ok := llm.StreamEvent(st.chat.ID, agent.Name, msgID, d); ok {

@@ -44,12 +44,16 @@ type harness struct {
 	tr    *metrics.Tracer
 	spans *tracetest.InMemoryExporter
 	tp    *sdktrace.TracerProvider
+	// inputCtx is the context inputs are given with (default Background):
+	// a test puts a caller's span context in it.
+	inputCtx context.Context
 }
 
 type config struct {
 	opts    metrics.Options
 	budget  *metrics.BudgetConfig
 	tracing bool
+	tp      *sdktrace.TracerProvider // tracing with this provider (default: in memory)
 	stats   func(baton.StatsStore) baton.StatsStore
 }
 
@@ -60,7 +64,7 @@ func newHarness(t *testing.T, cfg config) *harness {
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
-	h := &harness{t: t, store: st, logs: &testenv.LogBuffer{}}
+	h := &harness{t: t, store: st, logs: &testenv.LogBuffer{}, inputCtx: context.Background()}
 	log := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	h.bus = bus.New(bus.WithLogger(log))
 	wfs, err := workflow.LoadAll(os.DirFS(workflowsDir))
@@ -81,10 +85,14 @@ func newHarness(t *testing.T, cfg config) *harness {
 	if err := col.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.tracing {
-		h.spans = tracetest.NewInMemoryExporter()
-		h.tp = sdktrace.NewTracerProvider(sdktrace.WithSyncer(h.spans))
-		t.Cleanup(func() { _ = h.tp.Shutdown(context.Background()) }) // after the test read the spans
+	if cfg.tracing || cfg.tp != nil {
+		h.tp = cfg.tp
+		if h.tp == nil {
+			h.spans = tracetest.NewInMemoryExporter()
+			h.tp = sdktrace.NewTracerProvider(sdktrace.WithSyncer(h.spans), sdktrace.WithIDGenerator(metrics.IDGenerator()))
+		}
+		tp := h.tp
+		t.Cleanup(func() { _ = tp.Shutdown(context.Background()) }) // after the test read the spans
 		h.tr = metrics.NewTracer(h.bus, h.tp, log)
 		if err := h.tr.Start(); err != nil {
 			t.Fatal(err)
@@ -135,7 +143,7 @@ func (h *harness) close() {
 
 func (h *harness) start(wf string) string {
 	h.t.Helper()
-	c, err := h.eng.Start(context.Background(), testScope, wf, engine.StartOptions{})
+	c, err := h.eng.Start(h.inputCtx, testScope, wf, engine.StartOptions{})
 	if err != nil {
 		h.t.Fatalf("start %s: %v", wf, err)
 	}
@@ -179,7 +187,7 @@ func (h *harness) pending(chatID, kind string) baton.PendingRequest {
 func (h *harness) driveGenerator() string {
 	t := h.t
 	t.Helper()
-	ctx := context.Background()
+	ctx := h.inputCtx
 	id := h.start("generator")
 	h.waitStatus(id, baton.ChatWaitingInput)
 	if err := h.eng.Submit(ctx, testScope, id, "A weekly newsletter from our team notes.", "ws"); err != nil {

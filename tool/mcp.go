@@ -277,8 +277,10 @@ type headerTransport struct {
 }
 
 func (h headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if len(h.headers)+len(h.fromEnv) > 0 {
+	traced := tracedContext(req.Context())
+	if len(h.headers)+len(h.fromEnv) > 0 || traced {
 		req = req.Clone(req.Context())
+		injectTrace(req.Context(), req.Header) // a tool call's W3C traceparent
 		for k, v := range h.headers {
 			v, err := expandEnv(v, nil)
 			if err != nil {
