@@ -28,6 +28,7 @@ import (
 	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/recorder"
 	"github.com/batonhq/baton/store"
+	"github.com/batonhq/baton/tool"
 	"github.com/batonhq/baton/workflow"
 	"github.com/batonhq/baton/workflows"
 )
@@ -123,19 +124,24 @@ func openRuntime(ctx context.Context, cfg runtimeConfig) (*runtime, error) {
 		return nil, err
 	}
 	rec := metrics.TimedRecorder{Next: recorder.New(st, engine.ObserverPublisher{Bus: b}), Collector: col}
+	tp, err := metrics.OTLPFromEnv(ctx, metrics.ReadBuildInfo().ServiceVersion()) // nil unless OTEL_EXPORTER_OTLP_ENDPOINT is set
+	if err != nil {
+		_ = st.Close()
+		return nil, fmt.Errorf("tracing: %w", err)
+	}
+	var toolOpts []tool.Option
+	if tp != nil {
+		// HTTP and MCP tools get the traceparent of their call's span.
+		toolOpts = append(toolOpts, tool.WithTraceContext(metrics.ToolSpanContext))
+	}
 	eng, err = engine.New(engine.Config{
 		Store: st, Recorder: rec, Bus: b, Workflows: wfs, WorkflowRoot: root,
 		Providers: providerFor(log), Logger: log, SecretKey: key, Budget: col.Budget(cfg.budget),
-		InstanceID: cfg.instanceID, LeaseTTL: cfg.leaseTTL,
+		InstanceID: cfg.instanceID, LeaseTTL: cfg.leaseTTL, ToolOptions: toolOpts,
 	})
 	if err != nil {
 		_ = st.Close()
 		return nil, err
-	}
-	tp, err := metrics.OTLPFromEnv(ctx, versionString()) // nil unless OTEL_EXPORTER_OTLP_ENDPOINT is set
-	if err != nil {
-		_ = st.Close()
-		return nil, fmt.Errorf("tracing: %w", err)
 	}
 	var tr *metrics.Tracer
 	if tp != nil {
