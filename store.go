@@ -179,6 +179,11 @@ type UsageStore interface {
 	RecordUsage(ctx context.Context, scope Scope, u UsageRecord) error
 	// ChatUsage returns the chat's total and its totals per agent (by agent name).
 	ChatUsage(ctx context.Context, scope Scope, chatID string) (total UsageTotal, perAgent []UsageTotal, err error)
+	// AppUsage returns the total of every usage row of app's chats, deleted
+	// ones included (their calls were billed), or of every app when app is
+	// "". It reads every row of the app: callers poll it, they do not call
+	// it per event.
+	AppUsage(ctx context.Context, app string) (UsageTotal, error)
 }
 
 // TaskStatus is where a background task stands.

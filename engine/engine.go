@@ -190,6 +190,9 @@ type Engine struct {
 
 	active atomic.Int64 // runs in progress
 	turns  atomic.Int64 // turns started since New
+
+	// activeApps counts the runs in progress by app (string → *atomic.Int64).
+	activeApps sync.Map
 }
 
 // New returns an engine and registers its rules on cfg.Bus: run.start,
@@ -308,6 +311,28 @@ func (e *Engine) SyntheticCount(workflow string) int64 {
 
 // Active returns the number of runs in progress.
 func (e *Engine) Active() int64 { return e.active.Load() }
+
+// ActiveIn returns the number of runs in progress of app's chats: Active
+// is their sum over every app.
+func (e *Engine) ActiveIn(app string) int64 {
+	if n, ok := e.activeApps.Load(app); ok {
+		return n.(*atomic.Int64).Load()
+	}
+	return 0
+}
+
+// countActive counts a run of app in progress (ActiveIn) until the function
+// it returns is called. An app's counter stays once made: there are as
+// many as apps that ran a chat.
+func (e *Engine) countActive(app string) func() {
+	n, ok := e.activeApps.Load(app)
+	if !ok {
+		n, _ = e.activeApps.LoadOrStore(app, new(atomic.Int64))
+	}
+	c := n.(*atomic.Int64)
+	c.Add(1)
+	return func() { c.Add(-1) }
+}
 
 // StartOptions are the optional parts of starting a chat.
 type StartOptions struct {

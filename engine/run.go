@@ -72,6 +72,7 @@ func (e *Engine) handle(ctx context.Context, ev baton.Event) (err error) {
 	}
 	e.active.Add(1)
 	defer e.active.Add(-1)
+	defer e.countActive(ScopeOf(ev).App)()
 	ctx, lease, end, err := e.leased(ctx, chatID)
 	if err != nil {
 		return fmt.Errorf("%s for chat %s: %w", ev.Type, chatID, err)

@@ -76,6 +76,10 @@ type Options struct {
 	// Active reports the runs in progress (engine.Engine.Active); nil counts
 	// chats with an event in the last minute.
 	Active func() int64
+	// ActiveIn reports the runs in progress of one app
+	// (engine.Engine.ActiveIn), for a tenant's /metrics/perf/aggregate; nil
+	// counts the app's chats with an event in the last minute.
+	ActiveIn func(app string) int64
 	// Registry is where the Prometheus metrics are registered; nil makes a
 	// new one (see Collector.Registry).
 	Registry *prometheus.Registry

@@ -3,6 +3,7 @@ package metrics_test
 import (
 	"context"
 	"encoding/json"
+	"iter"
 	"log/slog"
 	"os"
 	"path"
@@ -54,13 +55,19 @@ type config struct {
 	budget  *metrics.BudgetConfig
 	tracing bool
 	tp      *sdktrace.TracerProvider // tracing with this provider (default: in memory)
+	db      string                   // the SQLite file (default: a new one)
+	gate    chan struct{}            // when set, every model call waits for a receive from it
+	engine  bool                     // the collector counts runs in progress with the engine (Active, ActiveIn)
 	stats   func(baton.StatsStore) baton.StatsStore
 }
 
 func newHarness(t *testing.T, cfg config) *harness {
 	t.Helper()
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "baton.db"))
+	if cfg.db == "" {
+		cfg.db = filepath.Join(t.TempDir(), "baton.db")
+	}
+	st, err := sqlite.Open(ctx, cfg.db)
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
@@ -77,6 +84,10 @@ func newHarness(t *testing.T, cfg config) *harness {
 	}
 	o := cfg.opts
 	o.Bus, o.Stats, o.Chats, o.Usage, o.Logger = h.bus, h.stats, st.GetChat, st, log
+	if cfg.engine {
+		o.Active = func() int64 { return h.eng.Active() }
+		o.ActiveIn = func(app string) int64 { return h.eng.ActiveIn(app) }
+	}
 	col, err := metrics.New(o)
 	if err != nil {
 		t.Fatal(err)
@@ -106,7 +117,11 @@ func newHarness(t *testing.T, cfg config) *harness {
 	eng, err := engine.New(engine.Config{
 		Store: st, Recorder: rec, Bus: h.bus, Workflows: wfs, WorkflowRoot: workflowsDir,
 		Providers: func(wf *workflow.Workflow) (baton.Provider, error) {
-			return scripted.Load(wf.FS, path.Join(wf.Dir, "scripted.json"))
+			p, err := scripted.Load(wf.FS, path.Join(wf.Dir, "scripted.json"))
+			if err != nil || cfg.gate == nil {
+				return p, err
+			}
+			return gated{p, cfg.gate}, nil
 		},
 		Logger: log, SecretKey: []byte("0123456789abcdef0123456789abcdef"), Budget: budget,
 	})
@@ -290,4 +305,26 @@ func scriptedUsage(t *testing.T, h *harness, wf, chatID string) (calls int64, u 
 		t.Fatal("the chat made no model calls")
 	}
 	return calls, u
+}
+
+// gated holds every model call until the test lets it through.
+type gated struct {
+	baton.Provider
+	gate chan struct{}
+}
+
+func (g gated) Stream(ctx context.Context, req *baton.Request) iter.Seq2[baton.Delta, error] {
+	return func(yield func(baton.Delta, error) bool) {
+		select {
+		case <-g.gate:
+		case <-ctx.Done():
+			yield(baton.Delta{}, ctx.Err())
+			return
+		}
+		for d, err := range g.Provider.Stream(ctx, req) {
+			if !yield(d, err) {
+				return
+			}
+		}
+	}
 }

@@ -1,8 +1,10 @@
 package metrics
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -15,9 +17,8 @@ import (
 // authentication), or an error that says why it has none.
 type ScopeFunc func(r *http.Request) (baton.Scope, error)
 
-// Aggregate is the body of GET /metrics/perf/aggregate
-// (spec/runtime-lifecycle.md Phase 5): in-memory totals since the process
-// started.
+// Aggregate is the body of GET /metrics/perf/aggregate: an app's totals
+// (or every app's), which survive a restart (AggregateOf).
 type Aggregate struct {
 	TotalTurns     int64     `json:"total_turns"`
 	TotalToolCalls int64     `json:"total_tool_calls"`
@@ -141,34 +142,80 @@ func (c *Collector) ChatPerf(r *http.Request, scope baton.Scope, chatID string) 
 	return out, nil
 }
 
-// AggregateHandler serves GET /metrics/perf/aggregate. With scopeOf nil it
-// reports every app (an operator endpoint); with scopeOf it reports the
-// caller's app only (active_chats: its chats with an event in the last
-// minute).
+// AggregateOf returns app's figures, or every app's when app is "":
+//
+//   - total_tokens and total_cost from the usage rows (Options.Usage), the
+//     same truth as a chat's figures and its budget: they survive a
+//     restart and count every instance's calls;
+//   - total_turns and total_tool_calls of an app from its persisted
+//     rollups plus what this process observed since it wrote them
+//     (AppTotals); of every app, what this process observed since it
+//     started;
+//   - active_chats: the runs in progress, as the baton_active_chats gauge
+//     counts them (Options.Active; for one app Options.ActiveIn, whose sum
+//     over the apps is the gauge).
+func (c *Collector) AggregateOf(ctx context.Context, app string) (Aggregate, error) {
+	agg := c.Snapshot()
+	if app != "" {
+		t, err := c.AppTotals(ctx, app)
+		if err != nil {
+			return Aggregate{}, err
+		}
+		agg.TotalTurns, agg.TotalToolCalls, agg.TotalTokens, agg.TotalCost = t.Turns, t.ToolCalls, t.TotalTokens(), t.Cost
+		agg.ActiveChats = c.activeIn(app)
+	}
+	if c.opts.Usage != nil {
+		u, err := c.opts.Usage.AppUsage(ctx, app)
+		if err != nil {
+			return Aggregate{}, fmt.Errorf("metrics: usage of app %q: %w", app, err)
+		}
+		agg.TotalTokens, agg.TotalCost = u.TotalTokens(), u.Cost
+	}
+	return agg, nil
+}
+
+// activeIn counts app's runs in progress (Options.ActiveIn), else its
+// chats with an event in the last minute.
+func (c *Collector) activeIn(app string) int64 {
+	if c.opts.ActiveIn != nil {
+		return c.opts.ActiveIn(app)
+	}
+	now := c.now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var n int64
+	for _, ch := range c.chats {
+		if ch.scoped && ch.scope.App == app && now.Sub(ch.lastSeen) < time.Minute {
+			n++
+		}
+	}
+	return n
+}
+
+// AggregateHandler serves GET /metrics/perf/aggregate (AggregateOf). With
+// scopeOf nil it reports every app (an operator endpoint); with scopeOf the
+// caller's app only.
 func (c *Collector) AggregateHandler(scopeOf ScopeFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		agg := c.Snapshot()
+		app := ""
 		if scopeOf != nil {
 			scope, err := scopeOf(r)
 			if err != nil {
 				writeError(w, err)
 				return
 			}
-			now := c.now()
-			c.mu.Lock()
-			t := totals{}
-			if a := c.apps[scope.App]; a != nil {
-				t = *a
+			app = scope.App
+			if app == "" {
+				// "" would be every app: a scope without an app sees nothing.
+				writeError(w, baton.Errorf(baton.EUNAUTHORIZED, "metrics: a request without an app"))
+				return
 			}
-			var active int64
-			for _, ch := range c.chats {
-				if ch.scoped && ch.scope.App == scope.App && now.Sub(ch.lastSeen) < time.Minute {
-					active++
-				}
-			}
-			c.mu.Unlock()
-			agg.TotalTurns, agg.TotalToolCalls, agg.TotalTokens, agg.TotalCost = t.Turns, t.ToolCalls, t.TotalTokens(), t.Cost
-			agg.ActiveChats = active
+		}
+		agg, err := c.AggregateOf(r.Context(), app)
+		if err != nil {
+			c.log.Warn("metrics: aggregate", "app", app, "err", err)
+			writeError(w, err)
+			return
 		}
 		writeJSON(w, http.StatusOK, agg)
 	})

@@ -114,7 +114,7 @@ func openRuntime(ctx context.Context, cfg runtimeConfig) (*runtime, error) {
 	stats, _ := st.(baton.StatsStore)
 	var eng *engine.Engine
 	col, err := metrics.New(metrics.Options{Bus: b, Stats: stats, Chats: st.GetChat, Usage: st, Logger: log,
-		Active: func() int64 { return eng.Active() }})
+		Active: func() int64 { return eng.Active() }, ActiveIn: func(app string) int64 { return eng.ActiveIn(app) }})
 	if err != nil {
 		_ = st.Close()
 		return nil, err
