@@ -37,10 +37,14 @@ var tracePatterns = []string{
 // Tracer turns observed events into OpenTelemetry spans that follow the
 // GenAI semantic conventions, with the events' own timestamps:
 //
-//	run {input}                    one trace per run: from the input event to the run's last event
+//	run {input}                    a root span per run, from the input event to the run's last event;
+//	│                              every run of a chat is in the chat's trace (IDGenerator)
 //	├─ invoke_agent {agent}        a native chat.select_speaker to that turn's chat.handoff
-//	│  ├─ chat {model}             stream.start to chat.usage_summary (gen_ai.usage.*)
+//	│  ├─ chat {model}             stream.start to chat.usage_summary (gen_ai.request.*, gen_ai.response.*, gen_ai.usage.*)
 //	│  └─ execute_tool {tool}      chat.tool_call to its chat.tool_response
+//
+// Every span carries gen_ai.conversation.id, the chat's id. A run links
+// to the span of the request that brought its input (engine.TraceParentOf).
 //
 // A run ends at chat.run_complete, chat.error, chat.input_request, or when
 // the chat's next input arrives (a pause for a person). A tool call that
