@@ -205,3 +205,41 @@ func TestOTLPExport(t *testing.T) {
 		})
 	}
 }
+
+// TestOTLPFromEnvChoices checks the variables that turn tracing off or
+// choose what cannot be: no endpoint, OTEL_SDK_DISABLED and
+// OTEL_TRACES_EXPORTER=none give no provider; an unknown protocol or a
+// malformed OTEL_RESOURCE_ATTRIBUTES is an error that names the variable.
+func TestOTLPFromEnvChoices(t *testing.T) {
+	ctx := context.Background()
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+	if tp, err := metrics.OTLPFromEnv(ctx, "v1"); tp != nil || err != nil {
+		t.Fatalf("no endpoint: %v, %v", tp, err)
+	}
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+	for _, kv := range [][2]string{{"OTEL_SDK_DISABLED", "true"}, {"OTEL_TRACES_EXPORTER", "none"}} {
+		t.Run(kv[0], func(t *testing.T) {
+			t.Setenv(kv[0], kv[1])
+			if tp, err := metrics.OTLPFromEnv(ctx, "v1"); tp != nil || err != nil {
+				t.Fatalf("%s=%s: %v, %v", kv[0], kv[1], tp, err)
+			}
+		})
+	}
+	t.Run("protocol", func(t *testing.T) {
+		t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+		if _, err := metrics.OTLPFromEnv(ctx, "v1"); err == nil || !strings.Contains(err.Error(), "OTEL_EXPORTER_OTLP_PROTOCOL") {
+			t.Fatalf("http/json: %v, want an error naming the variable", err)
+		}
+	})
+	t.Run("resource", func(t *testing.T) {
+		t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "no-equals-sign")
+		tp, err := metrics.OTLPFromEnv(ctx, "v1")
+		if err == nil || !strings.Contains(err.Error(), "OTEL_RESOURCE_ATTRIBUTES") {
+			if tp != nil {
+				_ = tp.Shutdown(ctx)
+			}
+			t.Fatalf("malformed attributes: %v, want an error naming the variable", err)
+		}
+	})
+}

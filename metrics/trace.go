@@ -108,8 +108,13 @@ func OTLPFromEnv(ctx context.Context, serviceVersion string) (*sdktrace.TracerPr
 	if protocol == "" {
 		protocol = os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
 	}
+	// The resource first: a malformed variable fails before an exporter
+	// (and its connection) exists.
+	res, err := Resource(ctx, serviceVersion)
+	if err != nil {
+		return nil, err
+	}
 	var exp sdktrace.SpanExporter
-	var err error
 	switch strings.TrimSpace(protocol) {
 	case "", "http/protobuf":
 		exp, err = otlptracehttp.New(ctx)
@@ -120,10 +125,6 @@ func OTLPFromEnv(ctx context.Context, serviceVersion string) (*sdktrace.TracerPr
 	}
 	if err != nil {
 		return nil, fmt.Errorf("metrics: otlp exporter (%s): %w", protocol, err)
-	}
-	res, err := Resource(ctx, serviceVersion)
-	if err != nil {
-		return nil, err
 	}
 	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res), sdktrace.WithIDGenerator(IDGenerator())), nil
 }
