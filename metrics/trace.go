@@ -108,6 +108,9 @@ func OTLPFromEnv(ctx context.Context, serviceVersion string) (*sdktrace.TracerPr
 	if protocol == "" {
 		protocol = os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
 	}
+	if protocol = strings.TrimSpace(protocol); protocol == "" {
+		protocol = "http/protobuf" // the OTLP default
+	}
 	// The resource first: a malformed variable fails before an exporter
 	// (and its connection) exists.
 	res, err := Resource(ctx, serviceVersion)
@@ -115,8 +118,8 @@ func OTLPFromEnv(ctx context.Context, serviceVersion string) (*sdktrace.TracerPr
 		return nil, err
 	}
 	var exp sdktrace.SpanExporter
-	switch strings.TrimSpace(protocol) {
-	case "", "http/protobuf":
+	switch protocol {
+	case "http/protobuf":
 		exp, err = otlptracehttp.New(ctx)
 	case "grpc":
 		exp, err = otlptracegrpc.New(ctx)
