@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/batonhq/baton"
@@ -131,6 +132,9 @@ func openRuntime(ctx context.Context, cfg runtimeConfig) (*runtime, error) {
 	}
 	var toolOpts []tool.Option
 	if tp != nil {
+		// The SDK reports export failures through otel's one error
+		// handler; they go to the log like every other line.
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("tracing: export failed", "err", err) }))
 		// HTTP and MCP tools get the traceparent of their call's span.
 		toolOpts = append(toolOpts, tool.WithTraceContext(metrics.ToolSpanContext))
 	}
