@@ -187,6 +187,12 @@ type UsageStore interface {
 	RecordUsage(ctx context.Context, scope Scope, u UsageRecord) error
 	// ChatUsage returns the chat's total and its totals per agent (by agent name).
 	ChatUsage(ctx context.Context, scope Scope, chatID string) (total UsageTotal, perAgent []UsageTotal, err error)
+	// AppUsage returns the total of every usage row of the chats of
+	// scope's tenant, deleted ones included (their calls were billed); of
+	// every user of scope.App when scope.User is "", and of every app when
+	// scope.App is "" too. It reads every row it sums: callers poll it,
+	// they do not call it per event.
+	AppUsage(ctx context.Context, scope Scope) (UsageTotal, error)
 }
 
 // TaskStatus is where a background task stands.

@@ -77,6 +77,7 @@ func (a *eventAgent) Handle(ctx context.Context, ev baton.Event) error {
 	e := a.e
 	e.active.Add(1) // from the first line, so that Active never misses a handler
 	defer e.active.Add(-1)
+	defer e.countActive(ScopeOf(ev))()
 	return e.againOnLeaseLoss(ctx, ev, a.handle)
 }
 

@@ -135,7 +135,7 @@ func TestStreamText(t *testing.T) {
 	}
 	want := []baton.Delta{
 		{Kind: baton.DeltaText, Text: "Hel"}, {Kind: baton.DeltaText, Text: "lo, "}, {Kind: baton.DeltaText, Text: "world"},
-		{Kind: baton.DeltaFinish, FinishReason: "stop"},
+		{Kind: baton.DeltaFinish, FinishReason: "stop", ResponseID: "chatcmpl-1"}, // the chunk id: gen_ai.response.id
 		{Kind: baton.DeltaUsage, Usage: baton.Usage{PromptTokens: 50, CompletionTokens: 7, CachedTokens: 32, ReasoningTokens: 2}},
 	}
 	if fmt.Sprint(ds) != fmt.Sprint(want) {
