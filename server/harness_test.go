@@ -64,6 +64,8 @@ type env struct {
 	wrapStore func(baton.Store) baton.Store
 	// metrics gives the server a metrics collector (not started).
 	metrics bool
+	// prov, if set, replaces the workflows' scripted providers.
+	prov engine.ProviderFunc
 }
 
 type envOption func(*env)
@@ -84,6 +86,9 @@ func withServerStore(wrap func(baton.Store) baton.Store) envOption {
 // withMetrics gives the server a metrics collector, so that /metrics and
 // /metrics/perf/* answer.
 func withMetrics() envOption { return func(e *env) { e.metrics = true } }
+
+// withProvider replaces the workflows' scripted providers.
+func withProvider(p engine.ProviderFunc) envOption { return func(e *env) { e.prov = p } }
 
 // withWorkflows loads the workflows from dir instead of the examples.
 func withWorkflows(dir string) envOption { return func(e *env) { e.wfRoot = dir } }
@@ -122,11 +127,15 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		if err != nil {
 			t.Fatalf("load workflows: %v", err)
 		}
+		prov := e.prov
+		if prov == nil {
+			prov = func(wf *workflow.Workflow) (baton.Provider, error) {
+				return scripted.Load(wf.FS, path.Join(wf.Dir, "scripted.json"))
+			}
+		}
 		e.eng, err = engine.New(engine.Config{
 			Store: st, Recorder: e.rec, Bus: e.bus, Workflows: wfs, WorkflowRoot: e.wfRoot,
-			Providers: func(wf *workflow.Workflow) (baton.Provider, error) {
-				return scripted.Load(wf.FS, path.Join(wf.Dir, "scripted.json"))
-			},
+			Providers: prov,
 			Logger: log, SecretKey: []byte("0123456789abcdef0123456789abcdef"),
 		})
 		if err != nil {
