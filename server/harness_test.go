@@ -136,7 +136,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		e.eng, err = engine.New(engine.Config{
 			Store: st, Recorder: e.rec, Bus: e.bus, Workflows: wfs, WorkflowRoot: e.wfRoot,
 			Providers: prov,
-			Logger: log, SecretKey: []byte("0123456789abcdef0123456789abcdef"),
+			Logger:    log, SecretKey: []byte("0123456789abcdef0123456789abcdef"),
 		})
 		if err != nil {
 			t.Fatalf("engine: %v", err)
