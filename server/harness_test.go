@@ -135,8 +135,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		}
 		e.eng, err = engine.New(engine.Config{
 			Store: st, Recorder: e.rec, Bus: e.bus, Workflows: wfs, WorkflowRoot: e.wfRoot,
-			Providers: prov,
-			Logger:    log, SecretKey: []byte("0123456789abcdef0123456789abcdef"),
+			Providers: prov, Logger: log, SecretKey: []byte("0123456789abcdef0123456789abcdef"),
 		})
 		if err != nil {
 			t.Fatalf("engine: %v", err)
