@@ -5,11 +5,13 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +24,7 @@ import (
 	"github.com/batonhq/baton/recorder"
 	"github.com/batonhq/baton/server"
 	"github.com/batonhq/baton/store/sqlite"
+	"github.com/batonhq/baton/tool"
 	"github.com/batonhq/baton/web"
 	"github.com/batonhq/baton/workflow"
 )
@@ -62,6 +65,21 @@ func loadWorkflows(t *testing.T) []*workflow.Workflow {
 	return append([]*workflow.Workflow{gen}, own...)
 }
 
+// reportLine is one line of long_report's result; the result has 40.
+const reportLine = "Line %02d of the report on %s: nothing unusual was seen.\n"
+
+// longReport is the slow workflow's Go tool: a result long enough that the
+// page shows only its start until the person asks for all of it.
+func longReport(_ context.Context, _ *baton.CallContext, in struct {
+	Topic string `json:"topic"`
+}) (string, error) {
+	var b strings.Builder
+	for i := 1; i <= 40; i++ {
+		fmt.Fprintf(&b, reportLine, i, in.Topic)
+	}
+	return b.String(), nil
+}
+
 // setup is what the options change: by default dev mode (no key) and no
 // metrics.
 type setup struct {
@@ -96,6 +114,7 @@ func startBackend(t *testing.T, dbPath, addr string, opts ...option) *backend {
 			return scripted.Load(wf.FS, path.Join(wf.Dir, "scripted.json"))
 		},
 		Logger: log, SecretKey: []byte("0123456789abcdef0123456789abcdef"),
+		ToolOptions: []tool.Option{tool.WithFuncs(tool.MustFunc("long_report", "Return a long report about a topic.", longReport))},
 	})
 	if err != nil {
 		_ = st.Close()
