@@ -50,19 +50,23 @@ type backend struct {
 	once    sync.Once
 }
 
-// loadWorkflows loads the example generator (the real one) and this
-// package's test workflows.
+// loadWorkflows loads the examples generator and hello (the real ones) and
+// this package's test workflows.
 func loadWorkflows(t *testing.T) []*workflow.Workflow {
 	t.Helper()
-	gen, err := workflow.Load(os.DirFS("../workflows"), "generator")
-	if err != nil {
-		t.Fatalf("load generator: %v", err)
+	var wfs []*workflow.Workflow
+	for _, name := range []string{"generator", "hello"} {
+		wf, err := workflow.Load(os.DirFS("../workflows"), name)
+		if err != nil {
+			t.Fatalf("load %s: %v", name, err)
+		}
+		wfs = append(wfs, wf)
 	}
 	own, err := workflow.LoadAll(os.DirFS("testdata/workflows"))
 	if err != nil {
 		t.Fatalf("load testdata workflows: %v", err)
 	}
-	return append([]*workflow.Workflow{gen}, own...)
+	return append(wfs, own...)
 }
 
 // reportLine is one line of long_report's result; the result has 40.
