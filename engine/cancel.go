@@ -40,6 +40,7 @@ type cancels struct {
 	runs    map[string]context.CancelCauseFunc // chat → its run's cancel
 	pending map[string]bool                    // chat → a cancel seen, its lane event not handled yet
 	sub     *bus.Subscription
+	closing bool // set by stopWatchingCancels: subscribe no more
 	done    chan struct{}
 }
 
@@ -82,6 +83,11 @@ func (e *Engine) watchCancels() error {
 				return
 			}
 			e.cancels.mu.Lock()
+			if e.cancels.closing {
+				e.cancels.mu.Unlock()
+				next.Close()
+				return
+			}
 			e.cancels.sub = next
 			e.cancels.mu.Unlock()
 			sub = next
@@ -94,6 +100,7 @@ func (e *Engine) watchCancels() error {
 func (e *Engine) stopWatchingCancels() {
 	e.cancels.mu.Lock()
 	sub := e.cancels.sub
+	e.cancels.closing = true
 	e.cancels.mu.Unlock()
 	if sub == nil {
 		return
