@@ -131,6 +131,9 @@ func TestStop_MidStreamThenRetry(t *testing.T) {
 			if !eval[bool](t, b, `!document.querySelector("#stop-button").hidden`) {
 				t.Fatal("no Stop button while the answer streams")
 			}
+			if got := eval[string](t, b, `document.querySelector("#composer-input").placeholder`); got != "The agents are working: press Stop to interrupt them" {
+				t.Errorf("placeholder %q while the answer streams", got)
+			}
 			b.shot(t, "32-streaming-"+v.name)
 			b.do(t, "press Stop", chromedp.Click(chromedp.CSS("#stop-button")))
 			b.waitFor(t, "the stopped run", `!!document.querySelector("#messages .msg.badge.stopped")`)

@@ -340,15 +340,25 @@ function setStatus(status) {
   $("stop-button").hidden = status !== "running";
   if (!view) return;
   view.status = status;
+  const input = $("composer-input");
+  if (status === "running" && input.disabled) input.placeholder = idlePlaceholder();
   const item = document.querySelector(`.chat-item[data-chat-id="${CSS.escape(view.id)}"] .status-pill`);
   if (item && status) paintPill(item, status);
+}
+
+// idlePlaceholder says why the composer is disabled when nothing more
+// precise was said.
+function idlePlaceholder() {
+  if (!view) return "Start a chat or open one to write";
+  if (view.status === "running") return "The agents are working: press Stop to interrupt them";
+  return "The agent has not asked for input yet";
 }
 
 function setInput(enabled, prompt) {
   const input = $("composer-input");
   input.disabled = !enabled;
   $("send-button").disabled = !enabled;
-  input.placeholder = enabled ? prompt || "Type your message" : prompt || "The agent has not asked for input yet";
+  input.placeholder = enabled ? prompt || "Type your message" : prompt || idlePlaceholder();
   if (enabled) input.focus();
 }
 
