@@ -22,12 +22,16 @@ const (
 	ChatWaitingSecret ChatStatus = "waiting_secret"
 	ChatCompleted     ChatStatus = "completed"
 	ChatFailed        ChatStatus = "failed"
+	// ChatCancelled: the person stopped the run (POST …/cancel or the
+	// WebSocket's run.cancel). Like failed, the turn stays open and a
+	// resume or the person's next message goes on from it.
+	ChatCancelled ChatStatus = "cancelled"
 )
 
 // Valid reports whether s is one of the chat statuses.
 func (s ChatStatus) Valid() bool {
 	switch s {
-	case ChatRunning, ChatWaitingInput, ChatWaitingUITool, ChatWaitingSecret, ChatCompleted, ChatFailed:
+	case ChatRunning, ChatWaitingInput, ChatWaitingUITool, ChatWaitingSecret, ChatCompleted, ChatFailed, ChatCancelled:
 		return true
 	}
 	return false

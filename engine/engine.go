@@ -199,6 +199,8 @@ type Engine struct {
 	synthMu   sync.Mutex
 	synthetic map[string]int64 // synthetic select_speaker events recorded, per workflow
 
+	cancels cancels // runs this instance may cancel (run.cancel)
+
 	active atomic.Int64 // runs in progress
 	turns  atomic.Int64 // turns started since New
 
@@ -283,6 +285,16 @@ func New(cfg Config) (*Engine, error) {
 	if prio == 0 {
 		prio = 100
 	}
+	// run.cancel is applied as it is published (an observer), and only
+	// consumed on the chat's lane (cancel.go).
+	if err := e.bus.RegisterRule(bus.Rule{
+		Name:     "engine-cancel",
+		Types:    []string{TypeRunCancel},
+		Priority: prio,
+		Handler:  e.handleCancel,
+	}); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
 	if err := e.bus.RegisterRule(bus.Rule{
 		Name:     "engine",
 		Types:    []string{TypeRunStart, TypeRunResume, TypeRunWake, baton.TypeUserQuery, baton.TypeUIToolResponse},
@@ -304,6 +316,10 @@ func New(cfg Config) (*Engine, error) {
 		},
 	}); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
+	}
+	// Last: nothing above can fail after the goroutine started.
+	if err := e.watchCancels(); err != nil {
+		return nil, err
 	}
 	return e, nil
 }
@@ -1058,9 +1074,11 @@ func (e *Engine) holderGone(h baton.EffectHolder) bool {
 	return e.instance != "" && h.Instance != ""
 }
 
-// Close stops what the engine started (MCP servers of tool registries). The
+// Close stops what the engine started (MCP servers of tool registries, the
+// run.cancel watcher). The
 // bus and the store belong to the caller.
 func (e *Engine) Close() error {
+	e.stopWatchingCancels()
 	e.wakeMu.Lock()
 	for _, t := range e.wakes {
 		t.Stop()

@@ -131,7 +131,14 @@ func (e *Engine) handle(ctx context.Context, ev baton.Event) (err error) {
 			return r.ignored(ev, err)
 		}
 	}
-	err = r.driveOrStop(ctx)
+	runCtx, done := e.cancellable(ctx, chatID)
+	err = r.driveOrStop(runCtx)
+	done()
+	if err != nil && wasCancelled(ctx, runCtx) {
+		// Stopped by the person: the model call or tool in progress was
+		// abandoned, nothing of it recorded; the end is recorded instead.
+		return e.recordCancelled(ctx, r)
+	}
 	clean = err == nil
 	return err
 }

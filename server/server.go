@@ -247,6 +247,8 @@ func New(cfg Config) (*Server, error) {
 		{"GET", "/api/workflows", s.handleWorkflows},
 		{"POST", "/api/chats/{app}/{workflow}/start", s.handleStart},
 		{"POST", "/api/chats/{app}/{chat_id}/resume", s.handleResume},
+		{"POST", "/api/chats/{app}/{chat_id}/cancel", s.handleCancel},
+		{"GET", "/api/me", s.handleMe},
 		{"GET", "/api/chats/{app}", s.handleList},
 		{"GET", "/api/chats/{app}/{chat_id}", s.handleGet},
 		{"DELETE", "/api/chats/{app}/{chat_id}", s.handleDelete},
