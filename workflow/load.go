@@ -386,9 +386,13 @@ func (l *loader) declareVariables() {
 			l.errorf(FileContextVariables, p+".name", "%q is declared twice", d.Name)
 			continue
 		}
-		w.varTypes[d.Name] = TypeBool
-		if d.TriggerType == StructuredOutputField {
+		switch d.TriggerType {
+		case StructuredOutputField:
 			w.varTypes[d.Name] = TypeAny // refined by checkDerived
+		case AgentTextPrefix:
+			w.varTypes[d.Name] = TypeStr
+		default:
+			w.varTypes[d.Name] = TypeBool
 		}
 	}
 }
@@ -987,7 +991,7 @@ func oneLine(err error) string {
 
 func (l *loader) checkDerived() {
 	w := l.w
-	triggers := []string{AgentTextEquals, AgentTextContains, ToolCalled, StructuredOutputField}
+	triggers := []string{AgentTextEquals, AgentTextContains, AgentTextPrefix, ToolCalled, StructuredOutputField}
 	for i, d := range w.DerivedVariables {
 		p := fmt.Sprintf("derived_variables[%d]", i)
 		switch {
@@ -1007,7 +1011,7 @@ func (l *loader) checkDerived() {
 			l.errorf(FileContextVariables, p+".trigger_value", "required")
 			continue
 		}
-		if d.UIHidden && !oneOf(d.TriggerType, AgentTextEquals, AgentTextContains) {
+		if d.UIHidden && !oneOf(d.TriggerType, AgentTextEquals, AgentTextContains, AgentTextPrefix) {
 			l.errorf(FileContextVariables, p+".ui_hidden", "only a text trigger hides the message that fired it")
 		}
 		if a == nil || l.broken[FileTools] && d.TriggerType == ToolCalled || l.broken[FileStructuredOutputs] && d.TriggerType == StructuredOutputField {
