@@ -131,6 +131,20 @@ func (l *loader) errorf(name, p, format string, args ...any) {
 	l.errs = append(l.errs, fe)
 }
 
+// conditionError reports a condition that does not compile at the column
+// of handoffs.json it is about.
+func (l *loader) conditionError(p string, err error) {
+	l.errorf(FileHandoffs, p, "%v", err)
+	fe := l.errs[len(l.errs)-1]
+	fe.Err = err
+	var ce *ConditionError
+	if f := l.files[FileHandoffs]; f != nil && errors.As(err, &ce) && ce.Column > 0 {
+		if line, col, ok := f.stringLineCol(p, ce.Column-1); ok {
+			fe.Line, fe.Col = line, col
+		}
+	}
+}
+
 func (l *loader) fileName(name string) string {
 	if l.w.Dir == "." {
 		return name
@@ -633,7 +647,7 @@ func (l *loader) checkHandoffs() {
 		if strings.TrimSpace(r.Condition) != "" {
 			c, err := CompileCondition(r.Condition, w.varTypes)
 			if err != nil && !l.broken[FileContextVariables] {
-				l.errorf(FileHandoffs, p+".condition", "%v", err)
+				l.conditionError(p+".condition", err)
 			}
 			r.Compiled = c
 		}

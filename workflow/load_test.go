@@ -154,7 +154,8 @@ func TestFieldErrorFormat(t *testing.T) {
 		e    workflow.FieldError
 		want string
 	}{
-		{workflow.FieldError{File: "g/agents.json", Path: "agents.A.sytem_message", Line: 3, Col: 5, Message: "unknown field"}, "g/agents.json: agents.A.sytem_message: unknown field"},
+		{workflow.FieldError{File: "g/agents.json", Path: "agents.A.sytem_message", Line: 3, Col: 5, Message: "unknown field"}, "g/agents.json:3:5: agents.A.sytem_message: unknown field"},
+		{workflow.FieldError{File: "g/agents.json", Path: "agents.A.sytem_message", Message: "unknown field"}, "g/agents.json: agents.A.sytem_message: unknown field"},
 		{workflow.FieldError{File: "g/agents.json", Line: 3, Col: 5, Message: "malformed JSON: x"}, "g/agents.json:3:5: malformed JSON: x"},
 		{workflow.FieldError{File: "g/agents.json", Message: "missing file"}, "g/agents.json: missing file"},
 	} {
@@ -188,7 +189,7 @@ func TestDirectoryAsWorkflowRoot(t *testing.T) {
 		t.Errorf("name = %q", w.Name)
 	}
 	_, err = workflow.Load(os.DirFS("testdata/invalid/wrong_type"), ".")
-	if err == nil || !strings.HasPrefix(err.Error(), "agents.json: ") {
+	if err == nil || !strings.HasPrefix(err.Error(), "agents.json:5:7: ") {
 		t.Errorf("err = %v", err)
 	}
 }

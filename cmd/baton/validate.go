@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/batonhq/baton/workflow"
 	"github.com/batonhq/baton/workflows"
@@ -31,7 +33,7 @@ func runValidate(_ context.Context, args []string, stdout, stderr io.Writer) err
 	failed := false
 	report := func(ws []*workflow.Workflow, err error) error {
 		for _, w := range ws {
-			fmt.Fprintf(stdout, "ok %s (%d agents, %d tools)\n", w.Name, len(w.Agents), len(w.Tools))
+			fmt.Fprintf(stdout, "ok %s (%s, %s)\n", w.Name, plural(len(w.Agents), "agent"), plural(len(w.Tools), "tool"))
 		}
 		if err != nil {
 			var ve workflow.ValidationErrors
@@ -39,7 +41,10 @@ func runValidate(_ context.Context, args []string, stdout, stderr io.Writer) err
 				return err
 			}
 			failed = true
-			fmt.Fprintln(stdout, ve.Error())
+			for _, fe := range ve {
+				fmt.Fprintln(stdout, fe.Error())
+				printCaret(stdout, fe)
+			}
 		}
 		return nil
 	}
@@ -87,4 +92,23 @@ func loadDir(dir string) ([]*workflow.Workflow, error) {
 		return nil, fmt.Errorf("%s: no workflow folders (none holds a %s)", dir, workflow.FileWorkflow)
 	}
 	return ws, err
+}
+
+// printCaret shows a condition under its error with a caret at the column
+// the mistake is at, as compilers do.
+func printCaret(w io.Writer, fe *workflow.FieldError) {
+	var ce *workflow.ConditionError
+	if !errors.As(fe, &ce) || ce.Column <= 0 || strings.ContainsAny(ce.Source, "\n\r") {
+		return
+	}
+	before := ce.Source[:min(ce.Column-1, len(ce.Source))]
+	fmt.Fprintf(w, "    %s\n    %s^\n", ce.Source, strings.Repeat(" ", utf8.RuneCountInString(before)))
+}
+
+// plural is "1 agent", "2 agents".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
