@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -17,6 +18,8 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
 	"github.com/batonhq/baton/engine"
+	"github.com/batonhq/baton/server"
+	"github.com/batonhq/baton/workflow"
 )
 
 func init() {
@@ -47,7 +50,14 @@ func runChat(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fs.Usage()
 		return errUsage
 	}
-	rc.log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	// The runtime's log goes to a file, never to the terminal: a log line
+	// in the middle of the conversation (or of a prompt) garbles both.
+	logFile, err := openChatLog(rc.dataDir)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	rc.log = slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	rt, err := openRuntime(ctx, rc)
 	if err != nil {
 		return err
@@ -74,18 +84,20 @@ func runChat(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return fmt.Errorf("resume %s: %w", resume, err)
 		}
 		c.wf = chat.Workflow
+		c.def = rt.engine.Workflow(c.wf)
 		if err := c.replay(ctx); err != nil {
 			return err
 		}
 		if err := c.prompt(ctx, chat); err != nil {
-			return err
+			return c.end(err)
 		}
 	} else {
 		c.wf = fs.Arg(0)
+		c.def = rt.engine.Workflow(c.wf)
 		if _, err := rt.engine.Start(ctx, scope, c.wf, engine.StartOptions{ChatID: chatID}); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "chat %s of %s (resume with: baton chat --resume %s)\n", chatID, c.wf, chatID)
+		fmt.Fprintf(stdout, "chat %s of %s (resume with: baton chat --resume %s; log: %s)\n", chatID, c.wf, chatID, logFile.Name())
 	}
 	for {
 		select {
@@ -97,10 +109,39 @@ func runChat(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			}
 			done, err := c.show(ctx, ev)
 			if err != nil || done {
-				return err
+				return c.end(err)
 			}
 		}
 	}
+}
+
+// errInputClosed ends a chat whose person closed standard input (Ctrl-D):
+// the chat stays paused in the store, to be resumed.
+var errInputClosed = errors.New("input closed")
+
+// end maps the end of the person's input to a clean exit with a word on how
+// to come back.
+func (c *chatUI) end(err error) error {
+	if errors.Is(err, errInputClosed) {
+		fmt.Fprintf(c.out, "\n(input closed; the chat waits: baton chat --resume %s)\n", c.chatID)
+		return nil
+	}
+	return err
+}
+
+// chatLogName is the file under the data dir `baton chat` logs to.
+const chatLogName = "chat.log"
+
+// openChatLog opens (appending) the log file of `baton chat` under dataDir.
+func openChatLog(dataDir string) (*os.File, error) {
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(dataDir, chatLogName), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("chat log: %w", err)
+	}
+	return f, nil
 }
 
 // chatUI prints a chat's events and answers its requests.
@@ -109,6 +150,7 @@ type chatUI struct {
 	scope     baton.Scope
 	chatID    string
 	wf        string
+	def       *workflow.Workflow // the chat's workflow as loaded here; nil hides every agent's text (as the server's filter does)
 	out       io.Writer
 	in        *bufio.Reader
 	streaming string // the message being streamed
@@ -132,14 +174,17 @@ func (c *chatUI) replay(ctx context.Context) error {
 // asks the person. It reports true when the chat ended.
 func (c *chatUI) show(ctx context.Context, ev baton.Event) (bool, error) {
 	if ev.Type == baton.TypeStreamText {
+		if !server.Visible(c.def, &ev) {
+			return false, nil // an internal agent's text, as the streams withhold it
+		}
 		var p struct {
 			MessageID string `json:"message_id"`
 			Agent     string `json:"agent"`
 			Delta     string `json:"delta"`
 		}
 		_ = json.Unmarshal(ev.Payload, &p)
-		if a := c.rt.engine.Workflow(c.wf).Agent(p.Agent); a != nil && a.AutoToolMode {
-			return false, nil // its JSON is shown as the component, not as text
+		if c.structured(p.Agent) {
+			return false, nil // its JSON is printed as fields once complete
 		}
 		if c.streaming != p.MessageID {
 			c.streaming = p.MessageID
@@ -168,11 +213,29 @@ func (c *chatUI) show(ctx context.Context, ev baton.Event) (bool, error) {
 	return false, nil
 }
 
-// showRecorded prints a recorded event; true means the chat ended.
+// structured reports whether agent answers with a structured output, whose
+// JSON is printed as fields rather than streamed.
+func (c *chatUI) structured(agent string) bool {
+	if c.def == nil {
+		return false
+	}
+	a := c.def.Agent(agent)
+	return a != nil && (a.IsStructuredCapable() || a.AutoToolMode)
+}
+
+// showRecorded prints a recorded event the person may see (the server's
+// envelope filter decides, so an internal agent's text, tool calls and
+// handoffs stay out, as in the web UI); true means the chat ended.
 func (c *chatUI) showRecorded(ev baton.Event) (bool, error) {
 	var p map[string]any
 	_ = json.Unmarshal(ev.Payload, &p)
 	str := func(k string) string { s, _ := p[k].(string); return s }
+	if !server.Visible(c.def, &ev) {
+		if ev.Type == baton.TypeChatText && c.streaming == str("agent_message_id") {
+			c.streaming = ""
+		}
+		return false, nil
+	}
 	switch ev.Type {
 	case baton.TypeChatText:
 		streamed := c.streaming == str("agent_message_id") && c.streaming != ""
@@ -183,12 +246,26 @@ func (c *chatUI) showRecorded(ev baton.Event) (bool, error) {
 			}
 			return false, nil
 		}
-		if streamed {
+		switch {
+		case streamed:
 			fmt.Fprintln(c.out)
-		} else {
+		case c.structured(str("agent")) && isJSONObject(str("content")):
+			fmt.Fprintf(c.out, "\n%s:\n", str("agent"))
+			writeFields(c.out, json.RawMessage(str("content")), "  ")
+		default:
 			fmt.Fprintf(c.out, "\n%s: %s\n", str("agent"), str("content"))
 		}
 	case baton.TypeChatToolCall:
+		if str("interaction_type") == "auto_tool" {
+			// An auto-tool's arguments are the agent's structured output.
+			var call struct {
+				Arguments json.RawMessage `json:"arguments"`
+			}
+			_ = json.Unmarshal(ev.Payload, &call) // the raw arguments keep the model's field order
+			fmt.Fprintf(c.out, "\n%s (%s):\n", str("agent"), str("tool_name"))
+			writeFields(c.out, call.Arguments, "  ")
+			return false, nil
+		}
 		args, _ := json.Marshal(p["arguments"])
 		fmt.Fprintf(c.out, "  → %s %s\n", str("tool_name"), args)
 	case baton.TypeChatToolResponse:
@@ -196,6 +273,10 @@ func (c *chatUI) showRecorded(ev baton.Event) (bool, error) {
 	case baton.TypeChatHandoff:
 		if to := str("to"); to != "" && str("from") != "user" {
 			fmt.Fprintf(c.out, "  (%s hands over to %s)\n", str("from"), to)
+		}
+	case baton.TypeChatNotice:
+		if m := str("message"); m != "" {
+			fmt.Fprintf(c.out, "  … %s\n", m)
 		}
 	case baton.TypeChatError:
 		fmt.Fprintf(c.out, "\n! error: %s\n", str("message"))
@@ -219,7 +300,12 @@ func (c *chatUI) prompt(ctx context.Context, chat baton.Chat) error {
 		}
 		return c.rt.engine.Resume(ctx, c.scope, c.chatID)
 	case baton.ChatWaitingInput:
+		// An empty message is no message: the engine would drop it and the
+		// chat would wait on, so ask again.
 		line, err := c.ask("\nyou: ")
+		for err == nil && line == "" {
+			line, err = c.ask("you: ")
+		}
 		if err != nil {
 			return err
 		}
@@ -282,10 +368,15 @@ func (c *chatUI) secretNames(tool string) []string {
 	return nil
 }
 
+// ask prints prompt and reads a line; errInputClosed when input ended
+// with nothing typed.
 func (c *chatUI) ask(prompt string) (string, error) {
 	fmt.Fprint(c.out, prompt)
 	line, err := c.in.ReadString('\n')
-	if err != nil && (line == "" || !errors.Is(err, io.EOF)) {
+	switch {
+	case errors.Is(err, io.EOF) && line == "":
+		return "", errInputClosed
+	case err != nil && !errors.Is(err, io.EOF):
 		return "", fmt.Errorf("read input: %w", err)
 	}
 	return strings.TrimSpace(line), nil
@@ -313,7 +404,7 @@ func (c *chatUI) printUsage() {
 	}
 	fmt.Fprintf(c.out, "  tokens: %d in, %d out; cost $%.6f\n", total.PromptTokens, total.CompletionTokens, total.Cost)
 	for _, a := range perAgent {
-		fmt.Fprintf(c.out, "    %-24s %6d calls  %8d tokens  $%.6f\n", a.Agent, a.Calls, a.PromptTokens+a.CompletionTokens, a.Cost)
+		fmt.Fprintf(c.out, "    %-24s %9s  %8d tokens  $%.6f\n", a.Agent, plural(int(a.Calls), "call"), a.PromptTokens+a.CompletionTokens, a.Cost)
 	}
 }
 
