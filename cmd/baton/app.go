@@ -77,10 +77,10 @@ func (c *runtimeConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.instanceID, "instance-id", envOr("BATON_INSTANCE_ID", ""), "this instance's name when several share one PostgreSQL store: chats are leased, appends fenced, dead instances' chats taken over (env BATON_INSTANCE_ID)")
 	fs.StringVar(&c.busNamespace, "bus-namespace", envOr("BATON_BUS_NAMESPACE", natsbridge.DefaultNamespace), "with --bus: the first token of every NATS subject and the inputs stream's name, the same on every instance of a deployment (env BATON_BUS_NAMESPACE)")
 	fs.DurationVar(&c.leaseTTL, "lease-ttl", engine.DefaultLeaseTTL, "with --instance-id: how long a chat's lease lasts without renewal")
-	fs.Int64Var(&c.budget.Chat.MaxTokens, "chat-max-tokens", envInt("BATON_CHAT_MAX_TOKENS"), "token budget of a chat whose workflow sets none (0: none)")
-	fs.Float64Var(&c.budget.Chat.MaxCostUSD, "chat-max-cost-usd", envFloat("BATON_CHAT_MAX_COST_USD"), "cost budget in USD of a chat whose workflow sets none (0: none)")
-	fs.Int64Var(&c.budget.App.MaxTokens, "app-max-tokens", envInt("BATON_APP_MAX_TOKENS"), "token budget of each app over all its chats (0: none)")
-	fs.Float64Var(&c.budget.App.MaxCostUSD, "app-max-cost-usd", envFloat("BATON_APP_MAX_COST_USD"), "cost budget in USD of each app over all its chats (0: none)")
+	fs.Int64Var(&c.budget.Chat.MaxTokens, "chat-max-tokens", envInt("BATON_CHAT_MAX_TOKENS"), "token budget of a chat whose workflow sets none (env BATON_CHAT_MAX_TOKENS; 0: none)")
+	fs.Float64Var(&c.budget.Chat.MaxCostUSD, "chat-max-cost-usd", envFloat("BATON_CHAT_MAX_COST_USD"), "cost budget in USD of a chat whose workflow sets none (env BATON_CHAT_MAX_COST_USD; 0: none)")
+	fs.Int64Var(&c.budget.App.MaxTokens, "app-max-tokens", envInt("BATON_APP_MAX_TOKENS"), "token budget of each app over all its chats (env BATON_APP_MAX_TOKENS; 0: none)")
+	fs.Float64Var(&c.budget.App.MaxCostUSD, "app-max-cost-usd", envFloat("BATON_APP_MAX_COST_USD"), "cost budget in USD of each app over all its chats (env BATON_APP_MAX_COST_USD; 0: none)")
 }
 
 // openRuntime opens the store, loads the workflows, and starts the bus and

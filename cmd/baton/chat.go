@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -23,7 +24,41 @@ import (
 )
 
 func init() {
-	register(command{name: "chat", summary: "chat with a workflow in the terminal (runs in-process)", run: runChat})
+	register(command{
+		name:    "chat",
+		summary: "chat with a workflow in the terminal (runs in-process)",
+		usage:   "chat [flags] WORKFLOW\n       baton chat [flags] --resume CHAT_ID",
+		about: "Runs one chat of WORKFLOW in this process, against the store `baton serve` uses, and shows it\n" +
+			"as the web UI does: the agents' streamed text, tool calls, handoffs, structured outputs as fields;\n" +
+			"internal agents' text and hidden messages are not printed. It asks you for messages (an empty line\n" +
+			"asks again), UI tool responses (JSON, \"approve\" or \"cancel\") and secrets (without echo).\n" +
+			"Logs go to <data-dir>/" + chatLogName + ". Ctrl-D leaves the chat waiting, to resume later.",
+		example: "baton chat hello                      # runs to the end with no input\nbaton chat generator\nbaton chat --resume 01a2149e-5f09-7eae-b7e9-6026f28fd384",
+		args:    argWorkflows,
+		flags:   chatFlags,
+	})
+}
+
+// chatFlags defines the flags of `baton chat`.
+func chatFlags(fs *flag.FlagSet) runner {
+	var o chatOptions
+	o.rc.flags(fs)
+	fs.StringVar(&o.app, "app", envOr("BATON_APP", "local"), "the chat's app (tenant) (env BATON_APP)")
+	fs.StringVar(&o.user, "user", envOr("USER", "me"), "the chat's user (env USER)")
+	fs.StringVar(&o.resume, "resume", "", "resume this chat id instead of starting a new chat")
+	return func(ctx context.Context, fs *flag.FlagSet, stdout, stderr io.Writer) error {
+		if fs.NArg() != 1 && o.resume == "" || fs.NArg() > 1 {
+			fs.Usage()
+			return errUsage
+		}
+		return runChat(ctx, o, fs.Arg(0), stdout)
+	}
+}
+
+// chatOptions are the flags of `baton chat`.
+type chatOptions struct {
+	rc                runtimeConfig
+	app, user, resume string
 }
 
 // runChat runs one chat of a workflow in this process, against the same
@@ -31,25 +66,8 @@ func init() {
 // author's quickest loop. It answers the chat's requests from standard
 // input: a message when the chat waits for the person, JSON (or "approve")
 // for a UI tool, and secrets without echo.
-func runChat(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var rc runtimeConfig
-	var app, user, resume string
-	fs := newFlagSet("chat", stderr)
-	rc.flags(fs)
-	fs.StringVar(&app, "app", envOr("BATON_APP", "local"), "the chat's app (tenant)")
-	fs.StringVar(&user, "user", envOr("USER", "me"), "the chat's user")
-	fs.StringVar(&resume, "resume", "", "resume this chat id instead of starting a new chat")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: baton chat [flags] WORKFLOW\n\nFlags:")
-		fs.PrintDefaults()
-	}
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() != 1 && resume == "" {
-		fs.Usage()
-		return errUsage
-	}
+func runChat(ctx context.Context, o chatOptions, workflowName string, stdout io.Writer) error {
+	rc, app, user, resume := o.rc, o.app, o.user, o.resume
 	// The runtime's log goes to a file, never to the terminal: a log line
 	// in the middle of the conversation (or of a prompt) garbles both.
 	logFile, err := openChatLog(rc.dataDir)
@@ -92,7 +110,7 @@ func runChat(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return c.end(err)
 		}
 	} else {
-		c.wf = fs.Arg(0)
+		c.wf = workflowName
 		c.def = rt.engine.Workflow(c.wf)
 		if _, err := rt.engine.Start(ctx, scope, c.wf, engine.StartOptions{ChatID: chatID}); err != nil {
 			return err

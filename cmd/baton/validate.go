@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -15,21 +16,26 @@ import (
 )
 
 func init() {
-	register(command{name: "validate", summary: "check workflow folders and explain every mistake", run: runValidate})
+	register(command{
+		name:    "validate",
+		summary: "check workflow folders and explain every mistake",
+		usage:   "validate [DIR...]",
+		about:   "DIR is a workflow folder (holding workflow.json) or a folder of them; with no DIR, the example\nworkflows built into baton are checked. Prints \"ok NAME (N agents, M tools)\" for each valid workflow\nand every mistake of the others as FILE:LINE:COL: PATH: what is wrong; exits 1 on any mistake.",
+		example: "baton validate ./workflows/generator\nbaton validate ./my-workflows            # every workflow folder in it",
+		args:    argDirs,
+		flags: func(*flag.FlagSet) runner {
+			return func(ctx context.Context, fs *flag.FlagSet, stdout, stderr io.Writer) error {
+				return runValidate(ctx, fs.Args(), stdout, stderr)
+			}
+		},
+	})
 }
 
 // runValidate loads each DIR (a workflow folder, or a folder of workflow
 // folders) or, with no DIR, the embedded examples. It prints
 // "ok NAME (N agents, M tools)" for each valid workflow and every mistake of
 // the others, and fails when there is any mistake.
-func runValidate(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fset := newFlagSet("validate", stderr)
-	fset.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: baton validate [DIR...]\n\nDIR is a workflow folder (holding workflow.json) or a folder of them.\nWith no DIR, the embedded example workflows are checked.")
-	}
-	if err := parseFlags(fset, args); err != nil {
-		return err
-	}
+func runValidate(_ context.Context, dirs []string, stdout, stderr io.Writer) error {
 	failed := false
 	report := func(ws []*workflow.Workflow, err error) error {
 		for _, w := range ws {
@@ -48,12 +54,12 @@ func runValidate(_ context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		return nil
 	}
-	if fset.NArg() == 0 {
+	if len(dirs) == 0 {
 		if err := report(workflow.LoadAll(workflows.FS)); err != nil {
 			return err
 		}
 	}
-	for _, dir := range fset.Args() {
+	for _, dir := range dirs {
 		ws, err := loadDir(dir)
 		if err := report(ws, err); err != nil {
 			return err
