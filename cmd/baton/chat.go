@@ -137,11 +137,15 @@ func runChat(ctx context.Context, o chatOptions, workflowName string, stdout io.
 // the chat stays paused in the store, to be resumed.
 var errInputClosed = errors.New("input closed")
 
-// end maps the end of the person's input to a clean exit with a word on how
-// to come back.
+// end maps the end of the person's input (Ctrl-D) or an interrupt at a
+// prompt (Ctrl-C) to a clean exit with a word on how to come back.
 func (c *chatUI) end(err error) error {
-	if errors.Is(err, errInputClosed) {
+	switch {
+	case errors.Is(err, errInputClosed):
 		fmt.Fprintf(c.out, "\n(input closed; the chat waits: baton chat --resume %s)\n", c.chatID)
+		return nil
+	case errors.Is(err, context.Canceled):
+		fmt.Fprintf(c.out, "\n(interrupted; the chat waits: baton chat --resume %s)\n", c.chatID)
 		return nil
 	}
 	return err
@@ -313,16 +317,16 @@ func (c *chatUI) prompt(ctx context.Context, chat baton.Chat) error {
 		fmt.Fprintln(c.out, "\n✓ this chat is complete")
 		return nil
 	case baton.ChatFailed:
-		if _, err := c.ask("press Enter to retry, or write a message: "); err != nil {
+		if _, err := c.ask(ctx, "press Enter to retry, or write a message: "); err != nil {
 			return err
 		}
 		return c.rt.engine.Resume(ctx, c.scope, c.chatID)
 	case baton.ChatWaitingInput:
 		// An empty message is no message: the engine would drop it and the
 		// chat would wait on, so ask again.
-		line, err := c.ask("\nyou: ")
+		line, err := c.ask(ctx, "\nyou: ")
 		for err == nil && line == "" {
-			line, err = c.ask("you: ")
+			line, err = c.ask(ctx, "you: ")
 		}
 		if err != nil {
 			return err
@@ -340,7 +344,7 @@ func (c *chatUI) prompt(ctx context.Context, chat baton.Chat) error {
 			form := make(map[string]string, len(names))
 			for _, name := range names {
 				for form[name] == "" { // an empty secret would hide the server's variable of that name
-					value, err := c.askSecret(name + ": ")
+					value, err := c.askSecret(ctx, name+": ")
 					if err != nil {
 						return err
 					}
@@ -350,7 +354,7 @@ func (c *chatUI) prompt(ctx context.Context, chat baton.Chat) error {
 			data, _ := json.Marshal(form)
 			return c.rt.engine.RespondUI(ctx, c.scope, c.chatID, p.UIEventID, "success", data)
 		case baton.PendingUITool:
-			line, err := c.ask(fmt.Sprintf("\n%s waits for you: type JSON for its data, \"approve\" or \"cancel\": ", p.ToolName))
+			line, err := c.ask(ctx, fmt.Sprintf("\n%s waits for you: type JSON for its data, \"approve\" or \"cancel\": ", p.ToolName))
 			if err != nil {
 				return err
 			}
@@ -387,11 +391,13 @@ func (c *chatUI) secretNames(tool string) []string {
 }
 
 // ask prints prompt and reads a line; errInputClosed when input ended
-// with nothing typed.
-func (c *chatUI) ask(prompt string) (string, error) {
+// with nothing typed, the context's error when it ends first (Ctrl-C).
+func (c *chatUI) ask(ctx context.Context, prompt string) (string, error) {
 	fmt.Fprint(c.out, prompt)
-	line, err := c.in.ReadString('\n')
+	line, err := interruptible(ctx, func() (string, error) { return c.in.ReadString('\n') })
 	switch {
+	case ctx.Err() != nil:
+		return "", ctx.Err()
 	case errors.Is(err, io.EOF) && line == "":
 		return "", errInputClosed
 	case err != nil && !errors.Is(err, io.EOF):
@@ -401,18 +407,54 @@ func (c *chatUI) ask(prompt string) (string, error) {
 }
 
 // askSecret reads a line without echo when standard input is a terminal.
-func (c *chatUI) askSecret(prompt string) (string, error) {
+func (c *chatUI) askSecret(ctx context.Context, prompt string) (string, error) {
 	fd := int(os.Stdin.Fd())
 	if !term.IsTerminal(fd) {
-		return c.ask(prompt)
+		return c.ask(ctx, prompt)
 	}
-	fmt.Fprint(c.out, prompt)
-	b, err := term.ReadPassword(fd)
-	fmt.Fprintln(c.out)
+	// ReadPassword turns echo off and back on when it returns; if Ctrl-C
+	// ends the chat first, the terminal is given its echo back here.
+	state, err := term.GetState(fd)
 	if err != nil {
 		return "", fmt.Errorf("read secret: %w", err)
 	}
-	return strings.TrimSpace(string(b)), nil
+	fmt.Fprint(c.out, prompt)
+	line, err := interruptible(ctx, func() (string, error) {
+		b, err := term.ReadPassword(fd)
+		return string(b), err
+	})
+	fmt.Fprintln(c.out)
+	if ctx.Err() != nil {
+		_ = term.Restore(fd, state)
+		return "", ctx.Err()
+	}
+	if err != nil {
+		return "", fmt.Errorf("read secret: %w", err)
+	}
+	return strings.TrimSpace(line), nil
+}
+
+// interruptible runs a blocking read of standard input and returns what it
+// read, or returns when ctx ends first (Ctrl-C at a prompt). A read cannot
+// be cancelled: the goroutine ends with it — at the next line, at the end
+// of input, or with the process, which ends once the chat stops. Only one
+// read is ever pending, since the chat stops when ctx ends.
+func interruptible(ctx context.Context, read func() (string, error)) (string, error) {
+	type result struct {
+		line string
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		line, err := read()
+		done <- result{line, err}
+	}()
+	select {
+	case r := <-done:
+		return r.line, r.err
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
 }
 
 func (c *chatUI) printUsage() {

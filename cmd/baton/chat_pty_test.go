@@ -198,3 +198,27 @@ func TestChat_Terminal(t *testing.T) {
 		}
 	}
 }
+
+// TestChat_TerminalInterruptAndEndOfInput: Ctrl-C at a prompt ends `baton
+// chat` at once (the read no longer holds it until Enter) and Ctrl-D too,
+// each with exit 0, the chat left waiting, and a word on how to resume it.
+func TestChat_TerminalInterruptAndEndOfInput(t *testing.T) {
+	for _, key := range []struct{ name, keys, says string }{
+		{"ctrl-c", "\x03", "(interrupted; the chat waits: baton chat --resume "},
+		{"ctrl-d", "\x04", "(input closed; the chat waits: baton chat --resume "},
+	} {
+		t.Run(key.name, func(t *testing.T) {
+			term := startTerminal(t, "chat", "--data-dir", t.TempDir(), "generator")
+			term.waitFor("you: ", 1)
+			if _, err := io.WriteString(term.master, key.keys); err != nil {
+				t.Fatal(err)
+			}
+			if code := term.wait(); code != 0 {
+				t.Fatalf("exit %d:\n%s", code, term.output())
+			}
+			if out := term.output(); !strings.Contains(out, key.says) {
+				t.Errorf("the terminal lacks %q:\n%s", key.says, out)
+			}
+		})
+	}
+}
