@@ -167,7 +167,7 @@ func (tr *translation) exprError(src string, err error) *ConditionError {
 	if errors.As(err, &fe) {
 		ce.Message = fe.Message
 		if fe.Line <= 1 && fe.From >= 0 {
-			ce.Column = tr.column(fe.From)
+			ce.Column = tr.column(tr.byteOffset(fe.From))
 		}
 	} else {
 		ce.Message = runtimeMessage(err)
@@ -346,6 +346,19 @@ type translation struct {
 	varCols map[string]int // the 1-based column of each variable's first use
 	from    []int          // from[i] is the source offset byte i of expr comes from
 	end     int            // len of the source
+}
+
+// byteOffset converts expr-lang's position (in runes) to a byte offset of
+// the translated expression.
+func (tr *translation) byteOffset(runes int) int {
+	n := 0
+	for i := range tr.expr {
+		if n == runes {
+			return i
+		}
+		n++
+	}
+	return len(tr.expr) + runes - n
 }
 
 // column maps an offset of the translated expression to a 1-based column
