@@ -121,11 +121,16 @@ complete -F _baton baton
 `)
 }
 
-// zshQuote makes s safe inside a single-quoted _arguments spec's
-// description: no quotes, brackets or colons.
+// zshQuote makes s (its first line) safe inside a single-quoted zsh word.
 func zshQuote(s string) string {
 	s, _, _ = strings.Cut(s, "\n")
-	return strings.NewReplacer("'", "", "[", "(", "]", ")", ":", " -", "\\", "").Replace(s)
+	return strings.ReplaceAll(s, "'", `'\''`)
+}
+
+// zshSpec makes s safe as the description of an _arguments spec, which
+// ends at an unescaped "]" and where ":" separates fields.
+func zshSpec(s string) string {
+	return strings.NewReplacer(`\`, `\\`, ":", `\:`, "[", `\[`, "]", `\]`).Replace(zshQuote(s))
 }
 
 func writeZshCompletion(w io.Writer) {
@@ -138,9 +143,9 @@ func writeZshCompletion(w io.Writer) {
 		fmt.Fprintf(w, "        %s)\n            _arguments \\\n", c.name)
 		for _, f := range commandFlags(c) {
 			if f.bool {
-				fmt.Fprintf(w, "                '--%s[%s]' \\\n", f.name, zshQuote(f.usage))
+				fmt.Fprintf(w, "                '--%s[%s]' \\\n", f.name, zshSpec(f.usage))
 			} else {
-				fmt.Fprintf(w, "                '--%s=[%s]:value:' \\\n", f.name, zshQuote(f.usage))
+				fmt.Fprintf(w, "                '--%s=[%s]:value:' \\\n", f.name, zshSpec(f.usage))
 			}
 		}
 		switch c.args {
