@@ -76,6 +76,10 @@ func runChat(ctx context.Context, o chatOptions, workflowName string, stdout io.
 	}
 	defer logFile.Close()
 	rc.log = slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	// A part given no logger of its own logs to the default one: the file too.
+	defaultLog := slog.Default()
+	slog.SetDefault(rc.log)
+	defer slog.SetDefault(defaultLog)
 	rt, err := openRuntime(ctx, rc)
 	if err != nil {
 		return err
@@ -412,10 +416,14 @@ func (c *chatUI) askSecret(ctx context.Context, prompt string) (string, error) {
 	if !term.IsTerminal(fd) {
 		return c.ask(ctx, prompt)
 	}
-	// ReadPassword turns echo off and back on when it returns; if Ctrl-C
-	// ends the chat first, the terminal is given its echo back here.
+	// Echo goes off before the prompt shows (a line typed ahead is not
+	// shown) and comes back after the read, or when Ctrl-C ends the chat
+	// first.
 	state, err := term.GetState(fd)
 	if err != nil {
+		return "", fmt.Errorf("read secret: %w", err)
+	}
+	if err := echoOff(fd); err != nil {
 		return "", fmt.Errorf("read secret: %w", err)
 	}
 	fmt.Fprint(c.out, prompt)
@@ -424,8 +432,10 @@ func (c *chatUI) askSecret(ctx context.Context, prompt string) (string, error) {
 		return string(b), err
 	})
 	fmt.Fprintln(c.out)
+	// ReadPassword restores the echo-off state it found; give the terminal
+	// its own back.
+	_ = term.Restore(fd, state)
 	if ctx.Err() != nil {
-		_ = term.Restore(fd, state)
 		return "", ctx.Err()
 	}
 	if err != nil {
