@@ -6,12 +6,17 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"iter"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/engine"
+	"github.com/batonhq/baton/workflow"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -104,5 +109,73 @@ func TestGenerator_Golden(t *testing.T) {
 		if bytes.Contains(raw, []byte(testSecret)) {
 			t.Fatalf("event %d carries the secret: %s", ev.Sequence, raw)
 		}
+	}
+}
+
+// systemPrompts records the system message of every model call per agent.
+type systemPrompts struct {
+	mu      sync.Mutex
+	prompts map[string][]string
+}
+
+func (s *systemPrompts) wrap(next engine.ProviderFunc) engine.ProviderFunc {
+	return func(wf *workflow.Workflow) (baton.Provider, error) {
+		p, err := next(wf)
+		if err != nil {
+			return nil, err
+		}
+		return recordingProvider{next: p, rec: s}, nil
+	}
+}
+
+func (s *systemPrompts) of(agent string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.prompts[agent])
+}
+
+type recordingProvider struct {
+	next baton.Provider
+	rec  *systemPrompts
+}
+
+func (p recordingProvider) Stream(ctx context.Context, req *baton.Request) iter.Seq2[baton.Delta, error] {
+	p.rec.mu.Lock()
+	for _, m := range req.Messages {
+		if m.Role == baton.RoleSystem {
+			p.rec.prompts[req.Agent] = append(p.rec.prompts[req.Agent], m.Content)
+			break
+		}
+	}
+	p.rec.mu.Unlock()
+	return p.next.Stream(ctx, req)
+}
+
+// TestGenerator_ConceptOverviewReachesThePlanner: ContextVariablesAgent's
+// "CONCEPT_OVERVIEW: …" line sets concept_overview (an agent_text_prefix
+// derived variable), so ActionPlanAgent's system prompt says what the
+// person wants instead of an empty ${concept_overview}.
+func TestGenerator_ConceptOverviewReachesThePlanner(t *testing.T) {
+	rec := &systemPrompts{prompts: map[string][]string{}}
+	h := newHarness(t, withProvider(rec.wrap(scriptedProviders)))
+	h, id := driveGenerator(t, h, nil)
+	const overview = "a weekly newsletter drafted from the team's notes and sent to subscribers."
+	prompts := rec.of("ActionPlanAgent")
+	if len(prompts) == 0 {
+		t.Fatal("ActionPlanAgent was never called")
+	}
+	if want := "The person wants: " + overview + "\n"; !strings.Contains(prompts[0], want) {
+		t.Errorf("ActionPlanAgent's system prompt lacks %q:\n%s", want, prompts[0])
+	}
+	c, err := h.store.GetChat(context.Background(), testScope, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vars map[string]any
+	if err := json.Unmarshal(c.Context, &vars); err != nil {
+		t.Fatal(err)
+	}
+	if got := vars["concept_overview"]; got != overview {
+		t.Errorf("context concept_overview = %#v, want %q", got, overview)
 	}
 }

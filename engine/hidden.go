@@ -20,7 +20,7 @@ import (
 //     trigger; they go out merged into one delta as soon as it cannot, or at
 //     the end if the text is not hidden after all;
 //   - what is known to be hidden only at the end (an agent_text_contains
-//     trigger) has streamed by then: its chat.text names the streamed
+//     or agent_text_prefix trigger) has streamed by then: its chat.text names the streamed
 //     message in retract_message_id, and clients drop that bubble.
 
 // textGate decides which of a model call's text deltas are broadcast.

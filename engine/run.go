@@ -1381,11 +1381,18 @@ func (r *run) textDerived(agent, text string) (hidden bool, patch map[string]jso
 			continue
 		}
 		hidden = hidden || d.UIHidden
-		if string(r.st.vars[d.Name]) != "true" {
+		value := json.RawMessage("true")
+		if d.TriggerType == workflow.AgentTextPrefix {
+			// The variable holds the captured text, and follows the agent's
+			// latest line: a later summary replaces an earlier one.
+			captured, _ := d.Captured(text)
+			value, _ = json.Marshal(captured)
+		}
+		if string(r.st.vars[d.Name]) != string(value) {
 			if patch == nil {
 				patch = map[string]json.RawMessage{}
 			}
-			patch[d.Name] = json.RawMessage("true")
+			patch[d.Name] = value
 			trigger = d.TriggerType
 		}
 	}

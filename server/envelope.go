@@ -84,6 +84,23 @@ func visible(wf *workflow.Workflow, ev *baton.Event, v *eventView) bool {
 	return isVisual(agent)
 }
 
+// Visible reports whether a client of a chat of wf sees ev at all: the
+// envelope filter's decision without the envelope, for clients that run in
+// the process (`baton chat`), so that they hide what the streams hide. It
+// leaves ui_hidden and tool_only texts to the client, as the web UI does.
+func Visible(wf *workflow.Workflow, ev *baton.Event) bool {
+	var v eventView
+	switch {
+	case baton.IsStreamType(ev.Type):
+		v.Agent = ev.Metadata.TriggerAgentName
+	case baton.IsChatType(ev.Type):
+		v = viewOf(ev.Payload)
+	default:
+		return false
+	}
+	return visible(wf, ev, &v)
+}
+
 // frame is one event as a client of a chat receives it: its sequence (0 for
 // transient stream.* events) and its encoded envelope, nil when the filter
 // hides it. Frames are shared by every client of the chat and never changed

@@ -63,6 +63,9 @@ func TestEnvelopeFilter(t *testing.T) {
 		if baton.IsChatType(tc.typ) {
 			ev.Sequence = 7
 		}
+		if got := Visible(gen, &ev); got != tc.shown {
+			t.Errorf("%s: Visible = %v, want %v", tc.name, got, tc.shown)
+		}
 		f := encodeFrame(gen, &ev)
 		if (f.data != nil) != tc.shown {
 			t.Errorf("%s: shown = %v, want %v", tc.name, f.data != nil, tc.shown)

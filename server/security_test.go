@@ -28,7 +28,7 @@ func TestStartContextOnlyClientSettable(t *testing.T) {
 		{`{"context":{"interview_complete":true,"api_keys_collected":true}}`, "context.api_keys_collected"},
 		{`{"context":{"interview_complete":true}}`, "context.interview_complete"},
 		{`{"context":{"plan_name":"x"}}`, "context.plan_name"},
-		{`{"context":{"concept_overview":5}}`, "context.concept_overview"},
+		{`{"context":{"audience":5}}`, "context.audience"},
 		{`{"context":{"__secrets":{"OPENAI_API_KEY":"x"}}}`, "context.__secrets"},
 	} {
 		r := e.do(t, "POST", "/api/chats/acme/generator/start", key, c.body)
@@ -44,13 +44,13 @@ func TestStartContextOnlyClientSettable(t *testing.T) {
 		t.Fatalf("refused starts created %d chats", len(chats))
 	}
 	// The one client-settable variable, with its type, is taken.
-	id := e.start(t, "generator", map[string]any{"context": map[string]any{"concept_overview": "triage my inbox"}})
+	id := e.start(t, "generator", map[string]any{"context": map[string]any{"audience": "triage my inbox"}})
 	c := e.waitStatus(t, id, baton.ChatWaitingInput)
 	var vars map[string]any
 	if err := json.Unmarshal(c.Context, &vars); err != nil {
 		t.Fatal(err)
 	}
-	if vars["concept_overview"] != "triage my inbox" || vars["interview_complete"] != false {
+	if vars["audience"] != "triage my inbox" || vars["interview_complete"] != false {
 		t.Fatalf("context after start: %v", vars)
 	}
 }

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/expr-lang/expr"
+	exprfile "github.com/expr-lang/expr/file"
 	"github.com/expr-lang/expr/vm"
 )
 
@@ -43,17 +45,20 @@ var exprReserved = map[string]bool{
 // may name to its type (TypeBool, TypeInt, TypeFloat, TypeStr, TypeList,
 // TypeDict or TypeAny); a variable not in types, a type mismatch the
 // expression makes certain, or a result that cannot be a bool is an error.
+// Its errors are *ConditionError: what is wrong in the workflow's terms
+// (variables as ${name}, types as the workflow's type names), and the
+// column of src it is at when one is known.
 func CompileCondition(src string, types map[string]string) (*Condition, error) {
 	if strings.TrimSpace(src) == "" {
-		return nil, errors.New("empty condition")
+		return nil, &ConditionError{Source: src, Message: "empty condition"}
 	}
-	translated, vars, err := translate(src, types)
+	tr, err := translate(src, types)
 	if err != nil {
 		return nil, err
 	}
-	for _, v := range vars {
+	for _, v := range tr.vars {
 		if _, ok := types[v]; !ok {
-			return nil, fmt.Errorf("unknown variable ${%s}", v)
+			return nil, &ConditionError{Source: src, Column: tr.varCols[v], Message: fmt.Sprintf("unknown variable ${%s}", v)}
 		}
 	}
 	// Type-check against sample values of the declared types, so that a
@@ -62,16 +67,37 @@ func CompileCondition(src string, types map[string]string) (*Condition, error) {
 	for name, t := range types {
 		typed[mangle(name)] = sampleValue(t)
 	}
-	if _, err := expr.Compile(translated, expr.Env(typed), expr.AsBool()); err != nil {
-		return nil, exprError(err)
+	if _, err := expr.Compile(tr.expr, expr.Env(typed), expr.AsBool()); err != nil {
+		return nil, tr.exprError(src, err)
 	}
 	// The program that runs is untyped: context variables arrive as JSON
 	// values (float64 for every number), and a missing one is nil.
-	prog, err := expr.Compile(translated, expr.Env(map[string]any{}), expr.AllowUndefinedVariables(), expr.AsBool())
+	prog, err := expr.Compile(tr.expr, expr.Env(map[string]any{}), expr.AllowUndefinedVariables(), expr.AsBool())
 	if err != nil {
-		return nil, exprError(err)
+		return nil, tr.exprError(src, err)
 	}
-	return &Condition{Source: src, Expr: translated, Vars: vars, program: prog}, nil
+	return &Condition{Source: src, Expr: tr.expr, Vars: tr.vars, program: prog}, nil
+}
+
+// ConditionError is a condition that does not compile: what is wrong, in
+// the workflow's terms, and where.
+type ConditionError struct {
+	// Source is the condition as written.
+	Source string
+	// Column is the 1-based byte column of Source the mistake is at, 0 when
+	// it is about the whole condition (say, a result that is not a bool).
+	Column int
+	// Message says what is wrong.
+	Message string
+}
+
+// Error returns the message, with "at column N: " before it when the
+// column is known.
+func (e *ConditionError) Error() string {
+	if e.Column > 0 {
+		return fmt.Sprintf("at column %d: %s", e.Column, e.Message)
+	}
+	return e.Message
 }
 
 // mangle is the name a context variable has inside an expression, so that
@@ -87,7 +113,7 @@ func (c *Condition) Eval(vars map[string]any) (bool, error) {
 	}
 	out, err := expr.Run(c.program, env)
 	if err != nil {
-		return false, fmt.Errorf("condition %q: %w", c.Source, exprError(err))
+		return false, fmt.Errorf("condition %q: %s", c.Source, runtimeMessage(err))
 	}
 	b, ok := out.(bool)
 	if !ok {
@@ -117,34 +143,112 @@ func sampleValue(t string) any {
 	return nil
 }
 
-// exprError keeps the first line of an expr-lang error (the rest is a
-// picture of the source) and turns its wording into the workflow's.
-func exprError(err error) error {
+var (
+	unexpectedRe = regexp.MustCompile(`^unexpected token (\w+)\((.*)\)$`)
+	mismatchRe   = regexp.MustCompile(`^invalid operation: (\S+) \(mismatched types (.+) and (.+)\)$`)
+	mangledRe    = regexp.MustCompile(`__v_([A-Za-z_][A-Za-z0-9_]*)`)
+)
+
+// runtimeMessage is the first line of an expr-lang run-time error (the
+// rest is a picture of the translated source), with variables named as
+// the author wrote them.
+func runtimeMessage(err error) string {
 	msg, _, _ := strings.Cut(err.Error(), "\n")
-	// The position refers to the translated expression, not to what the
-	// author wrote; leave it out.
 	msg = positionRe.ReplaceAllString(msg, "")
+	return mangledRe.ReplaceAllString(msg, "$${$1}")
+}
+
+// exprError turns an expr-lang compile error into a ConditionError: its
+// wording into the workflow's, and its position (a byte offset of the
+// translated expression) into a column of src.
+func (tr *translation) exprError(src string, err error) *ConditionError {
+	ce := &ConditionError{Source: src}
+	var fe *exprfile.Error
+	if errors.As(err, &fe) {
+		ce.Message = fe.Message
+		if fe.Line <= 1 && fe.From >= 0 {
+			ce.Column = tr.column(tr.byteOffset(fe.From))
+		}
+	} else {
+		ce.Message = runtimeMessage(err)
+	}
+	msg := ce.Message
 	switch {
 	case strings.HasPrefix(msg, "unknown name "):
 		name, _, _ := strings.Cut(strings.TrimPrefix(msg, "unknown name "), " ")
-		return fmt.Errorf("unknown variable %s", name)
+		ce.Message = "unknown variable " + name
 	case strings.HasPrefix(msg, "expected bool, but got "):
-		return fmt.Errorf("must be a bool expression, but it is %s", strings.TrimPrefix(msg, "expected bool, but got "))
+		// About the whole condition: no column.
+		ce.Column = 0
+		ce.Message = "must be a bool expression, but it is " + typeName(strings.TrimPrefix(msg, "expected bool, but got "))
+	case msg == "unexpected token EOF":
+		ce.Column = tr.end + 1 // expr-lang points at the last token; the mistake is after it
+		ce.Message = "the condition ends too early: a value, an operand or a closing bracket is missing"
+	case msg == "literal not terminated":
+		ce.Message = "string not terminated"
+	default:
+		if m := unexpectedRe.FindStringSubmatch(msg); m != nil {
+			tok, _ := strconv.Unquote(m[2])
+			if tok == "" {
+				tok = m[2]
+			}
+			tok = mangledRe.ReplaceAllString(tok, "$${$1}")
+			switch {
+			case tok == "=":
+				ce.Message = `"=" is not a comparison: write "==" to compare (conditions assign nothing)`
+			case m[1] == "Identifier" || m[1] == "Number" || m[1] == "String":
+				ce.Message = fmt.Sprintf("unexpected %s: an operator (==, and, or …) is missing before it", tok)
+			default:
+				ce.Message = fmt.Sprintf("unexpected %q", tok)
+			}
+		} else if m := mismatchRe.FindStringSubmatch(msg); m != nil {
+			ce.Message = fmt.Sprintf("%q cannot be used between %s and %s", m[1], typeName(m[2]), typeName(m[3]))
+		} else {
+			ce.Message = mangledRe.ReplaceAllString(msg, "$${$1}")
+		}
 	}
-	return errors.New(msg)
+	return ce
+}
+
+// typeName names an expr-lang (Go) type as the workflow's types do.
+func typeName(t string) string {
+	switch t {
+	case "string":
+		return TypeStr
+	case "float64":
+		return TypeFloat
+	case "int", "int64":
+		return TypeInt
+	case "[]interface {}", "[]any":
+		return TypeList
+	case "map[string]interface {}", "map[string]any":
+		return TypeDict
+	case "interface {}", "any", "<nil>":
+		return "None"
+	}
+	return t
 }
 
 // translate rewrites the seeds' syntax to expr-lang: ${x} and a bare
 // declared variable x → its mangled name, True → true, False → false, None
 // → nil, "is not" → !=, "is" → ==. String literals, member names after a
 // dot and function names are copied unchanged. It returns the variables
-// named, in order of first use.
-func translate(src string, declared map[string]string) (string, []string, error) {
+// named, in order of first use, and where each byte of the translation
+// comes from.
+func translate(src string, declared map[string]string) (*translation, error) {
 	var b strings.Builder
-	var vars []string
-	add := func(v string) {
-		if !slices.Contains(vars, v) {
-			vars = append(vars, v)
+	tr := &translation{varCols: map[string]int{}}
+	// write appends s, translated from the source bytes starting at from.
+	write := func(s string, from int) {
+		for range len(s) {
+			tr.from = append(tr.from, from)
+		}
+		b.WriteString(s)
+	}
+	add := func(v string, at int) {
+		if !slices.Contains(tr.vars, v) {
+			tr.vars = append(tr.vars, v)
+			tr.varCols[v] = at + 1
 		}
 	}
 	prevNonSpace := func() byte {
@@ -168,21 +272,21 @@ func translate(src string, declared map[string]string) (string, []string, error)
 				j++
 			}
 			if j >= len(src) {
-				return "", nil, fmt.Errorf("unterminated string starting at column %d", i+1)
+				return nil, &ConditionError{Source: src, Column: i + 1, Message: "string not terminated"}
 			}
-			b.WriteString(src[i : j+1])
+			write(src[i:j+1], i)
 			i = j + 1
 		case c == '$' && i+1 < len(src) && src[i+1] == '{':
 			end := strings.IndexByte(src[i:], '}')
 			if end < 0 {
-				return "", nil, fmt.Errorf("unterminated ${ at column %d", i+1)
+				return nil, &ConditionError{Source: src, Column: i + 1, Message: "${ without its closing }"}
 			}
 			name := strings.TrimSpace(src[i+2 : i+end])
 			if !identRe.MatchString(name) {
-				return "", nil, fmt.Errorf("${%s} at column %d is not a variable name", name, i+1)
+				return nil, &ConditionError{Source: src, Column: i + 1, Message: fmt.Sprintf("${%s} is not a variable name", name)}
 			}
-			add(name)
-			b.WriteString(mangle(name))
+			add(name, i)
+			write(mangle(name), i)
 			i += end + 1
 		case c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z':
 			j := i
@@ -195,26 +299,26 @@ func translate(src string, declared map[string]string) (string, []string, error)
 			_, isVar := declared[word]
 			switch {
 			case member || call:
-				b.WriteString(word)
+				write(word, i)
 			case isVar:
-				add(word)
-				b.WriteString(mangle(word))
+				add(word, i)
+				write(mangle(word), i)
 			case word == "True":
-				b.WriteString("true")
+				write("true", i)
 			case word == "False":
-				b.WriteString("false")
+				write("false", i)
 			case word == "None":
-				b.WriteString("nil")
+				write("nil", i)
 			case word == "is":
 				rest := strings.TrimLeft(src[j:], " \t")
 				if strings.HasPrefix(rest, "not") && (len(rest) == 3 || !isIdentByte(rest[3])) {
-					b.WriteString("!=")
+					write("!=", i)
 					j = len(src) - len(rest) + 3
 				} else {
-					b.WriteString("==")
+					write("==", i)
 				}
 			default:
-				b.WriteString(word)
+				write(word, i)
 			}
 			i = j
 		case c >= '0' && c <= '9':
@@ -223,14 +327,47 @@ func translate(src string, declared map[string]string) (string, []string, error)
 			for j < len(src) && (isIdentByte(src[j]) || src[j] == '.') {
 				j++
 			}
-			b.WriteString(src[i:j])
+			write(src[i:j], i)
 			i = j
 		default:
-			b.WriteByte(c)
+			write(src[i:i+1], i)
 			i++
 		}
 	}
-	return b.String(), vars, nil
+	tr.expr = b.String()
+	tr.end = len(src)
+	return tr, nil
+}
+
+// translation is a condition rewritten to expr-lang.
+type translation struct {
+	expr    string
+	vars    []string       // the variables named, in order of first use
+	varCols map[string]int // the 1-based column of each variable's first use
+	from    []int          // from[i] is the source offset byte i of expr comes from
+	end     int            // len of the source
+}
+
+// byteOffset converts expr-lang's position (in runes) to a byte offset of
+// the translated expression.
+func (tr *translation) byteOffset(runes int) int {
+	n := 0
+	for i := range tr.expr {
+		if n == runes {
+			return i
+		}
+		n++
+	}
+	return len(tr.expr) + runes - n
+}
+
+// column maps an offset of the translated expression to a 1-based column
+// of the source; past the end it is the column after the source's last byte.
+func (tr *translation) column(off int) int {
+	if off >= 0 && off < len(tr.from) {
+		return tr.from[off] + 1
+	}
+	return tr.end + 1
 }
 
 func isIdentByte(c byte) bool {

@@ -72,20 +72,27 @@ func TestConditionMissingVariableIsNone(t *testing.T) {
 }
 
 func TestConditionErrors(t *testing.T) {
+	// Each says what is wrong in the workflow's terms (${name}, str, no
+	// expr-lang token names) and, when it is at one place, its column.
 	for _, c := range []struct{ src, want string }{
 		{"", "empty condition"},
-		{"${missing} == True", "unknown variable ${missing}"},
-		{"missing == True", "unknown variable missing"},
+		{"${missing} == True", "at column 1: unknown variable ${missing}"},
+		{"${done} and missing == True", "at column 13: unknown variable missing"},
 		{"${count}", "must be a bool expression, but it is int"},
-		{"${name}", "must be a bool expression, but it is string"},
+		{"${name}", "must be a bool expression, but it is str"},
 		{"${count} + 1", "must be a bool expression, but it is int"},
-		{"${name} + 1 == 2", "invalid operation: + (mismatched types string and int)"},
-		{"${done} == (True", "unexpected token EOF"},
-		{"${done == True", "unterminated ${ at column 1"},
-		{"${done ok} == True", "${done ok} at column 1 is not a variable name"},
-		{"${na-me}", "${na-me} at column 1 is not a variable name"},
-		{"${done} == 'open", "unterminated string starting at column 12"},
-		{"${x", "unterminated ${ at column 1"},
+		{"${name} + 1 == 2", `at column 9: "+" cannot be used between str and int`},
+		{"${done} = True", `at column 9: "=" is not a comparison: write "==" to compare (conditions assign nothing)`},
+		{"${done} == True)", `at column 16: unexpected ")"`},
+		{"${name} == 'é' = True", `at column 17: "=" is not a comparison: write "==" to compare (conditions assign nothing)`}, // a byte column, whatever expr-lang counts
+		{"${done} ${count}", "at column 9: unexpected ${count}: an operator (==, and, or …) is missing before it"},
+		{"${done} and and True", `at column 13: unexpected "and"`},
+		{"${done} == (True", "at column 17: the condition ends too early: a value, an operand or a closing bracket is missing"},
+		{"${done == True", "at column 1: ${ without its closing }"},
+		{"${done ok} == True", "at column 1: ${done ok} is not a variable name"},
+		{"${na-me}", "at column 1: ${na-me} is not a variable name"},
+		{"${done} == 'open", "at column 12: string not terminated"},
+		{"${x", "at column 1: ${ without its closing }"},
 	} {
 		_, err := workflow.CompileCondition(c.src, condTypes)
 		if err == nil {

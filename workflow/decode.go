@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/batonhq/baton"
 )
@@ -228,6 +229,54 @@ func (f *file) lineCol(path string) (int, int) {
 		path = strings.TrimPrefix(path[end:], ".")
 	}
 	return baton.LineCol(f.data, off)
+}
+
+// stringLineCol returns the position of byte idx (0-based) of the string
+// value at path, counting its escapes as the bytes they stand for. ok is
+// false when path is not a string value.
+func (f *file) stringLineCol(path string, idx int) (line, col int, ok bool) {
+	n := f.root
+	for path != "" && n != nil {
+		if path[0] == '[' {
+			end := strings.IndexByte(path, ']')
+			i, err := strconv.Atoi(path[1:max(end, 1)])
+			if end < 0 || err != nil || n.kind != 'a' || i < 0 || i >= len(n.elems) {
+				return 0, 0, false
+			}
+			n, path = n.elems[i], strings.TrimPrefix(path[end+1:], ".")
+			continue
+		}
+		end := strings.IndexAny(path, ".[")
+		if end < 0 {
+			end = len(path)
+		}
+		n, path = n.get(path[:end]), strings.TrimPrefix(path[end:], ".")
+	}
+	if n == nil || n.kind != 's' || n.off >= int64(len(f.data)) || f.data[n.off] != '"' {
+		return 0, 0, false
+	}
+	raw := n.off + 1
+	for decoded := 0; decoded < idx && raw < int64(len(f.data)) && f.data[raw] != '"'; {
+		if f.data[raw] != '\\' {
+			raw++
+			decoded++
+			continue
+		}
+		if raw+1 < int64(len(f.data)) && f.data[raw+1] == 'u' && raw+6 <= int64(len(f.data)) {
+			r, err := strconv.ParseUint(string(f.data[raw+2:raw+6]), 16, 32)
+			raw += 6
+			if err != nil {
+				decoded++
+				continue
+			}
+			decoded += utf8.RuneLen(rune(r))
+			continue
+		}
+		raw += 2
+		decoded++
+	}
+	line, col = baton.LineCol(f.data, raw)
+	return line, col, true
 }
 
 func joinPath(path, key string) string {

@@ -18,15 +18,20 @@ type FieldError struct {
 	Line    int
 	Col     int
 	Message string
+	// Err is the error the message was made from, when there is one: a
+	// *ConditionError for a handoff condition, whose column Line and Col
+	// point at.
+	Err error
 }
 
-// Error formats the mistake as "FILE: PATH: MESSAGE". A mistake without a
-// path (malformed JSON, a missing file) is "FILE:LINE:COL: MESSAGE" when its
-// position is known and "FILE: MESSAGE" otherwise.
+// Error formats the mistake as "FILE:LINE:COL: PATH: MESSAGE", so that
+// editors and terminals jump to it; the position is left out when it is
+// not known (a missing file) and the path when the mistake is about the
+// whole file (malformed JSON).
 func (e *FieldError) Error() string {
 	var b strings.Builder
 	b.WriteString(e.File)
-	if e.Path == "" && e.Line > 0 {
+	if e.Line > 0 {
 		b.WriteString(":" + strconv.Itoa(e.Line) + ":" + strconv.Itoa(e.Col))
 	}
 	b.WriteString(": ")
@@ -37,6 +42,9 @@ func (e *FieldError) Error() string {
 	b.WriteString(e.Message)
 	return b.String()
 }
+
+// Unwrap returns Err.
+func (e *FieldError) Unwrap() error { return e.Err }
 
 // ValidationErrors is every mistake found while loading workflows, sorted by
 // file and position. Load and LoadAll return it as their error. It matches

@@ -133,6 +133,20 @@ func (l *loader) errorf(name, p, format string, args ...any) {
 	l.errs = append(l.errs, fe)
 }
 
+// conditionError reports a condition that does not compile at the column
+// of handoffs.json it is about.
+func (l *loader) conditionError(p string, err error) {
+	l.errorf(FileHandoffs, p, "%v", err)
+	fe := l.errs[len(l.errs)-1]
+	fe.Err = err
+	var ce *ConditionError
+	if f := l.files[FileHandoffs]; f != nil && errors.As(err, &ce) && ce.Column > 0 {
+		if line, col, ok := f.stringLineCol(p, ce.Column-1); ok {
+			fe.Line, fe.Col = line, col
+		}
+	}
+}
+
 func (l *loader) fileName(name string) string {
 	if l.w.Dir == "." {
 		return name
@@ -388,9 +402,13 @@ func (l *loader) declareVariables() {
 			l.errorf(FileContextVariables, p+".name", "%q is declared twice", d.Name)
 			continue
 		}
-		w.varTypes[d.Name] = TypeBool
-		if d.TriggerType == StructuredOutputField {
+		switch d.TriggerType {
+		case StructuredOutputField:
 			w.varTypes[d.Name] = TypeAny // refined by checkDerived
+		case AgentTextPrefix:
+			w.varTypes[d.Name] = TypeStr
+		default:
+			w.varTypes[d.Name] = TypeBool
 		}
 	}
 }
@@ -658,7 +676,7 @@ func (l *loader) checkHandoffs() {
 		if strings.TrimSpace(r.Condition) != "" {
 			c, err := CompileCondition(r.Condition, w.varTypes)
 			if err != nil && !l.broken[FileContextVariables] {
-				l.errorf(FileHandoffs, p+".condition", "%v", err)
+				l.conditionError(p+".condition", err)
 			}
 			r.Compiled = c
 		}
@@ -1114,7 +1132,7 @@ func oneLine(err error) string {
 
 func (l *loader) checkDerived() {
 	w := l.w
-	triggers := []string{AgentTextEquals, AgentTextContains, ToolCalled, StructuredOutputField}
+	triggers := []string{AgentTextEquals, AgentTextContains, AgentTextPrefix, ToolCalled, StructuredOutputField}
 	for i, d := range w.DerivedVariables {
 		p := fmt.Sprintf("derived_variables[%d]", i)
 		switch {
@@ -1134,7 +1152,7 @@ func (l *loader) checkDerived() {
 			l.errorf(FileContextVariables, p+".trigger_value", "required")
 			continue
 		}
-		if d.UIHidden && !oneOf(d.TriggerType, AgentTextEquals, AgentTextContains) {
+		if d.UIHidden && !oneOf(d.TriggerType, AgentTextEquals, AgentTextContains, AgentTextPrefix) {
 			l.errorf(FileContextVariables, p+".ui_hidden", "only a text trigger hides the message that fired it")
 		}
 		if a == nil || l.broken[FileTools] && d.TriggerType == ToolCalled || l.broken[FileStructuredOutputs] && d.TriggerType == StructuredOutputField {

@@ -170,7 +170,8 @@ func TestFieldErrorFormat(t *testing.T) {
 		e    workflow.FieldError
 		want string
 	}{
-		{workflow.FieldError{File: "g/agents.json", Path: "agents.A.sytem_message", Line: 3, Col: 5, Message: "unknown field"}, "g/agents.json: agents.A.sytem_message: unknown field"},
+		{workflow.FieldError{File: "g/agents.json", Path: "agents.A.sytem_message", Line: 3, Col: 5, Message: "unknown field"}, "g/agents.json:3:5: agents.A.sytem_message: unknown field"},
+		{workflow.FieldError{File: "g/agents.json", Path: "agents.A.sytem_message", Message: "unknown field"}, "g/agents.json: agents.A.sytem_message: unknown field"},
 		{workflow.FieldError{File: "g/agents.json", Line: 3, Col: 5, Message: "malformed JSON: x"}, "g/agents.json:3:5: malformed JSON: x"},
 		{workflow.FieldError{File: "g/agents.json", Message: "missing file"}, "g/agents.json: missing file"},
 	} {
@@ -204,7 +205,7 @@ func TestDirectoryAsWorkflowRoot(t *testing.T) {
 		t.Errorf("name = %q", w.Name)
 	}
 	_, err = workflow.Load(os.DirFS("testdata/invalid/wrong_type"), ".")
-	if err == nil || !strings.HasPrefix(err.Error(), "agents.json: ") {
+	if err == nil || !strings.HasPrefix(err.Error(), "agents.json:5:7: ") {
 		t.Errorf("err = %v", err)
 	}
 }
@@ -251,5 +252,34 @@ func TestToolKinds(t *testing.T) {
 	}
 	if got := w.LLMFor("A"); got.Model != "" || w.MaxTurns() != workflow.DefaultMaxTurns {
 		t.Errorf("defaults: %+v %d", got, w.MaxTurns())
+	}
+}
+
+// TestConditionErrorPosition: a condition's mistake is reported at its
+// line and column in handoffs.json, escapes in the JSON string counted as
+// the characters they stand for, with the ConditionError kept.
+func TestConditionErrorPosition(t *testing.T) {
+	const line2 = `  {"source_agent": "A", "target_agent": "B", "handoff_type": "condition", "condition": "${name} == \"a\u00e9\" = True"},`
+	fsys := fstest.MapFS{
+		"c/workflow.json":          {Data: []byte(`{"orchestration": {"initial_agent": "A"}}`)},
+		"c/agents.json":            {Data: []byte(`{"agents": {"A": {"system_message": "a"}, "B": {"system_message": "b"}}}`)},
+		"c/context_variables.json": {Data: []byte(`{"variables": {"name": {"type": "str", "default": ""}}}`)},
+		"c/handoffs.json": {Data: []byte("{\"handoff_rules\": [\n" + line2 + "\n" +
+			`  {"source_agent": "A", "handoff_type": "after_work", "transition_target": "TerminateTarget"},` + "\n" +
+			`  {"source_agent": "B", "handoff_type": "after_work", "transition_target": "TerminateTarget"}` + "\n]}")},
+	}
+	_, err := workflow.Load(fsys, "c")
+	var ve workflow.ValidationErrors
+	if !errors.As(err, &ve) || len(ve) != 1 {
+		t.Fatalf("err = %v", err)
+	}
+	fe := ve[0]
+	wantCol := strings.Index(line2, `" = True`) + 3 // the "=" after the escaped string
+	if fe.Line != 2 || fe.Col != wantCol {
+		t.Errorf("at %d:%d, want 2:%d (%v)", fe.Line, fe.Col, wantCol, fe)
+	}
+	var ce *workflow.ConditionError
+	if !errors.As(fe, &ce) || ce.Column != 18 || !strings.Contains(ce.Message, `"=" is not a comparison`) {
+		t.Errorf("ConditionError %+v", ce)
 	}
 }

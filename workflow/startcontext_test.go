@@ -18,12 +18,12 @@ func TestCheckStartContext(t *testing.T) {
 		mention string // "" when accepted
 	}{
 		{`{}`, ""},
-		{`{"concept_overview": "a bot"}`, ""},
-		{`{"concept_overview": null}`, ""},
-		{`{"concept_overview": 5}`, "context.concept_overview: must be a str"},
-		{`{"concept_overview": ["a"]}`, "context.concept_overview"},
+		{`{"audience": "a bot"}`, ""},
+		{`{"audience": null}`, ""},
+		{`{"audience": 5}`, "context.audience: must be a str"},
+		{`{"audience": ["a"]}`, "context.audience"},
 		{`{"interview_complete": true}`, "context.interview_complete: a derived variable"},
-		{`{"api_keys_collected": true, "concept_overview": "x"}`, "context.api_keys_collected"},
+		{`{"api_keys_collected": true, "audience": "x"}`, "context.api_keys_collected"},
 		{`{"nope": 1}`, "context.nope: not a variable"},
 	} {
 		var vars map[string]json.RawMessage
@@ -50,10 +50,10 @@ func TestCheckStartContext(t *testing.T) {
 // of its declared type.
 func FuzzStartContext(f *testing.F) {
 	w := loadExampleWorkflow(f, "generator")
-	f.Add([]byte(`{"concept_overview": "x"}`))
+	f.Add([]byte(`{"audience": "x"}`))
 	f.Add([]byte(`{"interview_complete": true, "api_keys_collected": true}`))
-	f.Add([]byte(`{"concept_overview": 5}`))
-	f.Add([]byte(`{"concept_overview": null, "plan_name": {"a": 1}}`))
+	f.Add([]byte(`{"audience": 5}`))
+	f.Add([]byte(`{"audience": null, "plan_name": {"a": 1}}`))
 	f.Add([]byte(`{"__secrets": "x"}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var vars map[string]json.RawMessage
@@ -68,7 +68,7 @@ func FuzzStartContext(f *testing.F) {
 			return
 		}
 		for k, raw := range vars {
-			if k != "concept_overview" {
+			if k != "audience" {
 				t.Fatalf("accepted %q, which is not client-settable", k)
 			}
 			var v any

@@ -42,16 +42,37 @@ func (a *Agent) RenderSystemMessage(vars map[string]any) string {
 
 // Matches reports whether an agent's text fires a text trigger
 // (agent_text_equals: the trimmed text equals trigger_value exactly, case
-// included; agent_text_contains: the text contains it). It is false for
-// the other trigger types.
+// included; agent_text_contains: the text contains it; agent_text_prefix: a
+// line starts with it, see Captured). It is false for the other trigger
+// types.
 func (d *DerivedVariable) Matches(text string) bool {
 	switch d.TriggerType {
+	case AgentTextPrefix:
+		_, ok := d.Captured(text)
+		return ok
 	case AgentTextEquals:
 		return strings.TrimSpace(text) == d.TriggerValue
 	case AgentTextContains:
 		return strings.Contains(text, d.TriggerValue)
 	}
 	return false
+}
+
+// Captured returns, for an agent_text_prefix variable, the rest of the
+// first line of text that starts with trigger_value (leading spaces of the
+// line ignored), trimmed: "CONCEPT_OVERVIEW: a newsletter" with trigger
+// "CONCEPT_OVERVIEW:" captures "a newsletter". ok is false when no line
+// starts with it, or for the other trigger types.
+func (d *DerivedVariable) Captured(text string) (value string, ok bool) {
+	if d.TriggerType != AgentTextPrefix {
+		return "", false
+	}
+	for line := range strings.SplitSeq(text, "\n") {
+		if rest, found := strings.CutPrefix(strings.TrimSpace(line), d.TriggerValue); found {
+			return strings.TrimSpace(rest), true
+		}
+	}
+	return "", false
 }
 
 // FieldValue returns the value at trigger_value (a dotted path) in a
@@ -71,17 +92,21 @@ func (d *DerivedVariable) FieldValue(output any) (any, bool) {
 }
 
 // InitialContext returns a new chat's context variables: every declared
-// variable at its default, text and tool derived variables at false and
-// structured_output_field variables at nil.
+// variable at its default, text and tool derived variables at false,
+// agent_text_prefix variables at "" and structured_output_field variables
+// at nil.
 func (w *Workflow) InitialContext() map[string]any {
 	vars := make(map[string]any, len(w.Variables)+len(w.DerivedVariables))
 	for _, v := range w.Variables {
 		vars[v.Name] = v.Default
 	}
 	for _, d := range w.DerivedVariables {
-		if d.TriggerType == StructuredOutputField {
+		switch d.TriggerType {
+		case StructuredOutputField:
 			vars[d.Name] = nil
-		} else {
+		case AgentTextPrefix:
+			vars[d.Name] = ""
+		default:
 			vars[d.Name] = false
 		}
 	}

@@ -96,6 +96,7 @@ const (
 const (
 	AgentTextEquals       = "agent_text_equals"       // the agent's whole text, trimmed, equals trigger_value
 	AgentTextContains     = "agent_text_contains"     // the agent's text contains trigger_value
+	AgentTextPrefix       = "agent_text_prefix"       // a line of the agent's text starts with trigger_value: the rest of it, trimmed (a string)
 	ToolCalled            = "tool_called"             // the agent called the tool named trigger_value and it succeeded
 	StructuredOutputField = "structured_output_field" // the value at trigger_value in the agent's structured output
 )

@@ -83,10 +83,10 @@ func (c *runtimeConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.leaseTTL, "lease-ttl", engine.DefaultLeaseTTL, "with --instance-id: how long a chat's lease lasts without renewal")
 	fs.IntVar(&c.maxChats, "max-chats-in-memory", envIntOr("BATON_MAX_CHATS_IN_MEMORY", metrics.DefaultMaxChats), "chats whose metrics (and trace spans) stay in memory; beyond it the least recently active is forgotten, its figures kept in the store (env BATON_MAX_CHATS_IN_MEMORY)")
 	fs.IntVar(&c.stateCache, "state-cache", envIntOr("BATON_STATE_CACHE", engine.DefaultStateCache), "chat states kept in memory between inputs, least recently used out first; 0: none, every input rebuilds from the store (env BATON_STATE_CACHE)")
-	fs.Int64Var(&c.budget.Chat.MaxTokens, "chat-max-tokens", envInt("BATON_CHAT_MAX_TOKENS"), "token budget of a chat whose workflow sets none (0: none)")
-	fs.Float64Var(&c.budget.Chat.MaxCostUSD, "chat-max-cost-usd", envFloat("BATON_CHAT_MAX_COST_USD"), "cost budget in USD of a chat whose workflow sets none (0: none)")
-	fs.Int64Var(&c.budget.App.MaxTokens, "app-max-tokens", envInt("BATON_APP_MAX_TOKENS"), "token budget of each app over all its chats (0: none)")
-	fs.Float64Var(&c.budget.App.MaxCostUSD, "app-max-cost-usd", envFloat("BATON_APP_MAX_COST_USD"), "cost budget in USD of each app over all its chats (0: none)")
+	fs.Int64Var(&c.budget.Chat.MaxTokens, "chat-max-tokens", envInt("BATON_CHAT_MAX_TOKENS"), "token budget of a chat whose workflow sets none (env BATON_CHAT_MAX_TOKENS; 0: none)")
+	fs.Float64Var(&c.budget.Chat.MaxCostUSD, "chat-max-cost-usd", envFloat("BATON_CHAT_MAX_COST_USD"), "cost budget in USD of a chat whose workflow sets none (env BATON_CHAT_MAX_COST_USD; 0: none)")
+	fs.Int64Var(&c.budget.App.MaxTokens, "app-max-tokens", envInt("BATON_APP_MAX_TOKENS"), "token budget of each app over all its chats (env BATON_APP_MAX_TOKENS; 0: none)")
+	fs.Float64Var(&c.budget.App.MaxCostUSD, "app-max-cost-usd", envFloat("BATON_APP_MAX_COST_USD"), "cost budget in USD of each app over all its chats (env BATON_APP_MAX_COST_USD; 0: none)")
 }
 
 // openRuntime opens the store, loads the workflows, and starts the bus and

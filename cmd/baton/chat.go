@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -17,10 +19,46 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
 	"github.com/batonhq/baton/engine"
+	"github.com/batonhq/baton/server"
+	"github.com/batonhq/baton/workflow"
 )
 
 func init() {
-	register(command{name: "chat", summary: "chat with a workflow in the terminal (runs in-process)", run: runChat})
+	register(command{
+		name:    "chat",
+		summary: "chat with a workflow in the terminal (runs in-process)",
+		usage:   "chat [flags] WORKFLOW\n       baton chat [flags] --resume CHAT_ID",
+		about: "Runs one chat of WORKFLOW in this process, against the store `baton serve` uses, and shows it\n" +
+			"as the web UI does: the agents' streamed text, tool calls, handoffs, structured outputs as fields;\n" +
+			"internal agents' text and hidden messages are not printed. It asks you for messages (an empty line\n" +
+			"asks again), UI tool responses (JSON, \"approve\" or \"cancel\") and secrets (without echo).\n" +
+			"Logs go to <data-dir>/" + chatLogName + ". Ctrl-D leaves the chat waiting, to resume later.",
+		example: "baton chat hello                      # runs to the end with no input\nbaton chat generator\nbaton chat --resume 01a2149e-5f09-7eae-b7e9-6026f28fd384",
+		args:    argWorkflows,
+		flags:   chatFlags,
+	})
+}
+
+// chatFlags defines the flags of `baton chat`.
+func chatFlags(fs *flag.FlagSet) runner {
+	var o chatOptions
+	o.rc.flags(fs)
+	fs.StringVar(&o.app, "app", envOr("BATON_APP", server.DefaultApp), "the chat's app (tenant); the web UI and the examples use the same (env BATON_APP)")
+	fs.StringVar(&o.user, "user", envOr("BATON_USER", server.DevUser), "the chat's user; the default is --dev mode's, so the web UI in --dev mode shows the chat (env BATON_USER)")
+	fs.StringVar(&o.resume, "resume", "", "resume this chat id instead of starting a new chat")
+	return func(ctx context.Context, fs *flag.FlagSet, stdout, stderr io.Writer) error {
+		if fs.NArg() != 1 && o.resume == "" || fs.NArg() > 1 {
+			fs.Usage()
+			return errUsage
+		}
+		return runChat(ctx, o, fs.Arg(0), stdout)
+	}
+}
+
+// chatOptions are the flags of `baton chat`.
+type chatOptions struct {
+	rc                runtimeConfig
+	app, user, resume string
 }
 
 // runChat runs one chat of a workflow in this process, against the same
@@ -28,26 +66,20 @@ func init() {
 // author's quickest loop. It answers the chat's requests from standard
 // input: a message when the chat waits for the person, JSON (or "approve")
 // for a UI tool, and secrets without echo.
-func runChat(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var rc runtimeConfig
-	var app, user, resume string
-	fs := newFlagSet("chat", stderr)
-	rc.flags(fs)
-	fs.StringVar(&app, "app", envOr("BATON_APP", "default"), "the chat's app (tenant); the web UI and the examples use default too")
-	fs.StringVar(&user, "user", envOr("USER", "me"), "the chat's user")
-	fs.StringVar(&resume, "resume", "", "resume this chat id instead of starting a new chat")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: baton chat [flags] WORKFLOW\n\nFlags:")
-		fs.PrintDefaults()
-	}
-	if err := parseFlags(fs, args); err != nil {
+func runChat(ctx context.Context, o chatOptions, workflowName string, stdout io.Writer) error {
+	rc, app, user, resume := o.rc, o.app, o.user, o.resume
+	// The runtime's log goes to a file, never to the terminal: a log line
+	// in the middle of the conversation (or of a prompt) garbles both.
+	logFile, err := openChatLog(rc.dataDir)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 1 && resume == "" {
-		fs.Usage()
-		return errUsage
-	}
-	rc.log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	defer logFile.Close()
+	rc.log = slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	// A part given no logger of its own logs to the default one: the file too.
+	defaultLog := slog.Default()
+	slog.SetDefault(rc.log)
+	defer slog.SetDefault(defaultLog)
 	rt, err := openRuntime(ctx, rc)
 	if err != nil {
 		return err
@@ -74,18 +106,20 @@ func runChat(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return fmt.Errorf("resume %s: %w", resume, err)
 		}
 		c.wf = chat.Workflow
+		c.def = rt.engine.Workflow(c.wf)
 		if err := c.replay(ctx); err != nil {
 			return err
 		}
 		if err := c.prompt(ctx, chat); err != nil {
-			return err
+			return c.end(err)
 		}
 	} else {
-		c.wf = fs.Arg(0)
+		c.wf = workflowName
+		c.def = rt.engine.Workflow(c.wf)
 		if _, err := rt.engine.Start(ctx, scope, c.wf, engine.StartOptions{ChatID: chatID}); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "chat %s of %s (resume with: baton chat --resume %s)\n", chatID, c.wf, chatID)
+		fmt.Fprintf(stdout, "chat %s of %s (resume with: baton chat --resume %s; log: %s)\n", chatID, c.wf, chatID, logFile.Name())
 	}
 	for {
 		select {
@@ -97,10 +131,43 @@ func runChat(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			}
 			done, err := c.show(ctx, ev)
 			if err != nil || done {
-				return err
+				return c.end(err)
 			}
 		}
 	}
+}
+
+// errInputClosed ends a chat whose person closed standard input (Ctrl-D):
+// the chat stays paused in the store, to be resumed.
+var errInputClosed = errors.New("input closed")
+
+// end maps the end of the person's input (Ctrl-D) or an interrupt at a
+// prompt (Ctrl-C) to a clean exit with a word on how to come back.
+func (c *chatUI) end(err error) error {
+	switch {
+	case errors.Is(err, errInputClosed):
+		fmt.Fprintf(c.out, "\n(input closed; the chat waits: baton chat --resume %s)\n", c.chatID)
+		return nil
+	case errors.Is(err, context.Canceled):
+		fmt.Fprintf(c.out, "\n(interrupted; the chat waits: baton chat --resume %s)\n", c.chatID)
+		return nil
+	}
+	return err
+}
+
+// chatLogName is the file under the data dir `baton chat` logs to.
+const chatLogName = "chat.log"
+
+// openChatLog opens (appending) the log file of `baton chat` under dataDir.
+func openChatLog(dataDir string) (*os.File, error) {
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(dataDir, chatLogName), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("chat log: %w", err)
+	}
+	return f, nil
 }
 
 // chatUI prints a chat's events and answers its requests.
@@ -109,6 +176,7 @@ type chatUI struct {
 	scope     baton.Scope
 	chatID    string
 	wf        string
+	def       *workflow.Workflow // the chat's workflow as loaded here; nil hides every agent's text (as the server's filter does)
 	out       io.Writer
 	in        *bufio.Reader
 	streaming string // the message being streamed
@@ -132,14 +200,17 @@ func (c *chatUI) replay(ctx context.Context) error {
 // asks the person. It reports true when the chat ended.
 func (c *chatUI) show(ctx context.Context, ev baton.Event) (bool, error) {
 	if ev.Type == baton.TypeStreamText {
+		if !server.Visible(c.def, &ev) {
+			return false, nil // an internal agent's text, as the streams withhold it
+		}
 		var p struct {
 			MessageID string `json:"message_id"`
 			Agent     string `json:"agent"`
 			Delta     string `json:"delta"`
 		}
 		_ = json.Unmarshal(ev.Payload, &p)
-		if a := c.rt.engine.Workflow(c.wf).Agent(p.Agent); a != nil && a.AutoToolMode {
-			return false, nil // its JSON is shown as the component, not as text
+		if c.structured(p.Agent) {
+			return false, nil // its JSON is printed as fields once complete
 		}
 		if c.streaming != p.MessageID {
 			c.streaming = p.MessageID
@@ -182,11 +253,29 @@ func (c *chatUI) show(ctx context.Context, ev baton.Event) (bool, error) {
 	return false, nil
 }
 
-// showRecorded prints a recorded event; true means the chat ended.
+// structured reports whether agent answers with a structured output, whose
+// JSON is printed as fields rather than streamed.
+func (c *chatUI) structured(agent string) bool {
+	if c.def == nil {
+		return false
+	}
+	a := c.def.Agent(agent)
+	return a != nil && (a.IsStructuredCapable() || a.AutoToolMode)
+}
+
+// showRecorded prints a recorded event the person may see (the server's
+// envelope filter decides, so an internal agent's text, tool calls and
+// handoffs stay out, as in the web UI); true means the chat ended.
 func (c *chatUI) showRecorded(ev baton.Event) (bool, error) {
 	var p map[string]any
 	_ = json.Unmarshal(ev.Payload, &p)
 	str := func(k string) string { s, _ := p[k].(string); return s }
+	if !server.Visible(c.def, &ev) {
+		if ev.Type == baton.TypeChatText && c.streaming == str("agent_message_id") {
+			c.streaming = ""
+		}
+		return false, nil
+	}
 	switch ev.Type {
 	case baton.TypeChatText:
 		streamed := c.streaming == str("agent_message_id") && c.streaming != ""
@@ -197,12 +286,26 @@ func (c *chatUI) showRecorded(ev baton.Event) (bool, error) {
 			}
 			return false, nil
 		}
-		if streamed {
+		switch {
+		case streamed:
 			fmt.Fprintln(c.out)
-		} else {
+		case c.structured(str("agent")) && isJSONObject(str("content")):
+			fmt.Fprintf(c.out, "\n%s:\n", str("agent"))
+			writeFields(c.out, json.RawMessage(str("content")), "  ")
+		default:
 			fmt.Fprintf(c.out, "\n%s: %s\n", str("agent"), str("content"))
 		}
 	case baton.TypeChatToolCall:
+		if str("interaction_type") == "auto_tool" {
+			// An auto-tool's arguments are the agent's structured output.
+			var call struct {
+				Arguments json.RawMessage `json:"arguments"`
+			}
+			_ = json.Unmarshal(ev.Payload, &call) // the raw arguments keep the model's field order
+			fmt.Fprintf(c.out, "\n%s (%s):\n", str("agent"), str("tool_name"))
+			writeFields(c.out, call.Arguments, "  ")
+			return false, nil
+		}
 		args, _ := json.Marshal(p["arguments"])
 		fmt.Fprintf(c.out, "  → %s %s\n", str("tool_name"), args)
 	case baton.TypeChatToolResponse:
@@ -211,10 +314,12 @@ func (c *chatUI) showRecorded(ev baton.Event) (bool, error) {
 		if to := str("to"); to != "" && str("from") != "user" {
 			fmt.Fprintf(c.out, "  (%s hands over to %s)\n", str("from"), to)
 		}
+	case baton.TypeChatNotice:
+		if m := str("message"); m != "" {
+			fmt.Fprintf(c.out, "  … %s\n", m)
+		}
 	case baton.TypeChatError:
 		fmt.Fprintf(c.out, "\n! error: %s\n", str("message"))
-	case baton.TypeChatNotice:
-		fmt.Fprintf(c.out, "  … %s\n", str("message"))
 	case baton.TypeChatRunComplete:
 		fmt.Fprintf(c.out, "\n✓ chat complete (%s: %s)\n", str("status"), str("reason"))
 		c.printUsage()
@@ -230,12 +335,17 @@ func (c *chatUI) prompt(ctx context.Context, chat baton.Chat) error {
 		fmt.Fprintln(c.out, "\n✓ this chat is complete")
 		return nil
 	case baton.ChatFailed:
-		if _, err := c.ask("press Enter to retry, or write a message: "); err != nil {
+		if _, err := c.ask(ctx, "press Enter to retry, or write a message: "); err != nil {
 			return err
 		}
 		return c.rt.engine.Resume(ctx, c.scope, c.chatID)
 	case baton.ChatWaitingInput:
-		line, err := c.ask("\nyou: ")
+		// An empty message is no message: the engine would drop it and the
+		// chat would wait on, so ask again.
+		line, err := c.ask(ctx, "\nyou: ")
+		for err == nil && line == "" {
+			line, err = c.ask(ctx, "you: ")
+		}
 		if err != nil {
 			return err
 		}
@@ -252,7 +362,7 @@ func (c *chatUI) prompt(ctx context.Context, chat baton.Chat) error {
 			form := make(map[string]string, len(names))
 			for _, name := range names {
 				for form[name] == "" { // an empty secret would hide the server's variable of that name
-					value, err := c.askSecret(name + ": ")
+					value, err := c.askSecret(ctx, name+": ")
 					if err != nil {
 						return err
 					}
@@ -262,7 +372,7 @@ func (c *chatUI) prompt(ctx context.Context, chat baton.Chat) error {
 			data, _ := json.Marshal(form)
 			return c.rt.engine.RespondUI(ctx, c.scope, c.chatID, p.UIEventID, "success", data)
 		case baton.PendingUITool:
-			line, err := c.ask(fmt.Sprintf("\n%s waits for you: type JSON for its data, \"approve\" or \"cancel\": ", p.ToolName))
+			line, err := c.ask(ctx, fmt.Sprintf("\n%s waits for you: type JSON for its data, \"approve\" or \"cancel\": ", p.ToolName))
 			if err != nil {
 				return err
 			}
@@ -298,28 +408,77 @@ func (c *chatUI) secretNames(tool string) []string {
 	return nil
 }
 
-func (c *chatUI) ask(prompt string) (string, error) {
+// ask prints prompt and reads a line; errInputClosed when input ended
+// with nothing typed, the context's error when it ends first (Ctrl-C).
+func (c *chatUI) ask(ctx context.Context, prompt string) (string, error) {
 	fmt.Fprint(c.out, prompt)
-	line, err := c.in.ReadString('\n')
-	if err != nil && (line == "" || !errors.Is(err, io.EOF)) {
+	line, err := interruptible(ctx, func() (string, error) { return c.in.ReadString('\n') })
+	switch {
+	case ctx.Err() != nil:
+		return "", ctx.Err()
+	case errors.Is(err, io.EOF) && line == "":
+		return "", errInputClosed
+	case err != nil && !errors.Is(err, io.EOF):
 		return "", fmt.Errorf("read input: %w", err)
 	}
 	return strings.TrimSpace(line), nil
 }
 
 // askSecret reads a line without echo when standard input is a terminal.
-func (c *chatUI) askSecret(prompt string) (string, error) {
+func (c *chatUI) askSecret(ctx context.Context, prompt string) (string, error) {
 	fd := int(os.Stdin.Fd())
 	if !term.IsTerminal(fd) {
-		return c.ask(prompt)
+		return c.ask(ctx, prompt)
 	}
-	fmt.Fprint(c.out, prompt)
-	b, err := term.ReadPassword(fd)
-	fmt.Fprintln(c.out)
+	// Echo goes off before the prompt shows (a line typed ahead is not
+	// shown) and comes back after the read, or when Ctrl-C ends the chat
+	// first.
+	state, err := term.GetState(fd)
 	if err != nil {
 		return "", fmt.Errorf("read secret: %w", err)
 	}
-	return strings.TrimSpace(string(b)), nil
+	if err := echoOff(fd); err != nil {
+		return "", fmt.Errorf("read secret: %w", err)
+	}
+	fmt.Fprint(c.out, prompt)
+	line, err := interruptible(ctx, func() (string, error) {
+		b, err := term.ReadPassword(fd)
+		return string(b), err
+	})
+	fmt.Fprintln(c.out)
+	// ReadPassword restores the echo-off state it found; give the terminal
+	// its own back.
+	_ = term.Restore(fd, state)
+	if ctx.Err() != nil {
+		return "", ctx.Err()
+	}
+	if err != nil {
+		return "", fmt.Errorf("read secret: %w", err)
+	}
+	return strings.TrimSpace(line), nil
+}
+
+// interruptible runs a blocking read of standard input and returns what it
+// read, or returns when ctx ends first (Ctrl-C at a prompt). A read cannot
+// be cancelled: the goroutine ends with it — at the next line, at the end
+// of input, or with the process, which ends once the chat stops. Only one
+// read is ever pending, since the chat stops when ctx ends.
+func interruptible(ctx context.Context, read func() (string, error)) (string, error) {
+	type result struct {
+		line string
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		line, err := read()
+		done <- result{line, err}
+	}()
+	select {
+	case r := <-done:
+		return r.line, r.err
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
 }
 
 func (c *chatUI) printUsage() {
@@ -329,7 +488,7 @@ func (c *chatUI) printUsage() {
 	}
 	fmt.Fprintf(c.out, "  tokens: %d in, %d out; cost $%.6f\n", total.PromptTokens, total.CompletionTokens, total.Cost)
 	for _, a := range perAgent {
-		fmt.Fprintf(c.out, "    %-24s %6d calls  %8d tokens  $%.6f\n", a.Agent, a.Calls, a.PromptTokens+a.CompletionTokens, a.Cost)
+		fmt.Fprintf(c.out, "    %-24s %9s  %8d tokens  $%.6f\n", a.Agent, plural(int(a.Calls), "call"), a.PromptTokens+a.CompletionTokens, a.Cost)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -113,5 +114,43 @@ func TestChat_GeneratorAsksForTheFormsSecrets(t *testing.T) {
 	}
 	if strings.Contains(out.String()+errb.String(), secret) {
 		t.Errorf("the secret was printed:\n%s\n%s", out.String(), errb.String())
+	}
+}
+
+// TestChat_StructuredTextPrintsAsFields: an agent that answers with a
+// structured output (not an auto-tool) is shown as fields, not as the JSON
+// its model streamed.
+func TestChat_StructuredTextPrintsAsFields(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "summary")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		"workflow.json": `{"visual_agents": ["Summarizer"], "orchestration": {"initial_agent": "Summarizer", "initial_message": "Sum up.", "startup_mode": "AgentDriven", "max_turns": 3},
+			"llm": {"model": "m"}}`,
+		"agents.json":   `{"agents": {"Summarizer": {"system_message": "Sum up.", "structured_outputs_required": true}}}`,
+		"handoffs.json": `{"handoff_rules": [{"source_agent": "Summarizer", "handoff_type": "after_work", "transition_target": "TerminateTarget"}]}`,
+		"structured_outputs.json": `{"structured_outputs": {"models": {"Summary": {"type": "model", "fields": {
+			"title": {"type": "str", "description": "t"}, "points": {"type": "list[str]", "description": "p"}}}},
+			"registry": {"Summarizer": "Summary"}}}`,
+		"scripted.json": `{"agents": {"Summarizer": [{"json": {"title": "Week 12", "points": ["shipped", "hired"]}}]}}`,
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out, errb bytes.Buffer
+	if code := run(ctx, []string{"chat", "--data-dir", t.TempDir(), "--workflows", root, "summary"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	}
+	if want := "\nSummarizer:\n  title: Week 12\n  points: shipped, hired\n"; !strings.Contains(out.String(), want) {
+		t.Errorf("output lacks %q:\n%s", want, out.String())
+	}
+	if strings.Contains(out.String(), `"title"`) {
+		t.Errorf("the structured output shows as JSON:\n%s", out.String())
 	}
 }

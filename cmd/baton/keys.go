@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,34 +17,52 @@ import (
 )
 
 func init() {
-	register(command{name: "keys", summary: "create or revoke API keys (keys create --app A --user U)", run: runKeys})
+	register(command{
+		name:    "keys",
+		summary: "create or revoke API keys (keys create --app A --user U)",
+		usage:   "keys create --app APP --user USER [--name NAME] [flags]\n       baton keys revoke [--hash HASH] [flags]   (without --hash, the key is read from stdin)",
+		about:   "create prints a new API key once, on standard output; the store keeps only its SHA-256.\nrevoke stops a key, given the key on standard input (never as a flag: the process list shows\nflags to every local user) or its hash.",
+		example: "baton keys create --app default --user ada --name ci\nbaton keys revoke < ada.key\nbaton keys revoke --hash 3f1a…",
+		args:    argKeys,
+		flags:   keysFlags,
+	})
 }
 
-// runKeys is `baton keys create|revoke`. create prints a new key once; the
-// store keeps only its SHA-256.
-func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || (args[0] != "create" && args[0] != "revoke") {
-		fmt.Fprintln(stderr, "Usage: baton keys create --app APP --user USER [--name NAME]\n       baton keys revoke [--hash HASH]   (without --hash, the key is read from stdin)")
-		return errUsage
-	}
-	sub := args[0]
-	fs := newFlagSet("keys "+sub, stderr)
+// keysFlags defines the flags of `baton keys create|revoke`: one set for
+// both, parsed again after the subcommand.
+func keysFlags(fs *flag.FlagSet) runner {
 	var storeURL, dataDir, app, user, name, key, hash string
 	fs.StringVar(&storeURL, "store", envOr("BATON_STORE", ""), "store: sqlite:PATH or postgres://… (env BATON_STORE; default sqlite under --data-dir)")
 	fs.StringVar(&dataDir, "data-dir", envOr("BATON_DATA_DIR", ".baton"), "where baton keeps its files (env BATON_DATA_DIR)")
-	if sub == "create" {
-		fs.StringVar(&app, "app", "", "the app the key acts for (required)")
-		fs.StringVar(&user, "user", "", "the user the key acts as (required)")
-		fs.StringVar(&name, "name", "", "a label for people: what the key is for")
-	} else {
-		// The key itself is never a flag: a command line is in the process
-		// list (ps, /proc) for every local user to read.
-		fs.StringVar(&key, "key", "", "refused: pipe the key on stdin, or give --hash")
-		fs.StringVar(&hash, "hash", "", "the SHA-256 (hex) of the key to revoke (else the key is read from stdin)")
+	fs.StringVar(&app, "app", "", "create: the app the key acts for (required)")
+	fs.StringVar(&user, "user", "", "create: the user the key acts as (required)")
+	fs.StringVar(&name, "name", "", "create: a label for people: what the key is for")
+	fs.StringVar(&key, "key", "", "revoke: refused; pipe the key on stdin, or give --hash")
+	fs.StringVar(&hash, "hash", "", "revoke: the SHA-256 (hex) of the key to revoke (else the key is read from stdin)")
+	return func(ctx context.Context, fs *flag.FlagSet, stdout, stderr io.Writer) error {
+		sub := fs.Arg(0)
+		if sub != "create" && sub != "revoke" {
+			fs.Usage()
+			return errUsage
+		}
+		if err := parseFlags(fs, fs.Args()[1:]); err != nil { // the flags after the subcommand
+			return err
+		}
+		if fs.NArg() > 0 {
+			fmt.Fprintf(stderr, "baton keys %s: unexpected argument %q\n", sub, fs.Arg(0))
+			return errUsage
+		}
+		return runKeys(ctx, sub, keysOptions{storeURL, dataDir, app, user, name, key, hash}, stdout, stderr)
 	}
-	if err := parseFlags(fs, args[1:]); err != nil {
-		return err
-	}
+}
+
+// keysOptions are the flags of `baton keys`.
+type keysOptions struct{ storeURL, dataDir, app, user, name, key, hash string }
+
+// runKeys is `baton keys create|revoke`. create prints a new key once; the
+// store keeps only its SHA-256.
+func runKeys(ctx context.Context, sub string, o keysOptions, stdout, stderr io.Writer) error {
+	storeURL, dataDir, app, user, name, key, hash := o.storeURL, o.dataDir, o.app, o.user, o.name, o.key, o.hash
 	if storeURL == "" {
 		storeURL = "sqlite:" + filepath.Join(dataDir, "baton.db")
 	}

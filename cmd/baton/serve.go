@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,7 +21,14 @@ import (
 )
 
 func init() {
-	register(command{name: "serve", summary: "run the baton server", run: runServe})
+	register(command{
+		name:    "serve",
+		summary: "run the baton server",
+		usage:   "serve [flags]",
+		about:   "Runs the HTTP, WebSocket and SSE API and the web UI: loads the workflows, opens the store,\nresumes the chats that were running when the process stopped. Stops gracefully on SIGINT/SIGTERM.",
+		example: "baton serve --dev                                    # on this machine, no API key needed\nBATON_STORE=postgres://baton@db/baton baton serve --addr :8080",
+		flags:   serveFlags,
+	})
 }
 
 // serveConfig is what `baton serve` is configured with: flags, with
@@ -39,9 +47,9 @@ type serveConfig struct {
 	rateBurst       int
 }
 
-func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// serveFlags defines the flags of `baton serve`.
+func serveFlags(fs *flag.FlagSet) runner {
 	var cfg serveConfig
-	fs := newFlagSet("serve", stderr)
 	fs.StringVar(&cfg.addr, "addr", envOr("BATON_ADDR", "127.0.0.1:8080"), "address to listen on (env BATON_ADDR)")
 	fs.StringVar(&cfg.logFormat, "log-format", envOr("BATON_LOG_FORMAT", "text"), "log format: text or json (env BATON_LOG_FORMAT)")
 	fs.StringVar(&cfg.logLevel, "log-level", envOr("BATON_LOG_LEVEL", "info"), "log level: debug, info, warn or error (env BATON_LOG_LEVEL)")
@@ -53,9 +61,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Float64Var(&cfg.rateLimit, "rate-limit", 20, "requests and WebSocket messages per second per API key (0: no limit)")
 	fs.IntVar(&cfg.rateBurst, "rate-burst", 60, "burst of the per-key rate limit")
 	cfg.runtime.flags(fs)
-	if err := parseFlags(fs, args); err != nil {
-		return err
+	return func(ctx context.Context, _ *flag.FlagSet, stdout, stderr io.Writer) error {
+		return runServe(ctx, cfg, stdout, stderr)
 	}
+}
+
+func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error {
 	// The metrics token comes from the environment only: a flag's value is
 	// on every process listing.
 	metricsToken := os.Getenv("BATON_METRICS_TOKEN")

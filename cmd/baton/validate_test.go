@@ -15,7 +15,7 @@ func TestValidateEmbeddedExamples(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s%s", code, stdout.String(), stderr.String())
 	}
-	want := "ok generator (5 agents, 2 tools)\nok hello (1 agents, 1 tools)\n"
+	want := "ok generator (5 agents, 2 tools)\nok hello (1 agent, 1 tool)\n"
 	if stdout.String() != want {
 		t.Errorf("output %q, want %q", stdout.String(), want)
 	}
@@ -28,7 +28,7 @@ func TestValidateDirs(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s%s", code, stdout.String(), stderr.String())
 	}
-	if got := strings.Count(stdout.String(), "ok hello (1 agents, 1 tools)"); got != 2 {
+	if got := strings.Count(stdout.String(), "ok hello (1 agent, 1 tool)"); got != 2 {
 		t.Errorf("output %q", stdout.String())
 	}
 }
@@ -53,10 +53,10 @@ func TestValidateReportsEveryMistake(t *testing.T) {
 	if code != 1 {
 		t.Fatalf("exit %d, want 1", code)
 	}
-	want := `broken/workflow.json: orchestration.startup_mode: "Sometimes" is not one of AgentDriven, UserDriven
-broken/agents.json: agents.Alpha.sytem_message: unknown field (did you mean system_message?)
+	want := `broken/workflow.json:1:46: orchestration.startup_mode: "Sometimes" is not one of AgentDriven, UserDriven
+broken/agents.json:1:23: agents.Alpha.sytem_message: unknown field (did you mean system_message?)
 broken/handoffs.json:1:116: malformed JSON: invalid character ']' looking for beginning of value
-ok hello (1 agents, 1 tools)
+ok hello (1 agent, 1 tool)
 `
 	if stdout.String() != want {
 		t.Errorf("output:\n%s\nwant:\n%s", stdout.String(), want)
@@ -110,5 +110,44 @@ func TestValidateRefusesEscapes(t *testing.T) {
 		if code := run(context.Background(), []string{"validate", dir}, &stdout, &stderr); code != 1 || !strings.Contains(stdout.String()+stderr.String(), want) {
 			t.Errorf("validate %s: exit %d: %s%s, want 1 naming %q", dir, code, stdout.String(), stderr.String(), want)
 		}
+	}
+}
+
+// TestValidateConditionMistakes: a condition that does not compile is told
+// in the workflow's terms, at its line and column in handoffs.json, with
+// the condition shown and a caret under the column.
+func TestValidateConditionMistakes(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cond")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		"workflow.json":          `{"orchestration": {"initial_agent": "Alpha"}}`,
+		"agents.json":            `{"agents": {"Alpha": {"system_message": "a"}, "Beta": {"system_message": "b"}}}`,
+		"context_variables.json": `{"variables": {"done": {"type": "bool", "default": false}}}`,
+		"handoffs.json": `{"handoff_rules": [
+  {"source_agent": "Alpha", "target_agent": "Beta", "handoff_type": "condition", "condition": "${done} = True"},
+  {"source_agent": "Alpha", "handoff_type": "after_work", "transition_target": "TerminateTarget"},
+  {"source_agent": "Beta", "handoff_type": "after_work", "transition_target": "TerminateTarget"}
+]}`,
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"validate", dir}, &stdout, &stderr); code != 1 {
+		t.Fatalf("exit %d, want 1: %s%s", code, stdout.String(), stderr.String())
+	}
+	want := `cond/handoffs.json:2:104: handoff_rules[0].condition: at column 9: "=" is not a comparison: write "==" to compare (conditions assign nothing)
+    ${done} = True
+            ^
+`
+	if stdout.String() != want {
+		t.Errorf("output:\n%s\nwant:\n%s", stdout.String(), want)
+	}
+	if strings.Contains(stdout.String(), "token") || strings.Contains(stdout.String(), "Operator") {
+		t.Errorf("expr-lang's internals leak: %s", stdout.String())
 	}
 }

@@ -2,22 +2,26 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"runtime/debug"
 )
 
 func init() {
-	register(command{name: "version", summary: "print baton's version and build", run: runVersion})
-}
-
-func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("version", stderr)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	fmt.Fprintln(stdout, versionString())
-	return nil
+	register(command{
+		name:    "version",
+		summary: "print baton's version and build",
+		usage:   "version",
+		about:   "Prints the module version, the VCS revision (+dirty when modified) and Go's version.",
+		example: "baton version",
+		flags: func(*flag.FlagSet) runner {
+			return func(_ context.Context, _ *flag.FlagSet, stdout, _ io.Writer) error {
+				fmt.Fprintln(stdout, versionString())
+				return nil
+			}
+		},
+	})
 }
 
 // versionString describes the build from the module's build info: the
