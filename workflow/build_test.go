@@ -54,7 +54,11 @@ func roundTrip(t *testing.T, w *workflow.Workflow) *workflow.Workflow {
 // TestWriteDirRoundTripsEveryExample loads every example and test workflow,
 // writes it out as six files and loads it back: the definitions are equal.
 func TestWriteDirRoundTripsEveryExample(t *testing.T) {
-	roots := []string{"../workflows", "../engine/testdata/workflows", "../server/testdata/workflows", "testdata/valid"}
+	roots := []string{
+		"../workflows", "../engine/testdata/workflows", "../server/testdata/workflows", "testdata/valid",
+		"../engine/testdata/inbox", "../engine/testdata/llmcond", "../server/testdata/policy",
+		"../e2e/testdata/workflows", "../bus/natsbridge/testdata/workflows",
+	}
 	n := 0
 	for _, root := range roots {
 		wfs, err := workflow.LoadAll(os.DirFS(root))
@@ -71,8 +75,8 @@ func TestWriteDirRoundTripsEveryExample(t *testing.T) {
 			n++
 		}
 	}
-	if n < 15 {
-		t.Fatalf("round-tripped %d workflows, want every example (at least 15)", n)
+	if n < 27 {
+		t.Fatalf("round-tripped %d workflows, want every example and test workflow (27)", n)
 	}
 }
 
