@@ -44,8 +44,10 @@ type Definition struct {
 // *Workflow that Load returns for the six files holding def. The error, when
 // def has mistakes, is a ValidationErrors whose messages are the ones Load
 // gives for the same mistakes in JSON, naming the file and JSON path (files
-// are named under Dir, or under Config.Name when Dir is empty). Build copies
-// def; changing def afterwards does not change the workflow.
+// are named under Dir, or under Config.Name when Dir is empty). A Go value has
+// no line and column, so mistakes within one file are listed in the order
+// validation finds them rather than by position. Build copies def; changing
+// def afterwards does not change the workflow.
 func Build(def Definition) (*Workflow, error) {
 	dir := path.Clean(def.Dir)
 	if def.Dir == "" {
