@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -26,9 +27,12 @@ func ordersWorkflow(t *testing.T) *workflow.Workflow {
 		Config: workflow.Config{
 			Name:          "orders",
 			VisualAgents:  []string{"Clerk"},
-			Orchestration: workflow.Orchestration{InitialAgent: "Clerk", StartupMode: workflow.UserDriven},
+			Orchestration: workflow.Orchestration{InitialAgent: "Clerk", InitialMessage: "Where is order 42?"},
 		},
 		Agents: []*workflow.Agent{{Name: "Clerk", SystemMessage: "Find orders."}},
+		Handoffs: []*workflow.HandoffRule{{
+			SourceAgent: "Clerk", HandoffType: workflow.HandoffAfterWork, TransitionTarget: workflow.TerminateTarget,
+		}},
 		Tools: []*workflow.Tool{{
 			Agent: "Clerk", Name: "lookup_order", Function: "find_order", Description: "Find an order.",
 			ToolType: workflow.AgentTool, Kind: workflow.KindGo,
@@ -45,7 +49,7 @@ func findOrderFunc(name string) baton.Tool {
 	return tool.MustFunc(name, "Find an order.", func(context.Context, *baton.CallContext, struct {
 		Number string `json:"number"`
 	}) (string, error) {
-		return "shipped", nil
+		return "order 42 shipped", nil
 	})
 }
 
@@ -98,5 +102,37 @@ func TestNewRefusesAMisnamedGoTool(t *testing.T) {
 	}
 	if _, err := newEngineWith(t, wf, findOrderFunc("find_order")); err != nil {
 		t.Fatalf("with the function registered under its name: %v", err)
+	}
+}
+
+// TestGoBuiltWorkflowRunsItsGoTool: a workflow defined in Go, written out
+// with WriteDir, runs in the engine and calls the Go function its go tool
+// is bound to.
+func TestGoBuiltWorkflowRunsItsGoTool(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "orders")
+	if err := ordersWorkflow(t).WriteDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	script := `{"agents": {"Clerk": [
+		{"tool_calls": [{"name": "lookup_order", "arguments": {"number": "42"}}]},
+		{"text": "Order 42 has shipped."}
+	]}}`
+	if err := os.WriteFile(filepath.Join(dir, "scripted.json"), []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, withWorkflows(root), withTools(tool.WithFuncs(findOrderFunc("find_order"))))
+	id := start(t, h, "orders")
+	if c := h.waitStatus(id, baton.ChatCompleted, baton.ChatFailed); c.Status != baton.ChatCompleted {
+		t.Fatalf("chat %s, want completed:\n%v", c.Status, summarize(h.events(id)))
+	}
+	var result string
+	for _, ev := range h.events(id) {
+		if ev.Type == baton.TypeChatToolResponse {
+			result = string(ev.Payload)
+		}
+	}
+	if !strings.Contains(result, "order 42 shipped") {
+		t.Fatalf("tool response %s, want the Go function's result", result)
 	}
 }
