@@ -143,7 +143,7 @@ type Delta struct {
 	// set on a DeltaFinish when the provider gives one; traces report it as
 	// gen_ai.response.id.
 	ResponseID string
-	Usage        Usage
+	Usage      Usage
 	// Retry is set on a DeltaRetry only (a pointer, so that the deltas of
 	// a healthy stream stay small).
 	Retry *Retry

@@ -280,6 +280,12 @@ func New(cfg Config) (*Engine, error) {
 	for _, wf := range cfg.Workflows {
 		e.workflows[wf.Name] = wf
 		e.anyPolicy = e.anyPolicy || wf.DoubleTexting() != workflow.DoubleTextingEnqueue
+		// Go function tools are bound by name now, not at the workflow's
+		// first chat: a missing or misnamed function stops the engine
+		// from starting, with the tool and the workflow named.
+		if err := tool.CheckFuncs(specsOf(wf), e.toolOptions(nil)...); err != nil {
+			return nil, fmt.Errorf("engine: workflow %s: %w", wf.Name, err)
+		}
 	}
 	prio := cfg.RulePriority
 	if prio == 0 {
@@ -1040,7 +1046,19 @@ func (e *Engine) registry(wf *workflow.Workflow) (*tool.Registry, error) {
 	for name, s := range wf.Config.MCPServers {
 		servers[name] = tool.MCPServer{Command: s.Command, Args: s.Args, Env: s.Env, URL: s.URL, Headers: s.Headers, HeadersFromEnv: s.HeadersFromEnv, AllowPrivateNetwork: s.AllowPrivateNetwork}
 	}
-	opts := append([]tool.Option{
+	r, err := tool.New(filepath.Join(e.root, wf.Dir), specsOf(wf), e.toolOptions(servers)...)
+	if err != nil {
+		return nil, fmt.Errorf("tools of workflow %s: %w", wf.Name, err)
+	}
+	e.registries[wf.Name] = r
+	return r, nil
+}
+
+// toolOptions are the options of a workflow's tool registry: the engine's
+// own Go tools, ledger, publisher and logger, then Config.ToolOptions (whose
+// Go functions may replace the engine's by name).
+func (e *Engine) toolOptions(servers map[string]tool.MCPServer) []tool.Option {
+	return append([]tool.Option{
 		tool.WithFuncs(e.getEventInfoTool(), e.startTaskTool()),
 		tool.WithLedger(e.store),
 		tool.WithClaimant(tool.Claimant{Holder: e.holder, Gone: e.holderGone}),
@@ -1048,12 +1066,6 @@ func (e *Engine) registry(wf *workflow.Workflow) (*tool.Registry, error) {
 		tool.WithLogger(e.log),
 		tool.WithMCPServers(servers),
 	}, e.toolOpts...)
-	r, err := tool.New(filepath.Join(e.root, wf.Dir), specsOf(wf), opts...)
-	if err != nil {
-		return nil, fmt.Errorf("tools of workflow %s: %w", wf.Name, err)
-	}
-	e.registries[wf.Name] = r
-	return r, nil
 }
 
 // holderGone reports whether the process holding an effect's claim is

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"path"
@@ -154,7 +155,7 @@ func newHarness(t *testing.T, opts ...harnessOption) *harness {
 		Bus:          h.bus,
 		Workflows:    wfs,
 		WorkflowRoot: h.root,
-		ToolOptions:  h.toolOpts,
+		ToolOptions:  stubFuncs(wfs, h.toolOpts...),
 		Providers:    h.prov,
 		Logger:       log,
 		SecretKey:    []byte("0123456789abcdef0123456789abcdef"),
@@ -170,6 +171,28 @@ func newHarness(t *testing.T, opts ...harnessOption) *harness {
 	h.eng = eng
 	t.Cleanup(h.close)
 	return h
+}
+
+// stubFuncs returns opts after a stand-in for the function of every go tool
+// of wfs (but the engine's own) that fails when called. The engine binds every go tool by name when
+// it starts, and a test loads a folder of workflows but registers only the
+// functions of the one it runs; its own options come last and replace the
+// stand-ins.
+func stubFuncs(wfs []*workflow.Workflow, opts ...tool.Option) []tool.Option {
+	var stubs []baton.Tool
+	for _, wf := range wfs {
+		for _, t := range wf.Tools {
+			if t.Kind != workflow.KindGo || t.Function == engine.ToolGetEventInfo || t.Function == engine.ToolStartBackgroundTask {
+				continue // the engine's own
+			}
+			name := t.Function
+			stubs = append(stubs, tool.MustFunc(name, "A stand-in: this test registers no "+name+".",
+				func(context.Context, *baton.CallContext, struct{}) (string, error) {
+					return "", fmt.Errorf("go function %s is a stand-in in this test", name)
+				}))
+		}
+	}
+	return append([]tool.Option{tool.WithFuncs(stubs...)}, opts...)
 }
 
 // close stops the engine, the bus and the store, in that order. It is

@@ -25,7 +25,6 @@ import (
 	"github.com/batonhq/baton/recorder"
 	"github.com/batonhq/baton/store/postgres"
 	"github.com/batonhq/baton/store/sqlite"
-	"github.com/batonhq/baton/tool"
 	"github.com/batonhq/baton/workflow"
 )
 
@@ -85,7 +84,7 @@ func newInstanceWith(t testing.TB, dsn, schema, id string, wrap func(baton.Store
 	eng, err := engine.New(engine.Config{
 		Store: st, Recorder: recorder.New(st, engine.ObserverPublisher{Bus: b}), Bus: b, Workflows: wfs, WorkflowRoot: loopDir,
 		Providers:   func(*workflow.Workflow) (baton.Provider, error) { return prov, nil },
-		ToolOptions: []tool.Option{bumpTool(new(atomic.Int64)), lookupTool}, Logger: discardLogger(),
+		ToolOptions: stubFuncs(wfs, bumpTool(new(atomic.Int64)), lookupTool), Logger: discardLogger(),
 		InstanceID: id, LeaseTTL: 300 * time.Millisecond,
 	})
 	if err != nil {
@@ -448,7 +447,7 @@ func effectsEngine(st baton.Store, id string) (*engine.Engine, *bus.Bus, error) 
 			return scripted.Load(wf.FS, path.Join(wf.Dir, "scripted.json"))
 		},
 		Logger: discardLogger(), InstanceID: id, LeaseTTL: 500 * time.Millisecond, StateCache: -1,
-		ToolOptions: []tool.Option{bumpTool(new(atomic.Int64))},
+		ToolOptions: stubFuncs(wfs, bumpTool(new(atomic.Int64))),
 	})
 	return eng, b, err
 }

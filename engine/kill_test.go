@@ -84,6 +84,7 @@ func runChild() int {
 	b := bus.New(bus.WithLogger(log))
 	eng, err := engine.New(engine.Config{
 		Store: st, Recorder: recorder.New(st, engine.ObserverPublisher{Bus: b}), Bus: b, Workflows: wfs, WorkflowRoot: loopDir, Logger: log,
+		ToolOptions: stubFuncs(wfs),
 		Providers: func(wf *workflow.Workflow) (baton.Provider, error) {
 			return scripted.Load(wf.FS, path.Join(wf.Dir, "scripted.json"))
 		},

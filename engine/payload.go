@@ -36,7 +36,7 @@ type textPayload struct {
 	// clients before the text turned out to be hidden (ui_hidden): a client
 	// drops what it showed of that message.
 	RetractMessageID string `json:"retract_message_id,omitempty"`
-	Interrupted    bool    `json:"interrupted,omitempty"` // the model call was stopped by the person's message (double_texting: interrupt)
+	Interrupted      bool   `json:"interrupted,omitempty"` // the model call was stopped by the person's message (double_texting: interrupt)
 }
 
 // Interaction types of tool calls the model did not make.

@@ -933,7 +933,7 @@ func (r *run) callModel(ctx context.Context) error {
 	var acc llm.Accumulator
 	_ = r.e.cast.Broadcast(llm.ModelCallEvent(req, llm.ProviderName(r.prov)))
 	gate := newTextGate(r.wf, agent) // hidden text never streams (hidden.go)
-	emit := func(d baton.Delta) { // msgID is the current attempt's
+	emit := func(d baton.Delta) {    // msgID is the current attempt's
 		if ev, ok := llm.StreamEvent(st.chat.ID, agent.Name, msgID, d); ok {
 			_ = r.e.cast.Broadcast(ev) // observers are never waited for
 		}

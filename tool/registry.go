@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -200,6 +201,79 @@ func New(dir string, specs []Spec, opts ...Option) (*Registry, error) {
 	return r, nil
 }
 
+// CheckFuncs checks that every go tool of specs has its function among the
+// Go functions opts register (WithFuncs): the check New makes, without
+// building anything. A runtime calls it when it opens, so that a missing or
+// misnamed function is an error at start rather than at a workflow's first
+// chat. The error is EINVALID and names every such tool (its place in
+// tools.json, its name and the function), with the registered name closest
+// to the missing one.
+func CheckFuncs(specs []Spec, opts ...Option) error {
+	o := options{funcs: map[string]baton.Tool{}, servers: map[string]MCPServer{}}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	var msgs []string
+	for i, s := range specs {
+		if s.ToolType == "" {
+			s.ToolType = TypeAgent
+		}
+		if s.Kind == "" {
+			s.Kind = inferKind(&s, o.funcs)
+		}
+		if s.Kind != KindGo {
+			continue
+		}
+		fname := s.Function
+		if fname == "" {
+			fname = s.Name
+		}
+		if _, ok := o.funcs[fname]; !ok {
+			msgs = append(msgs, fmt.Sprintf("tools[%d] (%s): %s", i, s.toolName(), baton.ErrorMessage(unregistered(fname, o.funcs))))
+		}
+	}
+	if len(msgs) > 0 {
+		return baton.Errorf(baton.EINVALID, "%s", strings.Join(msgs, "; "))
+	}
+	return nil
+}
+
+// unregistered is the error of a go tool whose function is not among funcs.
+func unregistered(fname string, funcs map[string]baton.Tool) error {
+	msg := fmt.Sprintf("go function %q is not registered (register it with tool.WithFuncs", fname)
+	best, bestD := "", len(fname)/3+2
+	for _, name := range slices.Sorted(maps.Keys(funcs)) {
+		if d := editDistance(strings.ToLower(fname), strings.ToLower(name)); d < bestD {
+			best, bestD = name, d
+		}
+	}
+	if best != "" {
+		msg += "; did you mean " + strconv.Quote(best) + "?"
+	}
+	return baton.Errorf(baton.EINVALID, "%s)", msg)
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			c := prev[j-1]
+			if a[i-1] != b[j-1] {
+				c++
+			}
+			cur[j] = min(c, prev[j]+1, cur[j-1]+1)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
 func specsOf(es []*entry) []Spec {
 	out := make([]Spec, len(es))
 	for i, e := range es {
@@ -234,7 +308,7 @@ func (r *Registry) build(s *Spec) (baton.Tool, error) {
 		}
 		t, ok := r.opts.funcs[fname]
 		if !ok {
-			return nil, baton.Errorf(baton.EINVALID, "go function %q is not registered", fname)
+			return nil, unregistered(fname, r.opts.funcs)
 		}
 		return renamed{Tool: t, name: s.toolName(), desc: s.Description}, nil
 	case KindCommand:

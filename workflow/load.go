@@ -89,17 +89,26 @@ func LoadAll(fsys fs.FS) ([]*Workflow, error) {
 // other error means the folder could not be read.
 func Load(fsys fs.FS, dir string) (*Workflow, error) {
 	dir = path.Clean(dir)
-	l := &loader{
-		w:      &Workflow{Dir: dir, FS: fsys, Name: path.Base(dir)},
-		files:  map[string]*file{},
-		broken: map[string]bool{},
-	}
+	l := newLoader(&Workflow{Dir: dir, FS: fsys, Name: path.Base(dir)}, dir)
 	if dir == "." {
 		l.w.Name = ""
 	}
 	if err := l.read(); err != nil {
 		return nil, err
 	}
+	return l.finish()
+}
+
+func newLoader(w *Workflow, prefix string) *loader {
+	if prefix == "." {
+		prefix = ""
+	}
+	return &loader{w: w, prefix: prefix, files: map[string]*file{}, broken: map[string]bool{}}
+}
+
+// finish validates what read (or Build) collected: the one validation path
+// of a workflow, whether it comes from JSON files or from Go values.
+func (l *loader) finish() (*Workflow, error) {
 	l.validate()
 	if len(l.errs) > 0 {
 		l.sortErrors()
@@ -112,6 +121,15 @@ type loader struct {
 	w     *Workflow
 	files map[string]*file
 	errs  ValidationErrors
+	// prefix is the folder error file names start with ("" for none).
+	prefix string
+
+	// The entries of the JSON objects keyed by name, in file order (or in
+	// a Definition's order), with their names set: what validate reads.
+	agents    []*Agent
+	variables []*Variable
+	models    []*Model
+	registry  []string // keys of structured_outputs.registry
 
 	// broken holds the files that could not be parsed; references into
 	// them are not checked, so one syntax error does not bury the rest.
@@ -148,10 +166,10 @@ func (l *loader) conditionError(p string, err error) {
 }
 
 func (l *loader) fileName(name string) string {
-	if l.w.Dir == "." {
+	if l.prefix == "" {
 		return name
 	}
-	return path.Join(l.w.Dir, name)
+	return path.Join(l.prefix, name)
 }
 
 func (l *loader) sortErrors() {
@@ -209,7 +227,49 @@ func (l *loader) read() error {
 		// that the rest of the workflow is still checked.
 		_ = json.Unmarshal(data, target)
 	}
+	l.collect()
 	return nil
+}
+
+// collect lists the entries of the files' name-keyed objects (agents,
+// variables, models and their fields, the registry) in file order; a null
+// entry is a mistake.
+func (l *loader) collect() {
+	if f := l.files[FileAgents]; f != nil {
+		for _, name := range f.root.objectKeys("agents") {
+			a := l.agentsF.Agents[name]
+			if a == nil {
+				l.errorf(FileAgents, "agents."+name, "must be an object, not null")
+				continue
+			}
+			a.Name = name
+			l.agents = append(l.agents, a)
+		}
+	}
+	if f := l.files[FileContextVariables]; f != nil {
+		for _, name := range f.root.objectKeys("variables") {
+			v := l.contextF.Variables[name]
+			if v == nil {
+				l.errorf(FileContextVariables, "variables."+name, "must be an object, not null")
+				continue
+			}
+			v.Name = name
+			l.variables = append(l.variables, v)
+		}
+	}
+	if f := l.files[FileStructuredOutputs]; f != nil {
+		for _, name := range f.root.objectKeys("structured_outputs", "models") {
+			m := l.structuredF.StructuredOutputs.Models[name]
+			if m == nil {
+				l.errorf(FileStructuredOutputs, "structured_outputs.models."+name, "must be an object, not null")
+				continue
+			}
+			m.Name = name
+			m.FieldOrder = slices.Clone(f.root.objectKeys("structured_outputs", "models", name, "fields"))
+			l.models = append(l.models, m)
+		}
+		l.registry = f.root.objectKeys("structured_outputs", "registry")
+	}
 }
 
 var errTooLarge = errors.New("file too large")
@@ -272,23 +332,17 @@ func (l *loader) validate() {
 func (l *loader) indexAgents() {
 	w := l.w
 	w.agents = map[string]*Agent{}
-	f := l.files[FileAgents]
-	if f == nil {
-		return
-	}
-	for _, name := range f.root.objectKeys("agents") {
-		a := l.agentsF.Agents[name]
+	for _, a := range l.agents {
+		name := a.Name
 		p := "agents." + name
-		if a == nil {
-			l.errorf(FileAgents, p, "must be an object, not null")
-			continue
-		}
-		a.Name = name
 		switch {
 		case name == UserAgent:
 			l.errorf(FileAgents, p, "%q is reserved for the person", UserAgent)
 		case !agentNameRe.MatchString(name):
 			l.errorf(FileAgents, p, "agent name must start with a letter and hold only letters, digits, '_' and '-' (at most 52)")
+		case w.agents[name] != nil: // only a Definition can repeat a name
+			l.errorf(FileAgents, p, "duplicate agent name %q", name)
+			continue
 		}
 		w.agents[name] = a
 		w.Agents = append(w.Agents, a)
@@ -302,22 +356,16 @@ func (l *loader) indexModels() {
 	w := l.w
 	w.models = map[string]*Model{}
 	w.Registry = map[string]string{}
-	f := l.files[FileStructuredOutputs]
-	if f == nil {
-		return
-	}
-	for _, name := range f.root.objectKeys("structured_outputs", "models") {
-		m := l.structuredF.StructuredOutputs.Models[name]
+	for _, m := range l.models {
+		name := m.Name
 		p := "structured_outputs.models." + name
-		if m == nil {
-			l.errorf(FileStructuredOutputs, p, "must be an object, not null")
+		switch {
+		case !identRe.MatchString(name):
+			l.errorf(FileStructuredOutputs, p, "model name must be an identifier (letters, digits and '_')")
+		case w.models[name] != nil: // only a Definition can repeat a name
+			l.errorf(FileStructuredOutputs, p, "duplicate model name %q", name)
 			continue
 		}
-		m.Name = name
-		if !identRe.MatchString(name) {
-			l.errorf(FileStructuredOutputs, p, "model name must be an identifier (letters, digits and '_')")
-		}
-		m.FieldOrder = slices.Clone(f.root.objectKeys("structured_outputs", "models", name, "fields"))
 		w.models[name] = m
 		w.Models = append(w.Models, m)
 	}
@@ -358,18 +406,13 @@ func (l *loader) indexTools() {
 func (l *loader) declareVariables() {
 	w := l.w
 	w.varTypes = map[string]string{}
-	f := l.files[FileContextVariables]
-	if f == nil {
-		return
-	}
-	for _, name := range f.root.objectKeys("variables") {
-		v := l.contextF.Variables[name]
+	for _, v := range l.variables {
+		name := v.Name
 		p := "variables." + name
-		if v == nil {
-			l.errorf(FileContextVariables, p, "must be an object, not null")
+		if _, dup := w.varTypes[name]; dup { // only a Definition can repeat a name
+			l.errorf(FileContextVariables, p, "%q is declared twice", name)
 			continue
 		}
-		v.Name = name
 		w.Variables = append(w.Variables, v)
 		if !identRe.MatchString(name) || exprReserved[name] {
 			l.errorf(FileContextVariables, p, "variable name must be an identifier (letters, digits and '_') and not a reserved word")
@@ -489,7 +532,7 @@ func (l *loader) checkLLM(file, p string, c *LLMConfig) {
 
 func (l *loader) checkConfig() {
 	w := l.w
-	if l.files[FileWorkflow] == nil {
+	if l.broken[FileWorkflow] {
 		return
 	}
 	c := &w.Config
@@ -1244,11 +1287,7 @@ func (l *loader) checkModels() {
 			m.types[name] = ft
 		}
 	}
-	f := l.files[FileStructuredOutputs]
-	if f == nil {
-		return
-	}
-	for _, agent := range f.root.objectKeys("structured_outputs", "registry") {
+	for _, agent := range l.registry {
 		p := "structured_outputs.registry." + agent
 		if w.agents[agent] == nil {
 			l.unknownAgent(FileStructuredOutputs, p, agent)

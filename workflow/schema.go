@@ -24,9 +24,9 @@ type Model struct {
 	// Name is the model's key in models.
 	Name string `json:"-"`
 	// Type must be "model".
-	Type        string            `json:"type"`
-	Description string            `json:"description"`
-	Fields      map[string]*Field `json:"fields"`
+	Type        string            `json:"type,omitempty"`
+	Description string            `json:"description,omitempty"`
+	Fields      map[string]*Field `json:"fields,omitempty"`
 	// FieldOrder lists the field names in file order.
 	FieldOrder []string `json:"-"`
 
@@ -42,12 +42,12 @@ type Model struct {
 type Field struct {
 	// Type is str, int, float, bool, dict, list[T], optional[T],
 	// Literal["a", "b"], enum (with Values) or the name of another model.
-	Type        string `json:"type"`
-	Description string `json:"description"`
+	Type        string `json:"type,omitempty"`
+	Description string `json:"description,omitempty"`
 	// Values are the allowed values of an enum field.
-	Values []any `json:"values"`
+	Values []any `json:"values,omitempty"`
 	// Optional makes the field nullable, like optional[T].
-	Optional bool `json:"optional"`
+	Optional bool `json:"optional,omitempty"`
 }
 
 // Schema returns the model's compiled JSON Schema (draft 2020-12), for a

@@ -141,20 +141,20 @@ type Workflow struct {
 
 // Config is workflow.json.
 type Config struct {
-	Name          string               `json:"name"`
-	Description   string               `json:"description"`
-	Version       string               `json:"version"`
-	VisualAgents  []string             `json:"visual_agents"`
-	Orchestration Orchestration        `json:"orchestration"`
-	LLM           LLMConfig            `json:"llm"`
-	Pricing       map[string]Price     `json:"pricing"`
-	MCPServers    map[string]MCPServer `json:"mcp_servers"`
+	Name          string               `json:"name,omitempty"`
+	Description   string               `json:"description,omitempty"`
+	Version       string               `json:"version,omitempty"`
+	VisualAgents  []string             `json:"visual_agents,omitempty"`
+	Orchestration Orchestration        `json:"orchestration,omitzero"`
+	LLM           LLMConfig            `json:"llm,omitzero"`
+	Pricing       map[string]Price     `json:"pricing,omitempty"`
+	MCPServers    map[string]MCPServer `json:"mcp_servers,omitempty"`
 	// Budget limits what one chat may spend; zero fields mean no limit.
-	Budget Budget `json:"budget"`
+	Budget Budget `json:"budget,omitzero"`
 	// DoubleTexting is what a chat does with a person's message that
 	// arrives while a run goes: DoubleTextingEnqueue (the default),
 	// DoubleTextingReject or DoubleTextingInterrupt.
-	DoubleTexting string `json:"double_texting"`
+	DoubleTexting string `json:"double_texting,omitempty"`
 }
 
 // Double-texting policies (workflow.json double_texting): what a chat does
@@ -188,19 +188,19 @@ func (w *Workflow) DoubleTexting() string {
 // (from pricing). A chat that reaches one ends before its next model call
 // with chat.run_complete {status: "budget_exceeded"}. Zero means no limit.
 type Budget struct {
-	MaxTokens  int64   `json:"max_tokens"`
-	MaxCostUSD float64 `json:"max_cost_usd"`
+	MaxTokens  int64   `json:"max_tokens,omitempty"`
+	MaxCostUSD float64 `json:"max_cost_usd,omitempty"`
 }
 
 // Orchestration is workflow.json's orchestration block.
 type Orchestration struct {
-	InitialAgent   string `json:"initial_agent"`
-	InitialMessage string `json:"initial_message"`
+	InitialAgent   string `json:"initial_agent,omitempty"`
+	InitialMessage string `json:"initial_message,omitempty"`
 	// StartupMode is AgentDriven (the default) or UserDriven.
-	StartupMode string `json:"startup_mode"`
+	StartupMode string `json:"startup_mode,omitempty"`
 	// MaxTurns bounds the agent turns of one chat; 0 means DefaultMaxTurns.
-	MaxTurns       int  `json:"max_turns"`
-	HumanInTheLoop bool `json:"human_in_the_loop"`
+	MaxTurns       int  `json:"max_turns,omitempty"`
+	HumanInTheLoop bool `json:"human_in_the_loop,omitempty"`
 }
 
 // DefaultMaxTurns is the turn limit of a workflow that sets none.
@@ -209,21 +209,21 @@ const DefaultMaxTurns = 50
 // LLMConfig is the model configuration of workflow.json's llm block and of
 // an agent's llm override. Pointers distinguish "not set" from zero.
 type LLMConfig struct {
-	Model          string   `json:"model"`
-	Temperature    *float64 `json:"temperature"`
-	MaxTokens      int      `json:"max_tokens"`
-	TimeoutSeconds float64  `json:"timeout_seconds"`
+	Model          string   `json:"model,omitempty"`
+	Temperature    *float64 `json:"temperature,omitempty"`
+	MaxTokens      int      `json:"max_tokens,omitempty"`
+	TimeoutSeconds float64  `json:"timeout_seconds,omitempty"`
 	// FirstTokenTimeoutSeconds bounds the wait for a reply's first delta,
 	// IdleTimeoutSeconds the wait between two chunks of it; an attempt that
 	// stalls longer is retried. 0 means the provider's default.
-	FirstTokenTimeoutSeconds float64 `json:"first_token_timeout_seconds"`
-	IdleTimeoutSeconds       float64 `json:"idle_timeout_seconds"`
+	FirstTokenTimeoutSeconds float64 `json:"first_token_timeout_seconds,omitempty"`
+	IdleTimeoutSeconds       float64 `json:"idle_timeout_seconds,omitempty"`
 	// CacheSeed is the default seed; a chat keeps one seed for its life.
-	CacheSeed *int64 `json:"cache_seed"`
+	CacheSeed *int64 `json:"cache_seed,omitempty"`
 	// BaseURLEnv and APIKeyEnv name the environment variables holding the
 	// endpoint and the key (defaults OPENAI_BASE_URL and OPENAI_API_KEY).
-	BaseURLEnv string `json:"base_url_env"`
-	APIKeyEnv  string `json:"api_key_env"`
+	BaseURLEnv string `json:"base_url_env,omitempty"`
+	APIKeyEnv  string `json:"api_key_env,omitempty"`
 }
 
 // Timeout returns timeout_seconds as a duration (0 when unset).
@@ -279,42 +279,42 @@ func (c LLMConfig) merge(o *LLMConfig) LLMConfig {
 
 // Price is the price of a model in US dollars per million tokens.
 type Price struct {
-	Input       float64 `json:"input"`
-	Output      float64 `json:"output"`
-	CachedInput float64 `json:"cached_input"`
+	Input       float64 `json:"input,omitempty"`
+	Output      float64 `json:"output,omitempty"`
+	CachedInput float64 `json:"cached_input,omitempty"`
 }
 
 // MCPServer is an MCP server a workflow's mcp tools come from: either a
 // command started over stdio or the URL of a streamable HTTP endpoint.
 type MCPServer struct {
-	Command string            `json:"command"`
-	Args    []string          `json:"args"`
-	Env     map[string]string `json:"env"`
-	URL     string            `json:"url"`
+	Command string            `json:"command,omitempty"`
+	Args    []string          `json:"args,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	URL     string            `json:"url,omitempty"`
 	// Headers are sent with every request to a url server; ${VAR} in a
 	// value is expanded from the environment.
-	Headers map[string]string `json:"headers"`
+	Headers map[string]string `json:"headers,omitempty"`
 	// HeadersFromEnv maps an HTTP header to the environment variable that
 	// holds its value (for url servers).
-	HeadersFromEnv map[string]string `json:"headers_from_env"`
+	HeadersFromEnv map[string]string `json:"headers_from_env,omitempty"`
 	// AllowPrivateNetwork lets a url server be on a loopback, link-local
 	// or private address, refused by default as for http tools.
-	AllowPrivateNetwork bool `json:"allow_private_network"`
+	AllowPrivateNetwork bool `json:"allow_private_network,omitempty"`
 }
 
 // Agent is one entry of agents.json.
 type Agent struct {
 	// Name is the agent's key in agents.json.
 	Name                      string     `json:"-"`
-	Description               string     `json:"description"`
-	SystemMessage             string     `json:"system_message"`
-	MaxConsecutiveAutoReply   int        `json:"max_consecutive_auto_reply"`
-	AutoToolMode              bool       `json:"auto_tool_mode"`
-	StructuredOutputsRequired bool       `json:"structured_outputs_required"`
-	LLM                       *LLMConfig `json:"llm"`
+	Description               string     `json:"description,omitempty"`
+	SystemMessage             string     `json:"system_message,omitempty"`
+	MaxConsecutiveAutoReply   int        `json:"max_consecutive_auto_reply,omitempty"`
+	AutoToolMode              bool       `json:"auto_tool_mode,omitempty"`
+	StructuredOutputsRequired bool       `json:"structured_outputs_required,omitempty"`
+	LLM                       *LLMConfig `json:"llm,omitempty"`
 	// Tools names tools of tools.json that this agent may call besides the
 	// ones whose agent is this agent (a way to share a tool).
-	Tools []string `json:"tools"`
+	Tools []string `json:"tools,omitempty"`
 
 	template []segment
 	visual   bool
@@ -350,15 +350,15 @@ func (a *Agent) ToolList() []*Tool { return a.tools }
 // HandoffRule is one entry of handoffs.json.
 type HandoffRule struct {
 	// SourceAgent is an agent name or UserAgent.
-	SourceAgent string `json:"source_agent"`
-	TargetAgent string `json:"target_agent"`
-	HandoffType string `json:"handoff_type"`
+	SourceAgent string `json:"source_agent,omitempty"`
+	TargetAgent string `json:"target_agent,omitempty"`
+	HandoffType string `json:"handoff_type,omitempty"`
 	// Condition is an expression over context variables; see Condition.
-	Condition        string `json:"condition"`
-	TransitionTarget string `json:"transition_target"`
+	Condition        string `json:"condition,omitempty"`
+	TransitionTarget string `json:"transition_target,omitempty"`
 	// Description explains the rule; for llm rules it is the transfer
 	// tool's description the model reads.
-	Description string `json:"description"`
+	Description string `json:"description,omitempty"`
 
 	// Index is the rule's position in handoff_rules.
 	Index int `json:"-"`
@@ -393,57 +393,57 @@ type Tool struct {
 	// Agent owns the tool; for lifecycle tools it is the agent whose turn
 	// the trigger refers to (empty: every agent's turn for before_agent
 	// and after_agent).
-	Agent string `json:"agent"`
+	Agent string `json:"agent,omitempty"`
 	// Name is the tool's name as the model sees it; it defaults to Function.
-	Name string `json:"name"`
+	Name string `json:"name,omitempty"`
 	// File is the executable of a command tool, relative to tools/.
-	File string `json:"file"`
+	File string `json:"file,omitempty"`
 	// Function is the registered Go function of a go tool (and the default
 	// name of any tool).
-	Function    string `json:"function"`
-	Description string `json:"description"`
-	ToolType    string `json:"tool_type"`
-	Kind        string `json:"kind"`
+	Function    string `json:"function,omitempty"`
+	Description string `json:"description,omitempty"`
+	ToolType    string `json:"tool_type,omitempty"`
+	Kind        string `json:"kind,omitempty"`
 	// Parameters is the JSON Schema of the arguments (an object schema).
-	Parameters json.RawMessage `json:"parameters"`
-	UI         *UIConfig       `json:"ui"`
+	Parameters json.RawMessage `json:"parameters,omitempty"`
+	UI         *UIConfig       `json:"ui,omitempty"`
 	// TimeoutSeconds bounds one call; 0 means the registry's default.
-	TimeoutSeconds float64 `json:"timeout_seconds"`
+	TimeoutSeconds float64 `json:"timeout_seconds,omitempty"`
 	// SideEffects makes the call go through the effect ledger (at most
 	// once per turn key and tool-call id).
-	SideEffects bool `json:"side_effects"`
+	SideEffects bool `json:"side_effects,omitempty"`
 	// MaxConcurrency limits concurrent calls of this tool; 0 means the
 	// registry's default.
-	MaxConcurrency int `json:"max_concurrency"`
+	MaxConcurrency int `json:"max_concurrency,omitempty"`
 	// Trigger is when a Lifecycle_Tool runs.
-	Trigger string `json:"trigger"`
+	Trigger string `json:"trigger,omitempty"`
 	// Arguments are the fixed arguments a Lifecycle_Tool is called with
 	// (checked against Parameters at load).
-	Arguments json.RawMessage `json:"arguments"`
+	Arguments json.RawMessage `json:"arguments,omitempty"`
 
 	// URL is where an http tool POSTs its arguments.
-	URL string `json:"url"`
+	URL string `json:"url,omitempty"`
 	// Headers are sent with every request of an http tool; ${VAR} in a
 	// value is expanded from the environment by the registry.
-	Headers map[string]string `json:"headers"`
+	Headers map[string]string `json:"headers,omitempty"`
 	// HeadersFromEnv maps an HTTP header to the environment variable that
 	// holds its value; secrets never appear in the file.
-	HeadersFromEnv map[string]string `json:"headers_from_env"`
+	HeadersFromEnv map[string]string `json:"headers_from_env,omitempty"`
 	// AllowPrivateNetwork lets an http tool reach loopback, link-local
 	// and private addresses, which are refused by default (at connect
 	// time and on every redirect): a tool aimed at 169.254.169.254 or an
 	// internal service must say so.
-	AllowPrivateNetwork bool `json:"allow_private_network"`
+	AllowPrivateNetwork bool `json:"allow_private_network,omitempty"`
 	// Env lists environment variables of the baton process passed through
 	// to a command tool (which otherwise gets a minimal environment), and
 	// the secrets a command or go tool may read.
-	Env []string `json:"env"`
+	Env []string `json:"env,omitempty"`
 	// Server names the workflow.json mcp_servers entry of an mcp tool.
-	Server string `json:"server"`
+	Server string `json:"server,omitempty"`
 	// Tools lists the MCP tools to expose (all of the server's when empty).
-	Tools []string `json:"tools"`
+	Tools []string `json:"tools,omitempty"`
 	// Prefix is prepended to the names of the MCP tools.
-	Prefix string `json:"prefix"`
+	Prefix string `json:"prefix,omitempty"`
 
 	// SecretNames are, for a masked form (a Lifecycle_Tool of kind ui whose
 	// arguments say "masked": true), the names of the secrets it asks for
@@ -466,10 +466,10 @@ func (t *Tool) Timeout() time.Duration {
 
 // UIConfig is a UI tool's component and how it is shown.
 type UIConfig struct {
-	Component string `json:"component"`
+	Component string `json:"component,omitempty"`
 	// Mode is UIInline (in the message list, the default) or UIArtifact
 	// (in the side panel).
-	Mode string `json:"mode"`
+	Mode string `json:"mode,omitempty"`
 }
 
 // Variable is one initial context variable of context_variables.json.
@@ -477,32 +477,32 @@ type Variable struct {
 	// Name is the variable's key in variables.
 	Name string `json:"-"`
 	// Type is one of bool, int, float, str, list, dict.
-	Type    string `json:"type"`
-	Default any    `json:"default"`
+	Type    string `json:"type,omitempty"`
+	Default any    `json:"default,omitempty"`
 	// FromEnv is refused at load: a variable's value is shown to the
 	// chat's model and client, so it may not be read from baton's
 	// environment. The field is kept to say so by name.
-	FromEnv     string `json:"from_env"`
-	Description string `json:"description"`
+	FromEnv     string `json:"from_env,omitempty"`
+	Description string `json:"description,omitempty"`
 	// ClientSettable lets a client set the variable when it starts a chat
 	// (the start endpoint's context). Variables are not client-settable
 	// unless they say so, and derived variables never are: they record
 	// what happened in the chat, and a client presetting them would skip
 	// the step they guard.
-	ClientSettable bool `json:"client_settable"`
+	ClientSettable bool `json:"client_settable,omitempty"`
 }
 
 // DerivedVariable is a context variable the runtime sets when its trigger
 // fires after a turn of SourceAgent.
 type DerivedVariable struct {
-	Name         string `json:"name"`
-	TriggerType  string `json:"trigger_type"`
-	SourceAgent  string `json:"source_agent"`
-	TriggerValue string `json:"trigger_value"`
-	Description  string `json:"description"`
+	Name         string `json:"name,omitempty"`
+	TriggerType  string `json:"trigger_type,omitempty"`
+	SourceAgent  string `json:"source_agent,omitempty"`
+	TriggerValue string `json:"trigger_value,omitempty"`
+	Description  string `json:"description,omitempty"`
 	// UIHidden flags the message that triggered the variable (text
 	// triggers only) as ui_hidden: the model sees it, people don't.
-	UIHidden bool `json:"ui_hidden"`
+	UIHidden bool `json:"ui_hidden,omitempty"`
 }
 
 // Agent returns the agent called name, or nil.
