@@ -86,8 +86,9 @@ func New() *Store {
 // Ping reports whether the store is open.
 func (s *Store) Ping(ctx context.Context) error { return s.check(ctx) }
 
-// Close closes the store: every later call fails with baton.ErrClosed. What
-// it held is dropped with it. Closing twice is not an error.
+// Close closes the store: every later call fails with baton.ErrClosed (a
+// call already under way finishes). What it held is freed once the Store
+// itself is no longer referenced. Closing twice is not an error.
 func (s *Store) Close() error {
 	s.closed.Store(true)
 	return nil
