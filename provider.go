@@ -139,6 +139,10 @@ type Delta struct {
 	Text         string
 	ToolCall     ToolCallDelta
 	FinishReason string
+	// ResponseID is the provider's id of the response (OpenAI's chunk id),
+	// set on a DeltaFinish when the provider gives one; traces report it as
+	// gen_ai.response.id.
+	ResponseID string
 	Usage        Usage
 	// Retry is set on a DeltaRetry only (a pointer, so that the deltas of
 	// a healthy stream stay small).

@@ -34,10 +34,14 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
@@ -195,6 +199,8 @@ type Engine struct {
 	synthMu   sync.Mutex
 	synthetic map[string]int64 // synthetic select_speaker events recorded, per workflow
 
+	cancels cancels // runs this instance may cancel (run.cancel)
+
 	active atomic.Int64 // runs in progress
 	turns  atomic.Int64 // turns started since New
 
@@ -204,6 +210,9 @@ type Engine struct {
 	agentRules   map[string]bool // names of the event-handler agent rules made by AgentRule
 	callsMu      sync.Mutex
 	calls        map[string]context.CancelCauseFunc // model calls in progress, by chat, for interrupt
+
+	activeMu sync.Mutex
+	activeBy map[baton.Scope]int64 // runs in progress by tenant (ActiveIn)
 }
 
 // New returns an engine and registers its rules on cfg.Bus: run.start,
@@ -276,6 +285,16 @@ func New(cfg Config) (*Engine, error) {
 	if prio == 0 {
 		prio = 100
 	}
+	// run.cancel is applied as it is published (an observer), and only
+	// consumed on the chat's lane (cancel.go).
+	if err := e.bus.RegisterRule(bus.Rule{
+		Name:     "engine-cancel",
+		Types:    []string{TypeRunCancel},
+		Priority: prio,
+		Handler:  e.handleCancel,
+	}); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
 	if err := e.bus.RegisterRule(bus.Rule{
 		Name:     "engine",
 		Types:    []string{TypeRunStart, TypeRunResume, TypeRunWake, baton.TypeUserQuery, baton.TypeUIToolResponse},
@@ -297,6 +316,10 @@ func New(cfg Config) (*Engine, error) {
 		},
 	}); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
+	}
+	// Last: nothing above can fail after the goroutine started.
+	if err := e.watchCancels(); err != nil {
+		return nil, err
 	}
 	return e, nil
 }
@@ -323,6 +346,43 @@ func (e *Engine) SyntheticCount(workflow string) int64 {
 
 // Active returns the number of runs in progress.
 func (e *Engine) Active() int64 { return e.active.Load() }
+
+// ActiveIn returns the number of runs in progress of scope's chats (of
+// scope.App's users together when scope.User is ""): Active is their sum
+// over every tenant.
+func (e *Engine) ActiveIn(scope baton.Scope) int64 {
+	e.activeMu.Lock()
+	defer e.activeMu.Unlock()
+	if scope.User != "" {
+		return e.activeBy[scope]
+	}
+	var n int64
+	for s, k := range e.activeBy {
+		if s.App == scope.App {
+			n += k
+		}
+	}
+	return n
+}
+
+// countActive counts a run of scope in progress (ActiveIn) until the
+// function it returns is called. A tenant is forgotten when its last run
+// ends, so the map holds only tenants with runs in progress.
+func (e *Engine) countActive(scope baton.Scope) func() {
+	e.activeMu.Lock()
+	if e.activeBy == nil {
+		e.activeBy = map[baton.Scope]int64{}
+	}
+	e.activeBy[scope]++
+	e.activeMu.Unlock()
+	return func() {
+		e.activeMu.Lock()
+		if e.activeBy[scope]--; e.activeBy[scope] <= 0 {
+			delete(e.activeBy, scope)
+		}
+		e.activeMu.Unlock()
+	}
+}
 
 // StartOptions are the optional parts of starting a chat.
 type StartOptions struct {
@@ -900,6 +960,38 @@ func InputEvent(scope baton.Scope, typ, chatID string, payload json.RawMessage) 
 	}, payload)
 }
 
+// metaTraceParent is the input event's metadata key for the W3C
+// traceparent of the request that brought it.
+const metaTraceParent = "traceparent"
+
+// WithTraceParent returns ev carrying, as metadata "traceparent", the span
+// that ctx holds (an HTTP server span, or the caller's own traceparent), so
+// that the run's trace can link to the request; ev as it is when ctx holds
+// none.
+func WithTraceParent(ctx context.Context, ev baton.Event) baton.Event {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return ev
+	}
+	v, _ := json.Marshal("00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-" + sc.TraceFlags().String())
+	extra := make(map[string]json.RawMessage, len(ev.Metadata.Extra)+1)
+	maps.Copy(extra, ev.Metadata.Extra) // the caller's map stays as it was
+	extra[metaTraceParent] = v
+	ev.Metadata.Extra = extra
+	return ev
+}
+
+// TraceParentOf returns the span context an input event's traceparent
+// names (WithTraceParent), or an invalid one.
+func TraceParentOf(ev baton.Event) trace.SpanContext {
+	var tp string
+	if json.Unmarshal(ev.Metadata.Extra[metaTraceParent], &tp) != nil || tp == "" {
+		return trace.SpanContext{}
+	}
+	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": tp})
+	return trace.SpanContextFromContext(ctx)
+}
+
 // ScopeOf returns the tenant scope an input event carries.
 func ScopeOf(ev baton.Event) baton.Scope {
 	var s baton.Scope
@@ -912,8 +1004,10 @@ func (e *Engine) publish(ctx context.Context, scope baton.Scope, typ, chatID str
 	return e.publishEvent(ctx, InputEvent(scope, typ, chatID, payload))
 }
 
-// publishEvent publishes an input event built by the caller.
+// publishEvent publishes an input event built by the caller, with the
+// trace context of the request that brought it (WithTraceParent).
 func (e *Engine) publishEvent(ctx context.Context, ev baton.Event) error {
+	ev = WithTraceParent(ctx, ev)
 	if err := e.bus.Publish(ctx, ev); err != nil {
 		return fmt.Errorf("publish %s for chat %s: %w", ev.Type, ev.ChatID(), err)
 	}
@@ -980,9 +1074,11 @@ func (e *Engine) holderGone(h baton.EffectHolder) bool {
 	return e.instance != "" && h.Instance != ""
 }
 
-// Close stops what the engine started (MCP servers of tool registries). The
+// Close stops what the engine started (MCP servers of tool registries, the
+// run.cancel watcher). The
 // bus and the store belong to the caller.
 func (e *Engine) Close() error {
+	e.stopWatchingCancels()
 	e.wakeMu.Lock()
 	for _, t := range e.wakes {
 		t.Stop()

@@ -161,7 +161,7 @@ type inputRequestPayload struct {
 // runCompletePayload is chat.run_complete.
 type runCompletePayload struct {
 	Kind       string `json:"kind"`
-	Status     string `json:"status"` // success, max_turns, budget_exceeded
+	Status     string `json:"status"` // success, max_turns, budget_exceeded, cancelled
 	Reason     string `json:"reason"`
 	TotalTurns int    `json:"total_turns"`
 }

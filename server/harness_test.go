@@ -137,9 +137,13 @@ func (e *env) dialSmall(ctx context.Context, t testing.TB, chatID string, lastSe
 	c.SetReadLimit(8 << 20)
 	return c
 }
+
 // withModel gives the engine prov instead of the workflows' scripted
 // providers.
 func withModel(prov engine.ProviderFunc) envOption { return func(e *env) { e.prov = prov } }
+
+// withProvider replaces the workflows' scripted providers.
+func withProvider(p engine.ProviderFunc) envOption { return func(e *env) { e.prov = p } }
 
 // withWorkflows loads the workflows from dir instead of the examples.
 func withWorkflows(dir string) envOption { return func(e *env) { e.wfRoot = dir } }

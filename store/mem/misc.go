@@ -140,6 +140,38 @@ func (s *Store) ChatUsage(ctx context.Context, scope baton.Scope, chatID string)
 	return total, per, nil
 }
 
+// AppUsage sums the usage of a tenant's chats, of an app's (scope.User
+// empty) or of every app's (scope empty), deleted chats included; see
+// baton.UsageStore. The store keeps each chat's sums per agent, so it
+// reads a chat, not a row, at a time: a tenant's chats through its own
+// list, an app's or every app's through the list of all chats.
+func (s *Store) AppUsage(ctx context.Context, scope baton.Scope) (baton.UsageTotal, error) {
+	if err := s.check(ctx); err != nil {
+		return baton.UsageTotal{}, err
+	}
+	s.mu.RLock()
+	list := s.order // append-only: the elements this header sees never change
+	if scope.User != "" {
+		list = s.byScope[scope]
+	}
+	s.mu.RUnlock()
+	var total baton.UsageTotal
+	for _, c := range list {
+		// App and User never change: they are read without the chat's lock.
+		if scope.App != "" && c.c.App != scope.App {
+			continue
+		}
+		c.mu.RLock()
+		for _, t := range c.usage {
+			total.Calls += t.Calls
+			total.Usage = total.Usage.Add(t.Usage)
+			total.Cost += t.Cost
+		}
+		c.mu.RUnlock()
+	}
+	return total, nil
+}
+
 // copyTask returns a copy of t that shares no memory with it.
 func copyTask(t *baton.Task) baton.Task {
 	out := *t
