@@ -1,9 +1,11 @@
 package mem_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
+	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/store/mem"
 	"github.com/batonhq/baton/store/storetest"
 )
@@ -27,4 +29,29 @@ func BenchmarkReplay10k(b *testing.B) {
 	s := mem.New()
 	defer s.Close()
 	storetest.BenchReplay(b, s, 10_000)
+}
+
+// BenchmarkChatsByStatus: the engine's sweep (every second) of the chats
+// waiting for a UI tool, 10 of 100,000: it reads the 10, not the 100,000.
+func BenchmarkChatsByStatus(b *testing.B) {
+	ctx := context.Background()
+	s := mem.New()
+	defer s.Close()
+	scope := storetest.NewScope()
+	for i := range 100_000 {
+		st := baton.ChatCompleted
+		if i%10_000 == 0 {
+			st = baton.ChatWaitingUITool
+		}
+		if _, err := s.CreateChat(ctx, scope, baton.Chat{Workflow: "w", Status: st}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		cs, err := s.ChatsByStatus(ctx, baton.ChatWaitingUITool, 10_000)
+		if err != nil || len(cs) != 10 {
+			b.Fatalf("ChatsByStatus = %d chats, %v; want 10", len(cs), err)
+		}
+	}
 }

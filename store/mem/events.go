@@ -47,7 +47,7 @@ func (s *Store) Append(ctx context.Context, scope baton.Scope, chatID string, ev
 		}
 		c.events = append(c.events, kept...)
 		c.c.LastSequence = seq
-		ap.apply(c, now())
+		ap.apply(s, c, now())
 		return nil
 	})
 	if err != nil {

@@ -11,9 +11,11 @@
 // events, snapshot, pending requests, inbox, effects and usage change under
 // it, so writes to one chat are ordered (gapless sequences, atomic appends)
 // while writes to different chats do not wait for each other. The map of
-// chats has a read-write lock held only to find or add a chat; tasks,
-// leases, API keys and stats rollups have a lock each. No lock is held
-// across anything slow, and nothing blocks but those locks.
+// chats is read without a lock (a chat is added once and never removed);
+// adding one, the index of chats by status, tasks, leases, API keys and
+// stats rollups have a lock each. No lock is held across anything slow,
+// and nothing blocks but those locks. The runtime's sweeps (chats by
+// status, every second) read only the chats in that status.
 //
 // Everything it returns is a copy (events' payloads and metadata, contexts,
 // pending requests, task inputs and results): a caller that changes what it
@@ -51,10 +53,14 @@ var (
 type Store struct {
 	closed atomic.Bool
 
-	mu      sync.RWMutex            // guards chats, order and byScope (not the chats' contents)
-	chats   map[string]*chat        // by id, deleted ones included (an id is never reused)
+	chats sync.Map // id → *chat, deleted ones included (an id is never reused)
+
+	mu      sync.RWMutex            // guards order and byScope, and the adding of a chat
 	order   []*chat                 // in creation order, for the runtime's lists
 	byScope map[baton.Scope][]*chat // in creation order, for ListChats
+
+	statusMu sync.Mutex
+	byStatus map[baton.ChatStatus]map[*chat]struct{} // live chats by status (ChatsByStatus)
 
 	inputSeq atomic.Int64 // orders inputs across chats (ChatsWithInputs: oldest first)
 
@@ -74,12 +80,12 @@ type Store struct {
 // New returns an empty store.
 func New() *Store {
 	return &Store{
-		chats:   map[string]*chat{},
-		byScope: map[baton.Scope][]*chat{},
-		tasks:   map[string]*baton.Task{},
-		leases:  map[string]*baton.Lease{},
-		keys:    map[string]baton.APIKey{},
-		stats:   map[string]map[statsKey]*rollup{},
+		byScope:  map[baton.Scope][]*chat{},
+		byStatus: map[baton.ChatStatus]map[*chat]struct{}{},
+		tasks:    map[string]*baton.Task{},
+		leases:   map[string]*baton.Lease{},
+		keys:     map[string]baton.APIKey{},
+		stats:    map[string]map[statsKey]*rollup{},
 	}
 }
 
@@ -111,6 +117,7 @@ func notFound(id string) error { return baton.Errorf(baton.ENOTFOUND, "chat %q n
 
 // chat is one chat and everything that belongs to it, guarded by mu.
 type chat struct {
+	n       int // creation order, 0 for the first chat
 	mu      sync.RWMutex
 	c       baton.Chat // Pending is kept in pending; LastSequence is len(events)
 	events  []baton.Event
@@ -139,10 +146,9 @@ func (c *chat) in(scope baton.Scope) bool {
 
 // lookup returns the chat with id, deleted or not, or nil.
 func (s *Store) lookup(id string) *chat {
-	s.mu.RLock()
-	c := s.chats[id]
-	s.mu.RUnlock()
-	return c
+	c, _ := s.chats.Load(id)
+	ch, _ := c.(*chat)
+	return ch
 }
 
 // read calls fn with the chat read-locked, when it is live in scope.
@@ -222,7 +228,7 @@ func (s *Store) CreateChat(ctx context.Context, scope baton.Scope, c baton.Chat)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, dup := s.chats[c.ID]; dup {
+	if _, dup := s.chats.Load(c.ID); dup {
 		return baton.Chat{}, baton.Errorf(baton.ECONFLICT, "chat %q already exists", c.ID)
 	}
 	// The time is taken under the lock, so that creation order and
@@ -232,8 +238,9 @@ func (s *Store) CreateChat(ctx context.Context, scope baton.Scope, c baton.Chat)
 	c.CreatedAt, c.UpdatedAt = t, t
 	ch.pending = addPending(nil, c.Pending, t)
 	c.Pending = nil
-	ch.c = c
-	s.chats[c.ID] = ch
+	ch.c, ch.n = c, len(s.order)
+	s.setStatus(ch, "", c.Status)
+	s.chats.Store(c.ID, ch)
 	s.order = append(s.order, ch)
 	s.byScope[scope] = append(s.byScope[scope], ch)
 	return ch.snapshot(true), nil
@@ -285,13 +292,58 @@ func (s *Store) ListChats(ctx context.Context, scope baton.Scope, opts baton.Lis
 }
 
 // ChatsByStatus lists chats of every scope with status, oldest first; see
-// baton.ChatStore. It reads every chat the store holds: it is for recovery
-// and the runtime's sweeps, not for a request's path.
+// baton.ChatStore. It reads the chats in that status only (an index kept
+// with every change of status): the runtime sweeps the chats that wait for
+// a UI tool every second.
 func (s *Store) ChatsByStatus(ctx context.Context, status baton.ChatStatus, limit int) ([]baton.Chat, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
 	if limit <= 0 {
 		limit = defaultListLimit
 	}
-	return s.scan(ctx, limit, func(c *chat) bool { return c.c.Status == status })
+	s.statusMu.Lock()
+	found := make([]*chat, 0, len(s.byStatus[status]))
+	for c := range s.byStatus[status] {
+		found = append(found, c)
+	}
+	s.statusMu.Unlock()
+	sortBy(found, func(c *chat) int { return c.n })
+	var out []baton.Chat
+	for _, c := range found {
+		if len(out) >= limit {
+			break
+		}
+		c.mu.RLock()
+		// It may have changed since the index was read.
+		if !c.c.Deleted && c.c.Status == status {
+			out = append(out, c.snapshot(false))
+		}
+		c.mu.RUnlock()
+	}
+	return out, nil
+}
+
+// setStatus moves c from the index of status from to that of to ("" for
+// none). The caller holds c.mu for writing, or is adding c (lock order: a
+// chat, or the store's mu, then statusMu).
+func (s *Store) setStatus(c *chat, from, to baton.ChatStatus) {
+	if from == to {
+		return
+	}
+	s.statusMu.Lock()
+	defer s.statusMu.Unlock()
+	if from != "" {
+		delete(s.byStatus[from], c)
+	}
+	if to != "" {
+		m := s.byStatus[to]
+		if m == nil {
+			m = map[*chat]struct{}{}
+			s.byStatus[to] = m
+		}
+		m[c] = struct{}{}
+	}
 }
 
 // scan returns copies of the live chats that match, oldest first, at most
@@ -322,6 +374,7 @@ func (s *Store) DeleteChat(ctx context.Context, scope baton.Scope, id string) er
 	return s.write(ctx, scope, id, func(c *chat) error {
 		c.c.Deleted = true
 		c.c.UpdatedAt = now()
+		s.setStatus(c, c.c.Status, "") // a deleted chat is in no list
 		return nil
 	})
 }
@@ -338,7 +391,7 @@ func (s *Store) UpdateChat(ctx context.Context, scope baton.Scope, id string, u 
 		if err != nil {
 			return err
 		}
-		ap.apply(c, now())
+		ap.apply(s, c, now())
 		out = c.snapshot(true)
 		return nil
 	})
@@ -409,7 +462,7 @@ func (s *Store) prepare(c *chat, u *baton.ChatUpdate) (applier, error) {
 
 // apply writes the checked update and the chat's updated time. The caller
 // holds c.mu for writing.
-func (ap applier) apply(c *chat, t time.Time) {
+func (ap applier) apply(s *Store, c *chat, t time.Time) {
 	c.c.UpdatedAt = t
 	u := ap.u
 	if u == nil {
@@ -427,6 +480,7 @@ func (ap applier) apply(c *chat, t time.Time) {
 		c.waiting--
 	}
 	if u.Status != nil {
+		s.setStatus(c, c.c.Status, *u.Status)
 		c.c.Status = *u.Status
 	}
 	if u.TurnAgent != nil {

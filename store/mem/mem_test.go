@@ -3,6 +3,7 @@ package mem_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"testing"
 
 	"github.com/batonhq/baton"
@@ -148,5 +149,77 @@ func TestEventsPayloadsCapped(t *testing.T) {
 	_ = append(evs[0].Payload, "xxxxxxxx"...)
 	if string(evs[1].Payload) != second {
 		t.Fatalf("an append to one payload changed the next: %s, want %s", evs[1].Payload, second)
+	}
+}
+
+// TestChatsByStatusFollowsChanges: ChatsByStatus reads an index of chats
+// by status, which every way a status changes keeps: a chat created with
+// a status, an append's update, UpdateChat, a delete (in no list after).
+func TestChatsByStatusFollowsChanges(t *testing.T) {
+	ctx := context.Background()
+	s := mem.New()
+	defer s.Close()
+	scope := storetest.NewScope()
+	ids := func(st baton.ChatStatus) []string {
+		t.Helper()
+		cs, err := s.ChatsByStatus(ctx, st, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, c := range cs {
+			if c.Status != st {
+				t.Fatalf("ChatsByStatus(%s) returned a %s chat", st, c.Status)
+			}
+			out = append(out, c.ID)
+		}
+		return out
+	}
+	want := func(st baton.ChatStatus, w ...string) {
+		t.Helper()
+		if got := ids(st); !slices.Equal(got, w) {
+			t.Fatalf("ChatsByStatus(%s) = %v, want %v", st, got, w)
+		}
+	}
+	var chats []string
+	for _, st := range []baton.ChatStatus{"", baton.ChatWaitingInput, "", baton.ChatWaitingUITool} {
+		c, err := s.CreateChat(ctx, scope, baton.Chat{Workflow: "w", Status: st})
+		if err != nil {
+			t.Fatal(err)
+		}
+		chats = append(chats, c.ID)
+	}
+	want(baton.ChatRunning, chats[0], chats[2])
+	want(baton.ChatWaitingInput, chats[1])
+	want(baton.ChatWaitingUITool, chats[3])
+
+	ui := baton.ChatWaitingUITool
+	if _, err := s.Append(ctx, scope, chats[0], []baton.Event{storetest.TextEvent("A", "x")}, &baton.ChatUpdate{Status: &ui}); err != nil {
+		t.Fatal(err)
+	}
+	want(baton.ChatRunning, chats[2])
+	want(baton.ChatWaitingUITool, chats[0], chats[3]) // oldest first
+
+	// A failed append changes no status.
+	bad := baton.ChatCompleted
+	if _, err := s.Append(ctx, scope, chats[2], nil, &baton.ChatUpdate{Status: &bad, ResolvePending: []string{"nope"}}); err == nil {
+		t.Fatal("append resolving an unknown request succeeded")
+	}
+	want(baton.ChatRunning, chats[2])
+	want(baton.ChatCompleted)
+
+	done := baton.ChatCompleted
+	if _, err := s.UpdateChat(ctx, scope, chats[3], baton.ChatUpdate{Status: &done}); err != nil {
+		t.Fatal(err)
+	}
+	want(baton.ChatWaitingUITool, chats[0])
+	want(baton.ChatCompleted, chats[3])
+
+	if err := s.DeleteChat(ctx, scope, chats[1]); err != nil {
+		t.Fatal(err)
+	}
+	want(baton.ChatWaitingInput)
+	if cs, err := s.ChatsByStatus(ctx, baton.ChatRunning, 1); err != nil || len(cs) != 1 || cs[0].ID != chats[2] {
+		t.Fatalf("ChatsByStatus(running, limit 1) = %v, %v", cs, err)
 	}
 }
