@@ -68,36 +68,39 @@ func containsID(evs []baton.Event, id string) bool {
 // Events returns up to limit of the chat's events after the given
 // sequence; see baton.EventStore. The events are copies: their payloads
 // share one new buffer (one allocation for a whole replay), each capped so
-// that an append to one cannot run into the next.
+// that an append to one cannot run into the next. The copying is done
+// after the chat's lock is let go, so that a long replay does not hold up
+// the chat's appends: a recorded event never changes, and an append never
+// writes where a slice taken before it can see.
 func (s *Store) Events(ctx context.Context, scope baton.Scope, chatID string, after int64, limit int) ([]baton.Event, error) {
-	var out []baton.Event
+	var src []baton.Event
 	err := s.read(ctx, scope, chatID, func(c *chat) error {
 		// Sequences are 1 … len(events), no gap: event n is events[n-1].
 		from := min(max(after, 0), int64(len(c.events)))
-		src := c.events[from:]
+		src = c.events[from:]
 		if limit > 0 && len(src) > limit {
 			src = src[:limit]
-		}
-		out = make([]baton.Event, len(src))
-		copy(out, src)
-		n := 0
-		for i := range src {
-			n += len(src[i].Payload)
-		}
-		buf := make([]byte, 0, n)
-		for i := range out {
-			e := &out[i]
-			if e.Payload != nil {
-				start := len(buf)
-				buf = append(buf, e.Payload...)
-				e.Payload = json.RawMessage(buf[start:len(buf):len(buf)])
-			}
-			e.Metadata.Extra = cloneExtra(e.Metadata.Extra)
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
+	}
+	out := make([]baton.Event, len(src))
+	copy(out, src)
+	n := 0
+	for i := range src {
+		n += len(src[i].Payload)
+	}
+	buf := make([]byte, 0, n)
+	for i := range out {
+		e := &out[i]
+		if e.Payload != nil {
+			start := len(buf)
+			buf = append(buf, e.Payload...)
+			e.Payload = json.RawMessage(buf[start:len(buf):len(buf)])
+		}
+		e.Metadata.Extra = cloneExtra(e.Metadata.Extra)
 	}
 	return out, nil
 }

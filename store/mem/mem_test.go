@@ -3,6 +3,7 @@ package mem_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -221,5 +222,55 @@ func TestChatsByStatusFollowsChanges(t *testing.T) {
 	want(baton.ChatWaitingInput)
 	if cs, err := s.ChatsByStatus(ctx, baton.ChatRunning, 1); err != nil || len(cs) != 1 || cs[0].ID != chats[2] {
 		t.Fatalf("ChatsByStatus(running, limit 1) = %v, %v", cs, err)
+	}
+}
+
+// TestEventsWhileAppending: a replay taken while appends go on (copied
+// after the chat's lock is let go) is always a gapless prefix 1..n with the
+// payloads appended, never a torn one; run with -race.
+func TestEventsWhileAppending(t *testing.T) {
+	ctx := context.Background()
+	s := mem.New()
+	defer s.Close()
+	scope := storetest.NewScope()
+	c, err := s.CreateChat(ctx, scope, baton.Chat{Workflow: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const appends = 300
+	done := make(chan error, 1)
+	go func() {
+		for i := range appends {
+			if _, err := s.Append(ctx, scope, c.ID, []baton.Event{storetest.TextEvent("A", fmt.Sprint(i*2)), storetest.TextEvent("A", fmt.Sprint(i*2+1))}, nil); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	for finished := false; !finished; {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			finished = true
+		default:
+		}
+		evs, err := s.Events(ctx, scope, c.ID, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs)%2 != 0 {
+			t.Fatalf("a replay saw half of an append: %d events", len(evs))
+		}
+		for i, e := range evs {
+			if e.Sequence != int64(i+1) || baton.MessageOf(e).Content != fmt.Sprint(i) {
+				t.Fatalf("replay[%d] = sequence %d, content %q", i, e.Sequence, baton.MessageOf(e).Content)
+			}
+		}
+	}
+	if evs, _ := s.Events(ctx, scope, c.ID, 0, 0); len(evs) != 2*appends {
+		t.Fatalf("%d events, want %d", len(evs), 2*appends)
 	}
 }
