@@ -131,7 +131,7 @@ func TestStop_MidStreamThenRetry(t *testing.T) {
 			if !eval[bool](t, b, `!document.querySelector("#stop-button").hidden`) {
 				t.Fatal("no Stop button while the answer streams")
 			}
-			if got := eval[string](t, b, `document.querySelector("#composer-input").placeholder`); got != "The agents are working: press Stop to interrupt them" {
+			if got := eval[string](t, b, `document.querySelector("#composer-input").placeholder`); got != "The agents are working: write to add a message, or press Stop" {
 				t.Errorf("placeholder %q while the answer streams", got)
 			}
 			b.shot(t, "32-streaming-"+v.name)
@@ -294,4 +294,29 @@ func TestAuth_KeyDialogOnPhone(t *testing.T) {
 	}
 	noSideScroll(t, b)
 	b.noProblems(t, "401 (Unauthorized) http://"+be.addr+"/api/me")
+}
+
+// TestQueuedMessage_SentWhileTheAgentsWork: while an answer streams the
+// person may write (the workflow's double_texting is the default,
+// enqueue): the message shows at once as sent and queued, the server keeps
+// it, and when the run ends the message starts the next run: its recorded
+// echo replaces the queued bubble, once.
+func TestQueuedMessage_SentWhileTheAgentsWork(t *testing.T) {
+	be := startBackend(t, filepath.Join(t.TempDir(), "baton.db"), "127.0.0.1:0")
+	b := newBrowser(t)
+	startFromPage(t, b, be.url(), "slow")
+	b.waitFor(t, "the answer streaming", `!!document.querySelector('.msg.streaming[data-agent="Reporter"]')`)
+	b.waitFor(t, "the composer open while the agents work", `!document.querySelector("#composer-input").disabled`)
+	const msg = "One more thing: add the sources."
+	b.do(t, "write while the agents work", chromedp.SendKeys(chromedp.CSS("#composer-input"), msg+kb.Enter))
+	if n := eval[int](t, b, `[...document.querySelectorAll("#messages .msg.user.queued")].filter(n => n.textContent.includes("add the sources")).length`); n != 1 {
+		t.Fatalf("%d queued bubbles right after sending, want 1", n)
+	}
+	b.shot(t, "33-queued-message")
+	b.waitFor(t, "the recorded echo of the queued message",
+		`[...document.querySelectorAll("#messages .msg.user:not(.queued)")].some(n => n.textContent.includes("add the sources") && n.dataset.seq)`)
+	if n := eval[int](t, b, `[...document.querySelectorAll("#messages .msg.user")].filter(n => n.textContent.includes("add the sources")).length`); n != 1 {
+		t.Errorf("the message is shown %d times after its echo, want once", n)
+	}
+	b.noProblems(t)
 }

@@ -52,6 +52,10 @@ type workflowInfo struct {
 	Version      string   `json:"version,omitempty"`
 	VisualAgents []string `json:"visual_agents"`
 	StartupMode  string   `json:"startup_mode,omitempty"`
+	// DoubleTexting is what the workflow does with a message sent while a
+	// run goes (enqueue, reject, interrupt), so a UI knows whether to let
+	// the person write then.
+	DoubleTexting string `json:"double_texting"`
 }
 
 func (s *Server) handleWorkflows(w http.ResponseWriter, r *http.Request) {
@@ -67,6 +71,7 @@ func (s *Server) handleWorkflows(w http.ResponseWriter, r *http.Request) {
 			out = append(out, workflowInfo{
 				Name: wf.Name, Description: wf.Config.Description, Version: wf.Config.Version,
 				VisualAgents: append([]string{}, wf.Config.VisualAgents...), StartupMode: wf.Config.Orchestration.StartupMode,
+				DoubleTexting: wf.DoubleTexting(),
 			})
 		}
 	}

@@ -342,7 +342,15 @@ function setStatus(status) {
   if (!view) return;
   view.status = status;
   const input = $("composer-input");
-  if (status === "running" && input.disabled) input.placeholder = idlePlaceholder();
+  if (status === "running" && input.disabled) {
+    if (canQueue()) {
+      // The person may write while the agents work: the server keeps the
+      // message and the run takes it at its next input point.
+      input.disabled = false;
+      $("send-button").disabled = false;
+    }
+    input.placeholder = idlePlaceholder();
+  }
   const item = document.querySelector(`.chat-item[data-chat-id="${CSS.escape(view.id)}"] .status-pill`);
   if (item && status) paintPill(item, status);
 }
@@ -351,8 +359,26 @@ function setStatus(status) {
 // precise was said.
 function idlePlaceholder() {
   if (!view) return "Start a chat or open one to write";
+  if (view.status === "running" && canQueue()) {
+    return policyOf() === "interrupt"
+      ? "The agents are working: a message interrupts them, or press Stop"
+      : "The agents are working: write to add a message, or press Stop";
+  }
   if (view.status === "running") return "The agents are working: press Stop to interrupt them";
   return "The agent has not asked for input yet";
+}
+
+// policyOf is the open chat's workflow's double_texting policy: what the
+// server does with a message sent while a run goes.
+function policyOf() {
+  const wf = view && state.workflows.find((w) => w.name === view.workflow);
+  return (wf && wf.double_texting) || "enqueue";
+}
+
+// canQueue: a message may be sent while the chat's run goes (the server
+// keeps it for the run, or stops the run for it); "reject" refuses it.
+function canQueue() {
+  return !!view && policyOf() !== "reject";
 }
 
 function setInput(enabled, prompt) {
@@ -1095,7 +1121,7 @@ $("composer").addEventListener("submit", (ev) => {
   if (!content || input.disabled) return;
   if (send({ type: "user.input.submit", content })) {
     input.value = "";
-    setInput(false);
+    if (!(view && view.status === "running" && canQueue())) setInput(false);
     // Shown as sent at once: the server keeps it before it acknowledges
     // it, and the run takes it at its next input point; the recorded echo
     // (chat.text of the user) replaces this bubble.
