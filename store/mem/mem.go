@@ -369,12 +369,19 @@ func (s *Store) scan(ctx context.Context, limit int, match func(c *chat) bool) (
 	return out, nil
 }
 
-// DeleteChat soft-deletes the chat; see baton.ChatStore.
+// DeleteChat soft-deletes the chat and frees what no method reads again;
+// see baton.ChatStore.
 func (s *Store) DeleteChat(ctx context.Context, scope baton.Scope, id string) error {
 	return s.write(ctx, scope, id, func(c *chat) error {
 		c.c.Deleted = true
 		c.c.UpdatedAt = now()
 		s.setStatus(c, c.c.Status, "") // a deleted chat is in no list
+		// No method reads a deleted chat's events, requests, inbox or
+		// effects again: they are let go, so that deleting chats frees
+		// memory. What stays is what outlives a chat: its row (its id is
+		// never reused), its usage (AppUsage counts it) and its tasks.
+		c.events, c.ids, c.pending, c.used = nil, nil, nil, nil
+		c.inputs, c.inputID, c.waiting, c.effects = nil, nil, 0, nil
 		return nil
 	})
 }
