@@ -21,6 +21,10 @@
 // pending requests, task inputs and results): a caller that changes what it
 // got changes nothing in the store, nor does one that changes what it gave.
 //
+// Its memory grows with what it holds: every chat's events until the
+// chat is deleted (DeleteChat frees them; the chat's row, usage and tasks
+// stay, as in the other stores).
+//
 // Open it with New, or with store.Open("mem:").
 package mem
 
