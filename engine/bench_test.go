@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"syscall"
 	"testing"
@@ -12,8 +13,12 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
 	"github.com/batonhq/baton/engine"
+	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/recorder"
+	"github.com/batonhq/baton/store/mem"
 	"github.com/batonhq/baton/store/sqlite"
 	"github.com/batonhq/baton/tool"
+	"github.com/batonhq/baton/workflow"
 )
 
 // turnProvider answers like a model in a tool loop, with no delay: a tool
@@ -75,6 +80,54 @@ func BenchmarkTurn(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkMemTurn is BenchmarkTurn on the memory store (store/mem): the
+// same workflow, provider, tool, logging and loop, with no SQLite under
+// the recorder. The difference from BenchmarkTurn is what the SQLite store
+// costs a turn; what is left is the runtime's own cost.
+//
+//	go test -run '^$' -bench BenchmarkMemTurn -benchmem ./engine
+func BenchmarkMemTurn(b *testing.B) {
+	for _, inFlight := range []int{1, 50, 1000} {
+		b.Run(fmt.Sprintf("chats=%d", inFlight), func(b *testing.B) {
+			eng, bs := memEngine(b)
+			turnLoop(b, eng, bs, inFlight, nil)
+		})
+	}
+}
+
+// memEngine is an engine on a memory store, configured as newHarness
+// configures its own for BenchmarkTurn (logging at info into a buffer);
+// b's cleanup closes the bus, the engine and the store, in that order.
+func memEngine(b *testing.B) (*engine.Engine, *bus.Bus) {
+	b.Helper()
+	st := mem.New()
+	log := slog.New(slog.NewTextHandler(&testenv.LogBuffer{}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	bs := bus.New(bus.WithLogger(log))
+	wfs, err := workflow.LoadAll(os.DirFS(loopDir))
+	if err != nil {
+		b.Fatal(err)
+	}
+	eng, err := engine.New(engine.Config{
+		Store: st, Recorder: recorder.New(st, engine.ObserverPublisher{Bus: bs}), Bus: bs,
+		Workflows: wfs, WorkflowRoot: loopDir, ToolOptions: []tool.Option{lookupTool},
+		Providers: func(*workflow.Workflow) (baton.Provider, error) { return fakeProvider(turnModel), nil },
+		Logger:    log, SecretKey: []byte("0123456789abcdef0123456789abcdef"), TimeoutSweep: 20 * time.Millisecond,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := bs.Close(ctx); err != nil {
+			b.Errorf("bus close: %v", err)
+		}
+		_ = eng.Close()
+		_ = st.Close()
+	})
+	return eng, bs
 }
 
 // BenchmarkPostgresTurn is BenchmarkTurn on PostgreSQL, one instance

@@ -3,6 +3,7 @@
 //	sqlite:PATH              SQLite file at PATH (store/sqlite)
 //	sqlite:                  SQLite at ./.baton/baton.db, the default
 //	postgres://… postgresql://…   PostgreSQL (store/postgres)
+//	mem:                     in memory (store/mem): everything is lost at exit
 //
 // An empty URL is the default SQLite store. The file's directory is created
 // when missing.
@@ -14,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/store/mem"
 	"github.com/batonhq/baton/store/postgres"
 	"github.com/batonhq/baton/store/sqlite"
 )
@@ -44,8 +46,13 @@ func Open(ctx context.Context, url string, opts ...Option) (baton.Store, error) 
 		return sqlite.Open(ctx, path, sqlite.WithLogger(o.log))
 	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
 		return postgres.Open(ctx, url, postgres.WithLogger(o.log))
+	case url == "mem:" || url == "mem://":
+		o.log.Warn("store: in memory (mem:): chats, events and keys are lost when the process exits")
+		return mem.New(), nil
+	case strings.HasPrefix(url, "mem:"):
+		return nil, baton.Errorf(baton.EINVALID, "store %q: a memory store takes no path or options; use mem:", redact(url))
 	default:
-		return nil, baton.Errorf(baton.EINVALID, "store %q: use sqlite:PATH or postgres://…", redact(url))
+		return nil, baton.Errorf(baton.EINVALID, "store %q: use sqlite:PATH, postgres://… or mem:", redact(url))
 	}
 }
 

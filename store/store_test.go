@@ -77,3 +77,34 @@ func TestOpenUnknown(t *testing.T) {
 		t.Fatalf("error leaks the password: %s", msg)
 	}
 }
+
+// mem: opens an empty memory store; anything after the colon is refused,
+// naming the URL (a memory store has no path to give).
+func TestOpenMem(t *testing.T) {
+	ctx := context.Background()
+	s, err := store.Open(ctx, "mem:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	c, err := s.CreateChat(ctx, baton.Scope{App: "a", User: "u"}, baton.Chat{Workflow: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetChat(ctx, baton.Scope{App: "a", User: "u"}, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	// Another mem: store is another, empty, store.
+	other, err := store.Open(ctx, "mem:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := other.GetChat(ctx, baton.Scope{App: "a", User: "u"}, c.ID); baton.ErrorCode(err) != baton.ENOTFOUND {
+		t.Fatalf("a second mem: store has the first one's chat: %v", err)
+	}
+	_, err = store.Open(ctx, "mem:/tmp/x")
+	if baton.ErrorCode(err) != baton.EINVALID || !strings.Contains(baton.ErrorMessage(err), "mem:/tmp/x") {
+		t.Fatalf("Open(mem:/tmp/x) = %v, want invalid naming the URL", err)
+	}
+}

@@ -73,7 +73,7 @@ type runtime struct {
 
 // flags are the flags every command that runs chats takes.
 func (c *runtimeConfig) flags(fs *flag.FlagSet) {
-	fs.StringVar(&c.storeURL, "store", envOr("BATON_STORE", ""), "store: sqlite:PATH or postgres://… (env BATON_STORE; default sqlite under --data-dir)")
+	fs.StringVar(&c.storeURL, "store", envOr("BATON_STORE", ""), "store: sqlite:PATH, postgres://… or mem: (in memory, lost at exit) (env BATON_STORE; default sqlite under --data-dir)")
 	fs.StringVar(&c.workflowsDir, "workflows", envOr("BATON_WORKFLOWS", ""), "folder of workflow folders (env BATON_WORKFLOWS; default: the built-in examples)")
 	fs.StringVar(&c.dataDir, "data-dir", envOr("BATON_DATA_DIR", ".baton"), "where baton keeps its files (env BATON_DATA_DIR)")
 	fs.StringVar(&c.rulesFile, "rules", envOr("BATON_RULES", ""), "a rules file for environment events (env BATON_RULES; see docs/events.md)")
@@ -101,6 +101,11 @@ func openRuntime(ctx context.Context, cfg runtimeConfig) (*runtime, error) {
 	}
 	if cfg.storeURL == "" {
 		cfg.storeURL = "sqlite:" + filepath.Join(cfg.dataDir, "baton.db")
+	}
+	if cfg.instanceID != "" && strings.HasPrefix(cfg.storeURL, "mem:") {
+		// Instances share chats through their store; a memory store is
+		// this process's alone.
+		return nil, fmt.Errorf("--instance-id needs a store the instances share (postgres://…); --store %s is in this process's memory", cfg.storeURL)
 	}
 	wfs, root, err := loadWorkflows(cfg)
 	if err != nil {

@@ -32,7 +32,7 @@ func init() {
 // both, parsed again after the subcommand.
 func keysFlags(fs *flag.FlagSet) runner {
 	var storeURL, dataDir, app, user, name, key, hash string
-	fs.StringVar(&storeURL, "store", envOr("BATON_STORE", ""), "store: sqlite:PATH or postgres://… (env BATON_STORE; default sqlite under --data-dir)")
+	fs.StringVar(&storeURL, "store", envOr("BATON_STORE", ""), "store: sqlite:PATH or postgres://… (env BATON_STORE; default sqlite under --data-dir; not mem:, which keeps nothing)")
 	fs.StringVar(&dataDir, "data-dir", envOr("BATON_DATA_DIR", ".baton"), "where baton keeps its files (env BATON_DATA_DIR)")
 	fs.StringVar(&app, "app", "", "create: the app the key acts for (required)")
 	fs.StringVar(&user, "user", "", "create: the user the key acts as (required)")
@@ -67,6 +67,11 @@ func runKeys(ctx context.Context, sub string, o keysOptions, stdout, stderr io.W
 		storeURL = "sqlite:" + filepath.Join(dataDir, "baton.db")
 	}
 	switch {
+	case strings.HasPrefix(storeURL, "mem:"):
+		// A memory store is gone when this command exits: a key created
+		// there could never be used, a revoke would revoke nothing.
+		fmt.Fprintf(stderr, "baton keys %s: --store %s keeps nothing after this command exits; give the sqlite: or postgres:// store baton serve uses\n", sub, storeURL)
+		return errUsage
 	case sub == "create" && (app == "" || user == ""):
 		fmt.Fprintln(stderr, "baton keys create: --app and --user are required")
 		return errUsage

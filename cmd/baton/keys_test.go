@@ -73,3 +73,13 @@ func TestKeysCreateAndRevoke(t *testing.T) {
 		t.Fatalf("create without --user: exit %d", code)
 	}
 }
+
+// A key made in a memory store would be gone when the command exits:
+// keys refuses mem: as a usage error that says so, printing no key.
+func TestKeysRefuseMemStore(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"keys", "create", "--store", "mem:", "--app", "acme", "--user", "ada"}, &out, &errb)
+	if code != 2 || out.Len() != 0 || !strings.Contains(errb.String(), "mem:") || !strings.Contains(errb.String(), "keeps nothing") {
+		t.Fatalf("keys create --store mem: exit %d, stdout %q, stderr %q; want 2, no key, and why", code, out.String(), errb.String())
+	}
+}
