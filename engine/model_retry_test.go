@@ -48,12 +48,6 @@ func newSSEModel(t *testing.T, handlers ...http.HandlerFunc) *sseModel {
 	return m
 }
 
-func (m *sseModel) calls() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.requests)
-}
-
 // provider is an openai provider on the fake with a small backoff. Its
 // stall timeouts are long: the short ones that make a stall cost the test
 // milliseconds come from the workflow's llm block, through the engine.
