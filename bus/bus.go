@@ -84,6 +84,8 @@ type Bus struct {
 	seen      *window
 	observers atomic.Pointer[[]*Subscription]
 	obsMu     sync.Mutex // serialises changes to observers
+	chatObsMu sync.RWMutex
+	chatObs   map[string][]*Subscription // ForChat subscriptions by chat; a slice is replaced, never changed in place
 
 	router  atomic.Pointer[routerBox]                // SetRouter; nil: every event is handled here
 	handled atomic.Pointer[func(baton.Event, error)] // SetHandledHook
