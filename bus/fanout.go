@@ -91,8 +91,9 @@ func (f *Fanout) Deliver(ev *baton.Event) int {
 func (f *Fanout) Watchers() int { return int(f.n.Load()) }
 
 // Feed is a Fanout's source: one bus subscription, read by Run. Its owner
-// calls Run (which closes the subscription when it returns) or, if it never
-// does, Close.
+// calls Run once (which closes the subscription when it returns) or, if it
+// never does, Close. A Fanout may have several feeds (say, one per event
+// pattern); each calls the watchers from its own goroutine.
 type Feed struct {
 	fan      *Fanout
 	bus      *Bus
