@@ -124,3 +124,57 @@ func BenchmarkBusLatency(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFanout measures delivering one event to one chat's subscriber
+// while 1, 100 or 10,000 chats are subscribed: ns/op is per delivered
+// event and should not grow with the number of chats, since subscriptions
+// are indexed by chat id. "subscribe" is a ForChat channel subscription per
+// chat (Broadcast, then the subscriber's receive); "watch" is a Fanout
+// watcher per chat (Deliver).
+//
+//	go test -run '^$' -bench BenchmarkFanout -benchmem ./bus
+func BenchmarkFanout(b *testing.B) {
+	for _, chats := range []int{1, 100, 10000} {
+		ids := make([]string, chats)
+		events := make([]baton.Event, chats)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("chat-%d", i)
+			events[i] = baton.Event{ID: fmt.Sprintf("ev-%d", i), Type: baton.TypeStreamText, Metadata: baton.Metadata{TriggerSessionID: ids[i]}}
+		}
+		b.Run(fmt.Sprintf("chats=%d/subscribe", chats), func(b *testing.B) {
+			bus := New(WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+			defer bus.Close(context.Background())
+			subs := make([]*Subscription, chats)
+			for i, id := range ids {
+				s, err := bus.Subscribe([]string{"stream.*"}, ForChat(id), Buffer(1))
+				if err != nil {
+					b.Fatal(err)
+				}
+				subs[i] = s
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				k := i % chats
+				_ = bus.Broadcast(events[k])
+				<-subs[k].C()
+			}
+		})
+		b.Run(fmt.Sprintf("chats=%d/watch", chats), func(b *testing.B) {
+			var f Fanout
+			delivered := 0
+			for _, id := range ids {
+				defer f.Watch(id, func(*baton.Event) { delivered++ })()
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				f.Deliver(&events[i%chats])
+			}
+			b.StopTimer()
+			if delivered != b.N {
+				b.Fatalf("delivered %d of %d", delivered, b.N)
+			}
+		})
+	}
+}

@@ -24,6 +24,17 @@
 //   - Observers: [Bus.Subscribe] watches all events or some patterns without
 //     taking part in routing; [Bus.Broadcast] sends transient events (stream.*)
 //     to observers only. A slow observer is dropped, never waited for.
+//     Subscriptions limited to one chat ([ForChat]) are indexed by chat id:
+//     an event is offered to its own chat's only, so a subscription per
+//     chat for 10,000 chats costs each event what one does.
+//   - Per-chat fan-out: a [Fanout] hands the events of one subscription
+//     (its [Feed]) to watchers registered per chat, also indexed by chat
+//     id, on one goroutine its owner runs. Watchers must not block; the
+//     server's stream hub is one, queueing each event to its streams'
+//     bounded queues and cutting off a stream that falls too far behind.
+//     When the bus drops the feed's subscription as slow, the feed
+//     subscribes again and tells its owner, whose watchers then catch up
+//     from the store.
 //   - Shutdown: [Bus.Close] stops accepting, drains what was accepted and
 //     returns when every goroutine the bus started has ended.
 //
@@ -84,6 +95,8 @@ type Bus struct {
 	seen      *window
 	observers atomic.Pointer[[]*Subscription]
 	obsMu     sync.Mutex // serialises changes to observers
+	chatObsMu sync.RWMutex
+	chatObs   map[string][]*Subscription // ForChat subscriptions by chat; a slice is replaced, never changed in place
 
 	router  atomic.Pointer[routerBox]                // SetRouter; nil: every event is handled here
 	handled atomic.Pointer[func(baton.Event, error)] // SetHandledHook

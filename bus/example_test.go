@@ -70,3 +70,31 @@ func ExampleBus_Subscribe() {
 	_ = b.Close(context.Background())
 	// Output: stream.text {"delta":"Hel"}
 }
+
+// A Fanout follows many chats from one goroutine: one bus subscription
+// (the feed), and a watcher per chat, found by the event's chat id.
+func ExampleFanout() {
+	b := bus.New()
+	var fan bus.Fanout
+	got := make(chan string, 2)
+	stop := fan.Watch("chat-1", func(ev *baton.Event) { got <- ev.Type }) // must not block
+	defer stop()
+
+	feed, err := fan.Feed(b, []string{"chat.*"}, bus.Buffer(64))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- feed.Run(ctx, func() { fmt.Println("missed events: catch up from the store") }) }()
+
+	_ = b.Broadcast(baton.NewEvent("chat.message", baton.Metadata{TriggerSessionID: "chat-2"}, nil)) // no watcher
+	_ = b.Broadcast(baton.NewEvent("chat.message", baton.Metadata{TriggerSessionID: "chat-1"}, nil))
+	fmt.Println(<-got)
+	cancel()
+	<-ran
+	_ = b.Close(context.Background())
+	// Output:
+	// chat.message
+}

@@ -30,7 +30,10 @@ type Subscription struct {
 // SubscribeOption narrows or sizes a subscription.
 type SubscribeOption func(*Subscription)
 
-// ForChat limits a subscription to the events of one chat.
+// ForChat limits a subscription to the events of one chat. Such
+// subscriptions are indexed by chat id: an event is offered only to its own
+// chat's, so a subscription per chat for thousands of chats costs each
+// event no more than one.
 func ForChat(chatID string) SubscribeOption { return func(s *Subscription) { s.chatID = chatID } }
 
 // Buffer sets the subscription's buffer; a subscription whose buffer is full
@@ -67,6 +70,17 @@ func (b *Bus) Subscribe(patterns []string, opts ...SubscribeOption) (*Subscripti
 	if closed {
 		return nil, baton.ErrClosed
 	}
+	if s.chatID != "" {
+		// Indexed by chat: an event costs its own chat's subscriptions,
+		// not a check of every chat's.
+		b.chatObsMu.Lock()
+		if b.chatObs == nil {
+			b.chatObs = make(map[string][]*Subscription)
+		}
+		b.chatObs[s.chatID] = append(slices.Clip(b.chatObs[s.chatID]), s)
+		b.chatObsMu.Unlock()
+		return s, nil
+	}
 	next := append(slices.Clone(*b.observers.Load()), s)
 	b.observers.Store(&next)
 	return s, nil
@@ -102,13 +116,20 @@ func (b *Bus) Broadcast(ev baton.Event) error {
 	return nil
 }
 
-// observe delivers ev to every matching subscription without blocking.
+// observe delivers ev to every matching subscription without blocking:
+// those of every chat, then those of ev's chat, found by its id.
 func (b *Bus) observe(ev baton.Event) {
-	subs := *b.observers.Load()
+	b.deliver(ev, *b.observers.Load())
+	if chatID := ev.Metadata.TriggerSessionID; chatID != "" {
+		b.chatObsMu.RLock()
+		subs := b.chatObs[chatID]
+		b.chatObsMu.RUnlock()
+		b.deliver(ev, subs)
+	}
+}
+
+func (b *Bus) deliver(ev baton.Event, subs []*Subscription) {
 	for _, s := range subs {
-		if s.chatID != "" && s.chatID != ev.Metadata.TriggerSessionID {
-			continue
-		}
 		if s.matchers != nil && !matchAny(s.matchers, ev.Type) {
 			continue
 		}
@@ -137,6 +158,19 @@ func (b *Bus) unsubscribe(s *Subscription, reason error) {
 		close(s.ch)
 	}
 	s.mu.Unlock()
+	if s.chatID != "" {
+		b.chatObsMu.Lock()
+		defer b.chatObsMu.Unlock()
+		cur := b.chatObs[s.chatID]
+		if i := slices.Index(cur, s); i >= 0 {
+			if len(cur) == 1 {
+				delete(b.chatObs, s.chatID)
+			} else {
+				b.chatObs[s.chatID] = slices.Delete(slices.Clone(cur), i, i+1)
+			}
+		}
+		return
+	}
 	b.obsMu.Lock()
 	defer b.obsMu.Unlock()
 	cur := *b.observers.Load()
@@ -150,7 +184,12 @@ func (b *Bus) closeObservers() {
 	// Load under obsMu: a Subscribe that saw the bus open has stored its
 	// subscription by the time we get the lock, so none is missed.
 	b.obsMu.Lock()
-	subs := *b.observers.Load()
+	subs := slices.Clone(*b.observers.Load())
+	b.chatObsMu.RLock()
+	for _, cs := range b.chatObs {
+		subs = append(subs, cs...)
+	}
+	b.chatObsMu.RUnlock()
 	b.obsMu.Unlock()
 	for _, s := range subs {
 		b.unsubscribe(s, baton.ErrClosed)

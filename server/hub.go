@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"slices"
 	"sync"
@@ -23,8 +22,8 @@ const (
 )
 
 // hub receives every chat.* and stream.* event through ONE bus subscription
-// and fans each out to the subscribers of its chat, through a bounded queue
-// per subscriber. It never blocks on a subscriber: a lagging subscriber's
+// and fans each out, through a bus.Fanout (indexed by chat id), to the
+// subscribers of its chat, through a bounded queue per subscriber. It never blocks on a subscriber: a lagging subscriber's
 // deltas are merged (see queue), and one whose queue is full of recorded
 // events is cut off (kickSlow) and replays from the store when it comes
 // back (invariant 9). A chat's envelope is built once per event, shared by
@@ -40,6 +39,7 @@ type hub struct {
 	// only the chats followed here (Config.Watch).
 	watch func(chatID string) (release func())
 
+	fan   bus.Fanout // a watcher per followed chat, delivering to its subscribers
 	mu    sync.Mutex
 	chats map[string]*hubChat
 
@@ -51,11 +51,13 @@ type hubChat struct {
 	wf      *workflow.Workflow
 	subs    []*subscriber // one or a few: a slice ranges faster than a map
 	release func()        // from watch; nil without one
+	unwatch func()        // ends the chat's watcher on the hub's fan-out
 	ready   chan struct{} // closed once the first stream's watch is in place; nil after, or without a watch
 }
 
 // forget ends following c; h.mu is held.
 func (c *hubChat) forget() {
+	c.unwatch()
 	if c.release != nil {
 		c.release()
 		c.release = nil
@@ -89,41 +91,29 @@ var hubPatterns = []string{"chat.*", "stream.*", baton.TypeSessionDeleted}
 // subscriber is told to reconnect, since some events never reached it.
 func (h *hub) run(ctx context.Context, ready chan<- error) {
 	defer h.stop()
-	sub, err := h.bus.Subscribe(hubPatterns, bus.Buffer(h.buffer))
+	feed, err := h.fan.Feed(h.bus, hubPatterns, bus.Buffer(h.buffer))
 	ready <- err
 	if err != nil {
 		return
 	}
-	defer func() { sub.Close() }()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case ev, ok := <-sub.C():
-			if ok {
-				h.dispatch(&ev)
-				continue
-			}
-			if !errors.Is(sub.Err(), bus.ErrSlowSubscriber) {
-				return // the bus closed
-			}
-			h.log.Warn("server: hub subscription dropped as slow; resubscribing and asking every stream to replay")
-			if sub, err = h.bus.Subscribe(hubPatterns, bus.Buffer(h.buffer)); err != nil {
-				return
-			}
-			h.kickAll(kickResync)
-		}
+	if err := feed.Run(ctx, func() {
+		h.log.Warn("server: hub subscription dropped as slow; resubscribing and asking every stream to replay")
+		h.kickAll(kickResync)
+	}); err != nil {
+		h.log.Error("server: hub subscription lost", "err", err)
 	}
 }
 
-// dispatch queues ev to the subscribers of its chat.
-func (h *hub) dispatch(ev *baton.Event) {
-	chatID := ev.ChatID()
+// dispatch queues ev to the subscribers of its chat, through the chat's
+// watcher on the fan-out.
+func (h *hub) dispatch(ev *baton.Event) { h.fan.Deliver(ev) }
+
+// deliver queues ev to c's subscribers; it is c's watcher on the fan-out.
+func (h *hub) deliver(chatID string, c *hubChat, ev *baton.Event) {
 	h.mu.Lock()
-	c := h.chats[chatID]
-	if c == nil {
+	if h.chats[chatID] != c {
 		h.mu.Unlock()
-		return
+		return // the chat's last stream left meanwhile
 	}
 	wf := c.wf
 	h.mu.Unlock()
@@ -138,8 +128,7 @@ func (h *hub) dispatch(ev *baton.Event) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	c = h.chats[chatID]
-	if c == nil || len(c.subs) == 0 {
+	if h.chats[chatID] != c || len(c.subs) == 0 {
 		f.recycle()
 		return
 	}
@@ -185,6 +174,7 @@ func (h *hub) subscribe(chatID string, wf *workflow.Workflow) (*subscriber, erro
 	first := c == nil
 	if first {
 		c = &hubChat{wf: wf}
+		c.unwatch = h.fan.Watch(chatID, func(ev *baton.Event) { h.deliver(chatID, c, ev) })
 		if h.watch != nil {
 			c.ready = make(chan struct{})
 		}
