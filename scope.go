@@ -97,3 +97,27 @@ func (s Scope) Validate() error {
 	}
 	return nil
 }
+
+// Metadata keys of an input's tenant scope.
+const (
+	metaApp  = "app"
+	metaUser = "user"
+)
+
+// SetScope puts the tenant scope of an input event into its metadata.
+func (m *Metadata) SetScope(s Scope) {
+	app, _ := json.Marshal(s.App)
+	user, _ := json.Marshal(s.User)
+	if m.Extra == nil {
+		m.Extra = make(map[string]json.RawMessage, 2)
+	}
+	m.Extra[metaApp], m.Extra[metaUser] = app, user
+}
+
+// Scope returns the tenant scope an input event carries.
+func (m *Metadata) Scope() Scope {
+	var s Scope
+	_ = json.Unmarshal(m.Extra[metaApp], &s.App)
+	_ = json.Unmarshal(m.Extra[metaUser], &s.User)
+	return s
+}

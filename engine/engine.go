@@ -46,14 +46,6 @@ import (
 	"github.com/google/uuid"
 )
 
-// Input event types the engine handles besides user_query and
-// ui.tool.response. They are commands to the engine, not conversation facts,
-// so they are never recorded.
-const (
-	TypeRunStart  = "run.start"  // start a chat created with Start
-	TypeRunResume = "run.resume" // go on with a chat: after an error, or after a restart
-)
-
 // Metadata keys that carry an input's tenant scope, and mark an input that
 // was kept in its chat's inbox before it was published (metaInbox).
 const (
@@ -278,7 +270,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if err := e.bus.RegisterRule(bus.Rule{
 		Name:     "engine",
-		Types:    []string{TypeRunStart, TypeRunResume, TypeRunWake, baton.TypeUserQuery, baton.TypeUIToolResponse},
+		Types:    []string{baton.TypeRunStart, baton.TypeRunResume, baton.TypeRunWake, baton.TypeUserQuery, baton.TypeUIToolResponse},
 		Priority: prio,
 		Handler:  e.handleLeased,
 	}); err != nil {
@@ -379,10 +371,8 @@ func (e *Engine) start(ctx context.Context, scope baton.Scope, workflowName stri
 		return baton.Chat{}, fmt.Errorf("start %s: %w", workflowName, err)
 	}
 	e.publishSession(ctx, scope, baton.TypeSessionCreated, chat, "")
-	payload, _ := json.Marshal(struct {
-		Message string `json:"message,omitempty"`
-	}{opts.Message})
-	ev := InputEvent(scope, TypeRunStart, chat.ID, payload)
+	payload, _ := json.Marshal(baton.RunStartPayload{Message: opts.Message})
+	ev := baton.NewInput(scope, baton.TypeRunStart, chat.ID, payload)
 	if startID != "" {
 		ev.ID = startID
 	}
@@ -422,7 +412,7 @@ const sessionPublishTimeout = time.Second
 // logged, never returned: the chat goes on whether or not it was observed.
 func (e *Engine) publishSession(ctx context.Context, scope baton.Scope, typ string, chat baton.Chat, prev baton.ChatStatus) {
 	payload, _ := json.Marshal(sessionPayload{ChatID: chat.ID, Workflow: chat.Workflow, Status: chat.Status, PreviousStatus: prev, Sequence: chat.LastSequence})
-	ev := InputEvent(scope, typ, chat.ID, payload)
+	ev := baton.NewInput(scope, typ, chat.ID, payload)
 	ev.ID = fmt.Sprintf("%s/%s/%d", typ, chat.ID, chat.LastSequence)
 	ev.Metadata.Source = baton.SourceSystem
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sessionPublishTimeout)
@@ -494,7 +484,7 @@ func (e *Engine) StartOnce(ctx context.Context, scope baton.Scope, workflowName,
 		payload, _ := json.Marshal(struct {
 			Message string `json:"message,omitempty"`
 		}{opts.Message})
-		ev := InputEvent(scope, TypeRunStart, chat.ID, payload)
+		ev := baton.NewInput(scope, baton.TypeRunStart, chat.ID, payload)
 		ev.ID = chat.ID // the same for every retry: the bus takes it once
 		if opts.Message != "" {
 			if ev, err = e.keep(ctx, scope, ev); err != nil { // the first's, if it was kept
@@ -560,8 +550,7 @@ func (e *Engine) Submit(ctx context.Context, scope baton.Scope, chatID, content,
 // nothing kept) or interrupt (as enqueue, and the model call in progress on
 // this instance is stopped at once).
 func (e *Engine) SubmitOnce(ctx context.Context, scope baton.Scope, chatID, eventID, content, source string) error {
-	payload, _ := json.Marshal(userQuery{Content: content, Source: source})
-	ev := InputEvent(scope, baton.TypeUserQuery, chatID, payload)
+	ev := baton.NewUserQuery(scope, chatID, content, source)
 	if eventID != "" {
 		ev.ID = eventID
 	}
@@ -699,7 +688,7 @@ func (e *Engine) inputKnown(ctx context.Context, scope baton.Scope, chat baton.C
 	}
 	for i := range evs {
 		if evs[i].Type == baton.TypeChatText && bytes.Contains(evs[i].Payload, []byte(eventID)) {
-			var p textPayload
+			var p baton.TextPayload
 			if json.Unmarshal(evs[i].Payload, &p) == nil && p.InputID == eventID {
 				return true, nil
 			}
@@ -783,7 +772,7 @@ func (e *Engine) respondUI(ctx context.Context, scope baton.Scope, chatID, event
 	if status == "" {
 		status = "success"
 	}
-	resp := uiResponse{UIEventID: uiEventID, Status: status, Data: data}
+	resp := baton.UIToolResponsePayload{UIEventID: uiEventID, Status: status, Data: data}
 	if pending.Kind == baton.PendingSecret {
 		resp.Data = nil
 		if status == "success" {
@@ -804,8 +793,7 @@ func (e *Engine) respondUI(ctx context.Context, scope baton.Scope, chatID, event
 			}
 		}
 	}
-	payload, _ := json.Marshal(resp)
-	ev := InputEvent(scope, baton.TypeUIToolResponse, chatID, payload)
+	ev := baton.NewUIToolResponse(scope, chatID, resp)
 	if eventID != "" {
 		ev.ID = eventID
 	}
@@ -864,7 +852,7 @@ func (e *Engine) answeredBy(ctx context.Context, scope baton.Scope, chat baton.C
 // Resume publishes a run.resume for a chat: a retry after an error, or
 // going on after a restart.
 func (e *Engine) Resume(ctx context.Context, scope baton.Scope, chatID string) error {
-	return e.publish(ctx, scope, TypeRunResume, chatID, nil)
+	return e.publish(ctx, scope, baton.TypeRunResume, chatID, nil)
 }
 
 // Recover resumes every chat that was running when the process stopped and
@@ -883,33 +871,8 @@ func (e *Engine) Recover(ctx context.Context, chats []baton.Chat) (int, error) {
 	return n, nil
 }
 
-// InputEvent builds an engine input event for a chat in scope: the scope
-// travels in the metadata so the run uses the caller's tenant for every
-// store call.
-func InputEvent(scope baton.Scope, typ, chatID string, payload json.RawMessage) baton.Event {
-	app, _ := json.Marshal(scope.App)
-	user, _ := json.Marshal(scope.User)
-	source := baton.SourceUser
-	if typ == TypeRunResume || typ == TypeRunStart {
-		source = baton.SourceSystem
-	}
-	return baton.NewEvent(typ, baton.Metadata{
-		TriggerSessionID: chatID,
-		Source:           source,
-		Extra:            map[string]json.RawMessage{metaApp: app, metaUser: user},
-	}, payload)
-}
-
-// ScopeOf returns the tenant scope an input event carries.
-func ScopeOf(ev baton.Event) baton.Scope {
-	var s baton.Scope
-	_ = json.Unmarshal(ev.Metadata.Extra[metaApp], &s.App)
-	_ = json.Unmarshal(ev.Metadata.Extra[metaUser], &s.User)
-	return s
-}
-
 func (e *Engine) publish(ctx context.Context, scope baton.Scope, typ, chatID string, payload json.RawMessage) error {
-	return e.publishEvent(ctx, InputEvent(scope, typ, chatID, payload))
+	return e.publishEvent(ctx, baton.NewInput(scope, typ, chatID, payload))
 }
 
 // publishEvent publishes an input event built by the caller.

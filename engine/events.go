@@ -39,10 +39,6 @@ const (
 	ToolStartBackgroundTask = "start_background_task"
 )
 
-// TypeRunWake is the engine's own input that runs a chat's agent after a
-// coalescing window collected a burst of events.
-const TypeRunWake = "run.wake"
-
 // eventAgent handles one environment event for a chat.
 type eventAgent struct {
 	e              *Engine
@@ -92,7 +88,7 @@ func (a *eventAgent) handle(ctx context.Context, ev baton.Event) (err error) {
 		return err
 	}
 	defer end(&err)
-	r, err := e.load(ctx, ScopeOf(ev), chatID, true)
+	r, err := e.load(ctx, ev.Metadata.Scope(), chatID, true)
 	if err != nil {
 		if errors.Is(err, baton.ErrNotFound) {
 			e.log.Warn("event-handler agent: chat not found", "event_id", ev.ID, "event_type", ev.Type, "chat_id", chatID)
@@ -151,7 +147,7 @@ func (a *eventAgent) handle(ctx context.Context, ev baton.Event) (err error) {
 		return err
 	}
 	if wake != nil && a.coalesce > 0 {
-		e.scheduleWake(ScopeOf(ev), chatID, a.prompt, a.system, a.coalesce)
+		e.scheduleWake(ev.Metadata.Scope(), chatID, a.prompt, a.system, a.coalesce)
 		clean = true
 		return nil
 	}
@@ -207,10 +203,10 @@ func (r *run) observedEvents(ev baton.Event) []baton.Event {
 	hidden := !r.e.showEvents
 	out := r.synthetic(systemAgent, msg)
 	out = append(out,
-		chatEvent(baton.TypeChatText, st.chat.ID, systemAgent, textPayload{Kind: "text", Agent: systemAgent, Content: msg, Index: st.texts, UIHidden: hidden, EventID: ev.ID}),
-		chatEvent(baton.TypeChatToolCall, st.chat.ID, agent, toolCallPayload{Kind: "tool_call", Agent: agent, ToolName: ToolGetEventInfo,
+		baton.NewChatEvent(baton.TypeChatText, st.chat.ID, systemAgent, baton.TextPayload{Kind: "text", Agent: systemAgent, Content: msg, Index: st.texts, UIHidden: hidden, EventID: ev.ID}),
+		baton.NewChatEvent(baton.TypeChatToolCall, st.chat.ID, agent, baton.ToolCallPayload{Kind: "tool_call", Agent: agent, ToolName: ToolGetEventInfo,
 			ToolCallID: callID, Corr: ev.ID, Arguments: args, AgentMessageID: "event_" + ev.ID, EventID: ev.ID, UIHidden: hidden}),
-		chatEvent(baton.TypeChatToolResponse, st.chat.ID, agent, toolResponsePayload{Kind: "tool_response", Agent: agent, ToolName: ToolGetEventInfo,
+		baton.NewChatEvent(baton.TypeChatToolResponse, st.chat.ID, agent, baton.ToolResponsePayload{Kind: "tool_response", Agent: agent, ToolName: ToolGetEventInfo,
 			ToolCallID: callID, CallID: callID, Corr: ev.ID, Status: baton.ToolStatusOK, Success: true, Content: string(info), EventID: ev.ID, UIHidden: hidden}),
 	)
 	return out
@@ -261,7 +257,7 @@ func (r *run) eventWake(prompt, system string) *baton.Event {
 	if system != "" {
 		p = system + "\n\n" + prompt
 	}
-	ev := chatEvent(baton.TypeChatHandoff, st.chat.ID, systemAgent, handoffPayload{
+	ev := baton.NewChatEvent(baton.TypeChatHandoff, st.chat.ID, systemAgent, baton.HandoffPayload{
 		Kind: "handoff", From: "event", To: r.currentAgent(), HandoffType: "event", TransitionTarget: workflow.AgentTarget, Prompt: p,
 	})
 	return &ev
@@ -279,14 +275,14 @@ func (e *Engine) scheduleWake(scope baton.Scope, chatID, prompt, system string, 
 	if _, pending := e.wakes[chatID]; pending {
 		return
 	}
-	payload, _ := json.Marshal(map[string]string{"prompt": prompt, "system": system})
+	payload, _ := json.Marshal(baton.RunWakePayload{Prompt: prompt, System: system})
 	e.wakes[chatID] = time.AfterFunc(window, func() {
 		e.wakeMu.Lock()
 		delete(e.wakes, chatID)
 		e.wakeMu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := e.publish(ctx, scope, TypeRunWake, chatID, payload); err != nil {
+		if err := e.publish(ctx, scope, baton.TypeRunWake, chatID, payload); err != nil {
 			e.log.Warn("engine: coalesced wake", "chat_id", chatID, "err", err)
 		}
 	})
@@ -294,7 +290,7 @@ func (e *Engine) scheduleWake(scope baton.Scope, chatID, prompt, system string, 
 
 // wake runs the current agent after a coalescing window.
 func (r *run) wake(ctx context.Context, ev baton.Event) error {
-	var p struct{ Prompt, System string }
+	var p baton.RunWakePayload
 	_ = json.Unmarshal(ev.Payload, &p)
 	w := r.eventWake(p.Prompt, p.System)
 	if w == nil {
@@ -324,7 +320,7 @@ func (e *Engine) getEventInfoTool() baton.Tool {
 				if ev.Type != baton.TypeChatToolResponse {
 					continue
 				}
-				var p toolResponsePayload
+				var p baton.ToolResponsePayload
 				if json.Unmarshal(ev.Payload, &p) == nil && p.ToolName == ToolGetEventInfo && want[p.ToolCallID] {
 					out[strings.TrimPrefix(p.ToolCallID, "call_")] = json.RawMessage(p.Content)
 				}

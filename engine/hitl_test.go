@@ -383,7 +383,7 @@ func TestUIResponse_UnknownOrAnsweredIsRefused(t *testing.T) {
 	// Even published directly to the bus, a response that fits no pending
 	// request changes nothing.
 	raw, _ := json.Marshal(map[string]string{"ui_event_id": plan.UIEventID, "status": "success"})
-	if err := h.bus.Publish(ctx, engine.InputEvent(testScope, baton.TypeUIToolResponse, id, raw)); err != nil {
+	if err := h.bus.Publish(ctx, baton.NewInput(testScope, baton.TypeUIToolResponse, id, raw)); err != nil {
 		t.Fatal(err)
 	}
 	h.waitStatus(id, baton.ChatCompleted)

@@ -302,7 +302,7 @@ func TestInbox_EnvironmentEventSurvivesARestart(t *testing.T) {
 		mustRule(t, h.bus, r)
 	}
 	ctx := context.Background()
-	ev := engine.InputEvent(testScope, "webhook.received", id, json.RawMessage(`{"order":42}`))
+	ev := baton.NewInput(testScope, "webhook.received", id, json.RawMessage(`{"order":42}`))
 	ev.Metadata.Source = baton.SourceEnv
 	if err := h.eng.PublishEvent(ctx, testScope, ev); err != nil {
 		t.Fatal(err)

@@ -280,7 +280,7 @@ func TestInstances_EventAgentRetriesAfterLosingTheLease(t *testing.T) {
 	waitChat(t, a.store, c.ID, baton.ChatWaitingInput, 10*time.Second)
 
 	prov.stall.Store(true)
-	ev := engine.InputEvent(testScope, "sensor.reading", c.ID, json.RawMessage(`{"celsius":21}`))
+	ev := baton.NewInput(testScope, "sensor.reading", c.ID, json.RawMessage(`{"celsius":21}`))
 	ev.Metadata.Source = baton.SourceEnv
 	if err := a.bus.Publish(ctx, ev); err != nil {
 		t.Fatal(err)

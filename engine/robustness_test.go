@@ -59,7 +59,7 @@ func TestEvent_DoesNotRetryAFailedChat(t *testing.T) {
 	id := start(t, h, "loop")
 	h.waitStatus(id, baton.ChatFailed)
 	before := calls.Load()
-	if err := h.bus.Publish(context.Background(), engine.InputEvent(testScope, "webhook.received", id, json.RawMessage(`{"x":1}`))); err != nil {
+	if err := h.bus.Publish(context.Background(), baton.NewInput(testScope, "webhook.received", id, json.RawMessage(`{"x":1}`))); err != nil {
 		t.Fatal(err)
 	}
 	h.settle()
@@ -166,7 +166,7 @@ func TestEvent_DuringAUIToolKeepsToolAnswersNextToTheirCalls(t *testing.T) {
 	}
 	id := start(t, h, "loop")
 	h.waitStatus(id, baton.ChatWaitingUITool)
-	if err := h.bus.Publish(context.Background(), engine.InputEvent(testScope, "webhook.received", id, json.RawMessage(`{"x":1}`))); err != nil {
+	if err := h.bus.Publish(context.Background(), baton.NewInput(testScope, "webhook.received", id, json.RawMessage(`{"x":1}`))); err != nil {
 		t.Fatal(err)
 	}
 	h.settle()
@@ -337,7 +337,7 @@ func TestRun_StartHandledAgainAfterAStoreErrorKeepsTheFirstMessage(t *testing.T)
 	h.settle()
 	// The bridge hands the same input again (PublishAgain).
 	payload, _ := json.Marshal(map[string]string{"message": "first words"})
-	if err := h.bus.Publish(context.Background(), engine.InputEvent(testScope, engine.TypeRunStart, c.ID, payload)); err != nil {
+	if err := h.bus.Publish(context.Background(), baton.NewInput(testScope, baton.TypeRunStart, c.ID, payload)); err != nil {
 		t.Fatal(err)
 	}
 	h.settle()

@@ -354,7 +354,7 @@ func TestInput_RetriedPublishIsHandledOnce(t *testing.T) {
 	id := start(t, h, "generator")
 	h.waitStatus(id, baton.ChatWaitingInput)
 	raw, _ := json.Marshal(map[string]string{"content": "A newsletter, please.", "source": "ws"})
-	input := engine.InputEvent(testScope, baton.TypeUserQuery, id, raw)
+	input := baton.NewInput(testScope, baton.TypeUserQuery, id, raw)
 	if err := h.bus.Publish(context.Background(), input); err != nil {
 		t.Fatal(err)
 	}

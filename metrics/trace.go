@@ -18,7 +18,6 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
-	"github.com/batonhq/baton/engine"
 )
 
 // tracePatterns are the events the tracer observes.
@@ -26,7 +25,7 @@ var tracePatterns = []string{
 	baton.TypeChatSelectSpeaker, baton.TypeChatHandoff, baton.TypeChatToolCall, baton.TypeChatToolResponse,
 	baton.TypeChatUsageSummary, baton.TypeChatRunComplete, baton.TypeChatError, baton.TypeChatInputRequest,
 	baton.TypeStreamStart, baton.TypeStreamError,
-	engine.TypeRunStart, engine.TypeRunResume, baton.TypeUserQuery, baton.TypeUIToolResponse,
+	baton.TypeRunStart, baton.TypeRunResume, baton.TypeUserQuery, baton.TypeUIToolResponse,
 }
 
 // Tracer turns observed events into OpenTelemetry spans that follow the
@@ -211,7 +210,7 @@ func (t *Tracer) Observe(ev baton.Event) {
 	chatID := ev.ChatID()
 	ct, _ := t.chats.get(chatID)
 	switch ev.Type {
-	case engine.TypeRunStart, engine.TypeRunResume, baton.TypeUserQuery, baton.TypeUIToolResponse:
+	case baton.TypeRunStart, baton.TypeRunResume, baton.TypeUserQuery, baton.TypeUIToolResponse:
 		if ct != nil && ct.root != nil {
 			t.endRun(ct, ct.last, nil) // the previous run paused
 		}
@@ -219,7 +218,7 @@ func (t *Tracer) Observe(ev baton.Event) {
 			ct = &chatTrace{calls: map[string]trace.Span{}, tools: map[string]trace.Span{}}
 			t.chats.put(chatID, ct)
 		}
-		scope := engine.ScopeOf(ev)
+		scope := ev.Metadata.Scope()
 		ctx, root := t.tracer.Start(context.Background(), "run "+ev.Type, trace.WithTimestamp(ts),
 			trace.WithSpanKind(trace.SpanKindInternal),
 			trace.WithAttributes(attribute.String("gen_ai.conversation.id", chatID), attribute.String("baton.app", scope.App),

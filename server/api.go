@@ -253,7 +253,7 @@ func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) {
 		}
 		s.hub.kickChat(id, kickDeleted)
 		payload, _ := json.Marshal(map[string]string{"chat_id": id})
-		ev := engine.InputEvent(p.scope, baton.TypeSessionDeleted, id, payload)
+		ev := baton.NewInput(p.scope, baton.TypeSessionDeleted, id, payload)
 		ev.Metadata.Source = baton.SourceSystem
 		if err := s.cfg.Bus.Publish(r.Context(), ev); err != nil {
 			s.log.Warn("server: publish session.deleted", "chat_id", id, "err", err)
@@ -519,8 +519,7 @@ func (s *Server) handlePrompt(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return err
 		}
-		payload, _ := json.Marshal(map[string]string{"sessionId": id, "content": content, "source": "api"})
-		ev := engine.InputEvent(p.scope, baton.TypeUserQuery, id, payload)
+		ev := baton.NewUserQuery(p.scope, id, content, "api")
 		if key != "" {
 			ev.ID = inputEventID(p.scope, id, key)
 		}
@@ -611,7 +610,7 @@ func (s *Server) handleExternalEvent(w http.ResponseWriter, r *http.Request) {
 			return baton.Errorf(baton.EINVALID, "metadata.%s: reserved to the runtime", engine.InboxKey)
 		}
 		// The scope comes from the key, never from the client's metadata.
-		scoped := engine.InputEvent(p.scope, ev.Type, ev.ChatID(), nil)
+		scoped := baton.NewInput(p.scope, ev.Type, ev.ChatID(), nil)
 		if ev.Metadata.Extra == nil {
 			ev.Metadata.Extra = map[string]json.RawMessage{}
 		}

@@ -33,7 +33,7 @@ func TestBackgroundTask_WebSocketSeesTheWokenAgent(t *testing.T) {
 	defer c.CloseNow()
 
 	payload, _ := json.Marshal(map[string]any{"taskId": "t-1", "task": "report", "result": map[string]int{"pages": 12}})
-	ev := engine.InputEvent(scopeAda, baton.TypeBackgroundTaskCompleted, id, payload)
+	ev := baton.NewInput(scopeAda, baton.TypeBackgroundTaskCompleted, id, payload)
 	ev.Metadata.Source = baton.SourceTool
 	if err := e.bus.Publish(ctx, ev); err != nil {
 		t.Fatal(err)

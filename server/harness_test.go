@@ -137,6 +137,7 @@ func (e *env) dialSmall(ctx context.Context, t testing.TB, chatID string, lastSe
 	c.SetReadLimit(8 << 20)
 	return c
 }
+
 // withModel gives the engine prov instead of the workflows' scripted
 // providers.
 func withModel(prov engine.ProviderFunc) envOption { return func(e *env) { e.prov = prov } }

@@ -28,7 +28,7 @@ var devScope = baton.Scope{App: "acme", User: server.DevUser}
 // retrying a request would send it again.
 func input(chatID, id, content string) baton.Event {
 	payload, _ := json.Marshal(map[string]string{"content": content, "source": "api"})
-	ev := engine.InputEvent(devScope, baton.TypeUserQuery, chatID, payload)
+	ev := baton.NewInput(devScope, baton.TypeUserQuery, chatID, payload)
 	ev.ID = id
 	return ev
 }

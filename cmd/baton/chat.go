@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -182,16 +183,15 @@ func (c *chatUI) show(ctx context.Context, ev baton.Event) (bool, error) {
 	return false, nil
 }
 
-// showRecorded prints a recorded event; true means the chat ended.
+// showRecorded prints a recorded event; true means the chat ended. A
+// payload of another shape prints with empty fields.
 func (c *chatUI) showRecorded(ev baton.Event) (bool, error) {
-	var p map[string]any
-	_ = json.Unmarshal(ev.Payload, &p)
-	str := func(k string) string { s, _ := p[k].(string); return s }
 	switch ev.Type {
 	case baton.TypeChatText:
-		streamed := c.streaming == str("agent_message_id") && c.streaming != ""
+		p, _ := baton.DecodePayload[baton.TextPayload](&ev)
+		streamed := c.streaming == p.AgentMessageID && c.streaming != ""
 		c.streaming = ""
-		if p["ui_hidden"] == true || p["tool_only"] == true || str("agent") == "user" {
+		if p.UIHidden || p.ToolOnly || p.Agent == "user" {
 			if streamed {
 				fmt.Fprintln(c.out)
 			}
@@ -200,27 +200,42 @@ func (c *chatUI) showRecorded(ev baton.Event) (bool, error) {
 		if streamed {
 			fmt.Fprintln(c.out)
 		} else {
-			fmt.Fprintf(c.out, "\n%s: %s\n", str("agent"), str("content"))
+			fmt.Fprintf(c.out, "\n%s: %s\n", p.Agent, p.Content)
 		}
 	case baton.TypeChatToolCall:
-		args, _ := json.Marshal(p["arguments"])
-		fmt.Fprintf(c.out, "  → %s %s\n", str("tool_name"), args)
+		p, _ := baton.DecodePayload[baton.ToolCallPayload](&ev)
+		fmt.Fprintf(c.out, "  → %s %s\n", p.ToolName, compactJSON(p.Arguments))
 	case baton.TypeChatToolResponse:
-		fmt.Fprintf(c.out, "  ← %s: %s\n", str("status"), oneLine(str("content"), 200))
+		p, _ := baton.DecodePayload[baton.ToolResponsePayload](&ev)
+		fmt.Fprintf(c.out, "  ← %s: %s\n", p.Status, oneLine(p.Content, 200))
 	case baton.TypeChatHandoff:
-		if to := str("to"); to != "" && str("from") != "user" {
-			fmt.Fprintf(c.out, "  (%s hands over to %s)\n", str("from"), to)
+		p, _ := baton.DecodePayload[baton.HandoffPayload](&ev)
+		if p.To != "" && p.From != "user" {
+			fmt.Fprintf(c.out, "  (%s hands over to %s)\n", p.From, p.To)
 		}
 	case baton.TypeChatError:
-		fmt.Fprintf(c.out, "\n! error: %s\n", str("message"))
+		p, _ := baton.DecodePayload[baton.ErrorPayload](&ev)
+		fmt.Fprintf(c.out, "\n! error: %s\n", p.Message)
 	case baton.TypeChatNotice:
-		fmt.Fprintf(c.out, "  … %s\n", str("message"))
+		p, _ := baton.DecodePayload[baton.NoticePayload](&ev)
+		fmt.Fprintf(c.out, "  … %s\n", p.Message)
 	case baton.TypeChatRunComplete:
-		fmt.Fprintf(c.out, "\n✓ chat complete (%s: %s)\n", str("status"), str("reason"))
+		p, _ := baton.DecodePayload[baton.RunCompletePayload](&ev)
+		fmt.Fprintf(c.out, "\n✓ chat complete (%s: %s)\n", p.Status, p.Reason)
 		c.printUsage()
 		return true, nil
 	}
 	return false, nil
+}
+
+// compactJSON prints a tool call's arguments on one line ("null" when
+// there are none).
+func compactJSON(raw json.RawMessage) string {
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return "null"
+	}
+	return b.String()
 }
 
 // prompt asks the person for what the chat waits for.
