@@ -46,19 +46,6 @@ import (
 	"github.com/google/uuid"
 )
 
-// Metadata keys that carry an input's tenant scope, and mark an input that
-// was kept in its chat's inbox before it was published (metaInbox).
-const (
-	metaApp   = "app"
-	metaUser  = "user"
-	metaInbox = InboxKey
-)
-
-// InboxKey is the metadata key that marks an input event kept in its
-// chat's inbox before it was published; it is the runtime's own, and a
-// server refuses it from a client.
-const InboxKey = "inbox"
-
 // Recorder appends chat events to the store and only then publishes them
 // (package recorder). It returns the events with their sequences.
 type Recorder interface {
@@ -626,7 +613,7 @@ func (e *Engine) keep(ctx context.Context, scope baton.Scope, ev baton.Event) (b
 	if ev.Metadata.Extra == nil {
 		ev.Metadata.Extra = map[string]json.RawMessage{}
 	}
-	ev.Metadata.Extra[metaInbox] = json.RawMessage("true")
+	ev.Metadata.Extra[baton.InboxKey] = json.RawMessage("true")
 	in, _, err := e.store.AddInput(ctx, scope, ev)
 	if err != nil {
 		return baton.Event{}, fmt.Errorf("keep %s for chat %s: %w", ev.Type, ev.ChatID(), err)

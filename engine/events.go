@@ -134,7 +134,7 @@ func (a *eventAgent) handle(ctx context.Context, ev baton.Event) (err error) {
 		status := r.st.chat.Status
 		u = &baton.ChatUpdate{Status: &status}
 	}
-	if _, kept := ev.Metadata.Extra[metaInbox]; kept {
+	if _, kept := ev.Metadata.Extra[baton.InboxKey]; kept {
 		// Kept in the chat's inbox when it was accepted (PublishEvent):
 		// taken in the append that records it.
 		if u == nil {
@@ -212,13 +212,14 @@ func (r *run) observedEvents(ev baton.Event) []baton.Event {
 	return out
 }
 
-// publicMetadata drops the engine's scope keys from an event's metadata
-// before the model sees it.
+// publicMetadata drops the runtime's own keys (the scope, the inbox mark)
+// from an event's metadata before the model sees it.
 func publicMetadata(md baton.Metadata) baton.Metadata {
 	out := md
+	out.App, out.User = "", ""
 	out.Extra = nil
 	for k, v := range md.Extra {
-		if k == metaApp || k == metaUser || k == metaInbox {
+		if k == baton.InboxKey {
 			continue
 		}
 		if out.Extra == nil {

@@ -87,7 +87,7 @@ func (e *Engine) handle(ctx context.Context, ev baton.Event) (err error) {
 		var p baton.RunStartPayload
 		_ = json.Unmarshal(ev.Payload, &p)
 		r.startMessage = p.Message
-		if _, kept := ev.Metadata.Extra[metaInbox]; kept {
+		if _, kept := ev.Metadata.Extra[baton.InboxKey]; kept {
 			r.startInput = ev.ID // taken from the inbox in the start's append
 		}
 	case baton.TypeRunResume:
@@ -602,7 +602,7 @@ func (r *run) userInput(ctx context.Context, ev baton.Event) error {
 // user_query) is kept now, unless the chat has ended: only a message the
 // chat accepted while it ran starts a next run.
 func (r *run) queueInput(ctx context.Context, ev baton.Event) error {
-	if _, kept := ev.Metadata.Extra[metaInbox]; kept {
+	if _, kept := ev.Metadata.Extra[baton.InboxKey]; kept {
 		return nil
 	}
 	var q baton.UserQueryPayload
@@ -688,7 +688,7 @@ func (s *staged) consumes(id string) bool {
 // any more) taken, recording nothing, so that recovery does not publish it
 // again; it returns cause, or the error of the write.
 func (r *run) dropInput(ctx context.Context, ev baton.Event, cause error) error {
-	if _, kept := ev.Metadata.Extra[metaInbox]; !kept {
+	if _, kept := ev.Metadata.Extra[baton.InboxKey]; !kept {
 		return cause
 	}
 	status := r.st.chat.Status
@@ -759,7 +759,7 @@ func (r *run) uiResponse(ctx context.Context, ev baton.Event) error {
 		corr = st.turn.key
 	}
 	u := &baton.ChatUpdate{ResolvePending: []string{p.UIEventID}}
-	if _, kept := ev.Metadata.Extra[metaInbox]; kept {
+	if _, kept := ev.Metadata.Extra[baton.InboxKey]; kept {
 		u.ConsumeInputs = []string{ev.ID} // taken from the inbox in the append that records it
 	}
 	data := p.Data

@@ -606,17 +606,11 @@ func (s *Server) handleExternalEvent(w http.ResponseWriter, r *http.Request) {
 		if bus.Remote(ev) {
 			return baton.Errorf(baton.EINVALID, "metadata.%s: reserved to the runtime", bus.OriginKey)
 		}
-		if _, ok := ev.Metadata.Extra[engine.InboxKey]; ok {
-			return baton.Errorf(baton.EINVALID, "metadata.%s: reserved to the runtime", engine.InboxKey)
+		if _, ok := ev.Metadata.Extra[baton.InboxKey]; ok {
+			return baton.Errorf(baton.EINVALID, "metadata.%s: reserved to the runtime", baton.InboxKey)
 		}
 		// The scope comes from the key, never from the client's metadata.
-		scoped := baton.NewInput(p.scope, ev.Type, ev.ChatID(), nil)
-		if ev.Metadata.Extra == nil {
-			ev.Metadata.Extra = map[string]json.RawMessage{}
-		}
-		for k, v := range scoped.Metadata.Extra {
-			ev.Metadata.Extra[k] = v
-		}
+		ev.Metadata.SetScope(p.scope)
 		switch ev.Metadata.Source {
 		case "":
 			ev.Metadata.Source = baton.SourceEnv

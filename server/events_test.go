@@ -95,7 +95,7 @@ func TestExternalEvent_ReservedMetadata(t *testing.T) {
 		field string
 	}{
 		{map[string]any{bus.OriginKey: "instance-b"}, "metadata.origin"},
-		{map[string]any{engine.InboxKey: true}, "metadata.inbox"},
+		{map[string]any{baton.InboxKey: true}, "metadata.inbox"},
 		{map[string]any{"source": "system"}, "metadata.source"},
 		{map[string]any{"source": "llm"}, "metadata.source"},
 		{map[string]any{"source": "user"}, "metadata.source"},
