@@ -46,12 +46,6 @@ import (
 	"github.com/google/uuid"
 )
 
-// Recorder appends chat events to the store and only then publishes them
-// (package recorder). It returns the events with their sequences.
-type Recorder interface {
-	Record(ctx context.Context, scope baton.Scope, chatID string, events []baton.Event, u *baton.ChatUpdate) ([]baton.Event, error)
-}
-
 // Store is what the engine reads and writes besides recording events.
 type Store interface {
 	baton.ChatStore
@@ -77,7 +71,7 @@ type ProviderFunc func(wf *workflow.Workflow) (baton.Provider, error)
 // Config is what an Engine is made of.
 type Config struct {
 	Store     Store
-	Recorder  Recorder
+	Recorder  baton.Recorder
 	Bus       *bus.Bus // inputs are routed from it; stream deltas are broadcast on it
 	Workflows []*workflow.Workflow
 	// WorkflowRoot is the directory on disk the workflows' folders live in
@@ -135,7 +129,7 @@ type Config struct {
 // Engine runs chats. It is safe for concurrent use.
 type Engine struct {
 	store Store
-	rec   Recorder
+	rec   baton.Recorder
 	bus   *bus.Bus
 	cast  Broadcaster
 	log   *slog.Logger
@@ -303,28 +297,15 @@ func (e *Engine) SyntheticCount(workflow string) int64 {
 // Active returns the number of runs in progress.
 func (e *Engine) Active() int64 { return e.active.Load() }
 
-// StartOptions are the optional parts of starting a chat.
-type StartOptions struct {
-	// Message is the person's first message; for a UserDriven workflow it
-	// is recorded as their input, for an AgentDriven one it replaces the
-	// workflow's initial_message.
-	Message string
-	// Context sets initial context variables (by name) over their defaults:
-	// only variables marked client_settable, each of its declared type.
-	Context map[string]json.RawMessage
-	// ChatID fixes the new chat's id; empty means a fresh one.
-	ChatID string
-}
-
 // Start creates a chat of the named workflow in scope and publishes its
 // run.start. It returns once the chat is stored, with its first message
 // (opts.Message) kept in its inbox; the run proceeds on the bus.
-func (e *Engine) Start(ctx context.Context, scope baton.Scope, workflowName string, opts StartOptions) (baton.Chat, error) {
+func (e *Engine) Start(ctx context.Context, scope baton.Scope, workflowName string, opts baton.StartOptions) (baton.Chat, error) {
 	return e.start(ctx, scope, workflowName, opts, "")
 }
 
 // start is Start with the id of the run.start event (empty: a fresh one).
-func (e *Engine) start(ctx context.Context, scope baton.Scope, workflowName string, opts StartOptions, startID string) (baton.Chat, error) {
+func (e *Engine) start(ctx context.Context, scope baton.Scope, workflowName string, opts baton.StartOptions, startID string) (baton.Chat, error) {
 	wf := e.workflows[workflowName]
 	if wf == nil {
 		return baton.Chat{}, baton.Errorf(baton.ENOTFOUND, "workflow %q: not found", workflowName)
@@ -423,7 +404,7 @@ func (e *Engine) publishSession(ctx context.Context, scope baton.Scope, typ stri
 // startKeyEffect, written right after the chat: a process that dies between
 // the two leaves a chat without one, and the next retry's request is then
 // taken as the first's (it is recorded as the fingerprint).
-func (e *Engine) StartOnce(ctx context.Context, scope baton.Scope, workflowName, key string, opts StartOptions) (chat baton.Chat, created bool, err error) {
+func (e *Engine) StartOnce(ctx context.Context, scope baton.Scope, workflowName, key string, opts baton.StartOptions) (chat baton.Chat, created bool, err error) {
 	if opts.ChatID == "" || key == "" {
 		return baton.Chat{}, false, baton.Errorf(baton.EINVALID, "idempotent start: a chat id and a key are required")
 	}
@@ -492,7 +473,7 @@ const startKeyEffect = "start.idempotency"
 // startFingerprint is a start request's fingerprint: the SHA-256 of its
 // workflow, message and context (values compacted, keys sorted), as a JSON
 // string.
-func startFingerprint(workflowName string, opts StartOptions) (json.RawMessage, error) {
+func startFingerprint(workflowName string, opts baton.StartOptions) (json.RawMessage, error) {
 	ctxVals := make(map[string]json.RawMessage, len(opts.Context))
 	for k, v := range opts.Context {
 		var b bytes.Buffer

@@ -646,7 +646,7 @@ func TestUITool_TimeoutGivesTheModelAnError(t *testing.T) {
 // person's answer resumes it with the resume signal, and the chat starts.
 func TestLifecycle_BeforeChatFormThenStart(t *testing.T) {
 	h := newHarness(t, withWorkflows(loopDir), withTools(bumpTool(new(atomic.Int64))))
-	c, err := h.eng.Start(context.Background(), testScope, "consent", engine.StartOptions{Context: map[string]json.RawMessage{"stop": json.RawMessage("true")}})
+	c, err := h.eng.Start(context.Background(), testScope, "consent", baton.StartOptions{Context: map[string]json.RawMessage{"stop": json.RawMessage("true")}})
 	if err != nil {
 		t.Fatal(err)
 	}

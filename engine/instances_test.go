@@ -158,7 +158,7 @@ func TestInstances_FencingAndTakeover(t *testing.T) {
 		})
 	b := newInstance(t, dsn, schema, "B", nil, func(req *baton.Request) ([]baton.Delta, error) { return reply("B speaks"), nil })
 
-	c, err := a.eng.Start(context.Background(), testScope, "loop", engine.StartOptions{Context: map[string]json.RawMessage{"stop": json.RawMessage("true")}})
+	c, err := a.eng.Start(context.Background(), testScope, "loop", baton.StartOptions{Context: map[string]json.RawMessage{"stop": json.RawMessage("true")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +273,7 @@ func TestInstances_EventAgentRetriesAfterLosingTheLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	c, err := a.eng.Start(ctx, testScope, "assistant", engine.StartOptions{})
+	c, err := a.eng.Start(ctx, testScope, "assistant", baton.StartOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,7 +360,7 @@ func TestInstances_OneOwnerAtATime(t *testing.T) {
 	b := newInstance(t, dsn, schema, "B", nil, slow)
 	var ids []string
 	for i := 0; i < 20; i++ {
-		c, err := a.eng.Start(context.Background(), testScope, "loop", engine.StartOptions{Context: map[string]json.RawMessage{"stop": json.RawMessage("true")}})
+		c, err := a.eng.Start(context.Background(), testScope, "loop", baton.StartOptions{Context: map[string]json.RawMessage{"stop": json.RawMessage("true")}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -425,7 +425,7 @@ func runOwnerChild() int {
 		wf = "effects"
 	}
 	for i := 0; i < n; i++ {
-		if _, err := eng.Start(ctx, testScope, wf, engine.StartOptions{ChatID: fmt.Sprint("owned-", i)}); err != nil {
+		if _, err := eng.Start(ctx, testScope, wf, baton.StartOptions{ChatID: fmt.Sprint("owned-", i)}); err != nil {
 			fmt.Fprintln(os.Stderr, "owner: start:", err)
 			return 1
 		}

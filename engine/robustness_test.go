@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/engine"
 	"github.com/batonhq/baton/tool"
 )
 
@@ -330,7 +329,7 @@ func TestRun_StartHandledAgainAfterAStoreErrorKeepsTheFirstMessage(t *testing.T)
 	fr.n.Store(1)
 	h := newHarness(t, withWorkflows(loopDir), withTools(lookupTool), turnProvider(),
 		withFaults(fr.fail))
-	c, err := h.eng.Start(context.Background(), testScope, "assistant", engine.StartOptions{Message: "first words"})
+	c, err := h.eng.Start(context.Background(), testScope, "assistant", baton.StartOptions{Message: "first words"})
 	if err != nil {
 		t.Fatal(err)
 	}

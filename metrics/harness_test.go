@@ -135,7 +135,7 @@ func (h *harness) close() {
 
 func (h *harness) start(wf string) string {
 	h.t.Helper()
-	c, err := h.eng.Start(context.Background(), testScope, wf, engine.StartOptions{})
+	c, err := h.eng.Start(context.Background(), testScope, wf, baton.StartOptions{})
 	if err != nil {
 		h.t.Fatalf("start %s: %v", wf, err)
 	}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
-	"github.com/batonhq/baton/engine"
 	"github.com/google/uuid"
 )
 
@@ -105,7 +104,7 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	opts := engine.StartOptions{Message: req.Message, Context: req.Context}
+	opts := baton.StartOptions{Message: req.Message, Context: req.Context}
 	wf := r.PathValue("workflow")
 	var chat baton.Chat
 	status := http.StatusCreated

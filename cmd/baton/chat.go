@@ -17,7 +17,6 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
-	"github.com/batonhq/baton/engine"
 )
 
 func init() {
@@ -83,7 +82,7 @@ func runChat(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 	} else {
 		c.wf = fs.Arg(0)
-		if _, err := rt.engine.Start(ctx, scope, c.wf, engine.StartOptions{ChatID: chatID}); err != nil {
+		if _, err := rt.engine.Start(ctx, scope, c.wf, baton.StartOptions{ChatID: chatID}); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "chat %s of %s (resume with: baton chat --resume %s)\n", chatID, c.wf, chatID)
