@@ -139,6 +139,10 @@ type Metadata struct {
 	// existed decode into them unchanged.
 	App  string
 	User string
+	// TraceParent is the W3C traceparent of the request that brought an
+	// input (engine.WithTraceParent), so that the run's trace links to it.
+	// Its JSON key is "traceparent", as when it was kept in Extra.
+	TraceParent string
 	// Extra holds any other keys as raw JSON values.
 	Extra map[string]json.RawMessage
 }
@@ -197,7 +201,7 @@ func (e *Event) Validate() error {
 	}
 	if err := validateTexts("metadata.trigger_agent_id", e.Metadata.TriggerAgentID,
 		"metadata.trigger_agent_name", e.Metadata.TriggerAgentName, "metadata.env_name", e.Metadata.EnvName,
-		"metadata.app", e.Metadata.App, "metadata.user", e.Metadata.User); err != nil {
+		"metadata.app", e.Metadata.App, "metadata.user", e.Metadata.User, "metadata.traceparent", e.Metadata.TraceParent); err != nil {
 		return err
 	}
 	for k, v := range e.Metadata.Extra {
@@ -477,6 +481,7 @@ func (m Metadata) MarshalJSON() ([]byte, error) {
 	field("source", m.Source)
 	field(metaApp, m.App)
 	field(metaUser, m.User)
+	field(metaTraceParent, m.TraceParent)
 	for _, k := range sortedKeys(m.Extra) {
 		if isNamedMetadataKey(k) && !m.extraScopeKey(k) {
 			continue // the named field wins; an Extra copy would duplicate the key
@@ -503,7 +508,7 @@ func (m Metadata) MarshalJSON() ([]byte, error) {
 // ExtraJSON).
 func isNamedMetadataKey(k string) bool {
 	switch k {
-	case "trigger_session_id", "trigger_agent_id", "trigger_agent_name", "env_name", "source", metaApp, metaUser:
+	case "trigger_session_id", "trigger_agent_id", "trigger_agent_name", "env_name", "source", metaApp, metaUser, metaTraceParent:
 		return true
 	}
 	return false
@@ -540,6 +545,8 @@ func (m *Metadata) UnmarshalJSON(data []byte) error {
 			err = decodeString("metadata."+k, v, &m.App)
 		case metaUser:
 			err = decodeString("metadata."+k, v, &m.User)
+		case metaTraceParent:
+			err = decodeString("metadata."+k, v, &m.TraceParent)
 		default:
 			if m.Extra == nil {
 				m.Extra = make(map[string]json.RawMessage, len(fields))

@@ -246,13 +246,16 @@ func hasNUL(v any) bool {
 // bytes.
 func TestMetadata_ScopeFields(t *testing.T) {
 	old := []byte(`{"id":"e-1","type":"user_query","timestamp":1700000000000,"chat_id":"c-1",` +
-		`"metadata":{"trigger_session_id":"c-1","source":"user","app":"acme","inbox":true,"user":"ann"},"payload":{"content":"hi","source":"ws"}}`)
+		`"metadata":{"trigger_session_id":"c-1","source":"user","app":"acme","inbox":true,"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","user":"ann"},"payload":{"content":"hi","source":"ws"}}`)
 	ev, err := DecodeEvent(old)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := ev.Metadata.Scope(); got != (Scope{App: "acme", User: "ann"}) {
 		t.Fatalf("scope of an old event = %+v", got)
+	}
+	if ev.Metadata.TraceParent != "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" {
+		t.Fatalf("traceparent of an old event = %q", ev.Metadata.TraceParent)
 	}
 	if _, ok := ev.Metadata.Extra["app"]; ok || len(ev.Metadata.Extra) != 1 || string(ev.Metadata.Extra[InboxKey]) != "true" {
 		t.Fatalf("extra = %v, want only the inbox mark", ev.Metadata.Extra)

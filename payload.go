@@ -146,7 +146,7 @@ type InputRequestPayload struct {
 // RunCompletePayload is chat.run_complete.
 type RunCompletePayload struct {
 	Kind       string `json:"kind"`
-	Status     string `json:"status"` // success, max_turns, budget_exceeded
+	Status     string `json:"status"` // success, max_turns, budget_exceeded, cancelled
 	Reason     string `json:"reason"`
 	TotalTurns int    `json:"total_turns"`
 }
@@ -182,6 +182,18 @@ const (
 	// a coalescing window collected a burst of environment events; its
 	// payload is a RunWakePayload.
 	TypeRunWake = "run.wake"
+	// TypeRunCancel asks the instance running a chat to stop its run: the model
+	// call and any tool in progress are cancelled at once and the run's end is
+	// recorded as chat.run_complete with status "cancelled" (the chat's status
+	// becomes cancelled; a resume goes on from the open turn). It is a command,
+	// never recorded.
+	//
+	// It cannot wait its turn on the chat's lane like the other inputs — the
+	// run it stops is the handler holding that lane — so the engine watches it
+	// as a bus observer, which sees an event when it is accepted: on the
+	// instance that publishes it, or, with input routing (natsbridge), on the
+	// instance that owns the chat, where the router delivers it.
+	TypeRunCancel = "run.cancel"
 )
 
 // RunStartPayload is the payload of run.start.
@@ -219,11 +231,11 @@ type UIToolResponsePayload struct {
 
 // NewInput builds an input event for a chat in scope: the scope travels in
 // the metadata (Metadata.App and User) so the run uses the caller's tenant
-// for every store call. run.* commands come from the system, the rest from
-// the user; a caller may set another source on the result.
+// for every store call. run.start and run.resume come from the system, the
+// rest from the user; a caller may set another source on the result.
 func NewInput(scope Scope, typ, chatID string, payload json.RawMessage) Event {
 	source := SourceUser
-	if typ == TypeRunResume || typ == TypeRunStart || typ == TypeRunWake {
+	if typ == TypeRunResume || typ == TypeRunStart {
 		source = SourceSystem
 	}
 	md := Metadata{TriggerSessionID: chatID, Source: source}

@@ -139,7 +139,11 @@ type Delta struct {
 	Text         string
 	ToolCall     ToolCallDelta
 	FinishReason string
-	Usage        Usage
+	// ResponseID is the provider's id of the response (OpenAI's chunk id),
+	// set on a DeltaFinish when the provider gives one; traces report it as
+	// gen_ai.response.id.
+	ResponseID string
+	Usage      Usage
 	// Retry is set on a DeltaRetry only (a pointer, so that the deltas of
 	// a healthy stream stay small).
 	Retry *Retry

@@ -108,6 +108,9 @@ const (
 	metaUser = "user"
 )
 
+// metaTraceParent is the JSON key of Metadata.TraceParent.
+const metaTraceParent = "traceparent"
+
 // InboxKey is the metadata key (in Extra) that marks an input event kept in
 // its chat's inbox before it was published. It is the runtime's own: a
 // server refuses it from a client.
@@ -148,7 +151,7 @@ func (m *Metadata) extraScopeKey(k string) bool {
 
 // ExtraJSON encodes what a store keeps beside its columns for the named
 // fields trigger_agent_id, trigger_agent_name, env_name and source (the
-// chat id is the row's chat): the scope (app, user) and the Extra keys, as
+// chat id is the row's chat): the scope (app, user), the traceparent and the Extra keys, as
 // one JSON object, or nil when there are none. SetExtraJSON reads it back.
 func (m *Metadata) ExtraJSON() ([]byte, error) {
 	n := 0
@@ -157,7 +160,7 @@ func (m *Metadata) ExtraJSON() ([]byte, error) {
 			n++
 		}
 	}
-	if n == 0 && m.App == "" && m.User == "" {
+	if n == 0 && m.App == "" && m.User == "" && m.TraceParent == "" {
 		return nil, nil
 	}
 	out := make(map[string]json.RawMessage, n+2)
@@ -170,7 +173,7 @@ func (m *Metadata) ExtraJSON() ([]byte, error) {
 		}
 		out[k] = v
 	}
-	for k, v := range map[string]string{metaApp: m.App, metaUser: m.User} {
+	for k, v := range map[string]string{metaApp: m.App, metaUser: m.User, metaTraceParent: m.TraceParent} {
 		if v != "" {
 			out[k], _ = json.Marshal(v) // a string always marshals
 		}
@@ -179,8 +182,8 @@ func (m *Metadata) ExtraJSON() ([]byte, error) {
 }
 
 // SetExtraJSON reads what ExtraJSON wrote (or, for rows written before the
-// scope had named fields, the same keys kept as Extra): "app" and "user"
-// go to App and User, every other key to Extra.
+// scope had named fields, the same keys kept as Extra): "app", "user" and
+// "traceparent" go to their named fields, every other key to Extra.
 func (m *Metadata) SetExtraJSON(b []byte) error {
 	if len(b) == 0 {
 		return nil
@@ -189,14 +192,10 @@ func (m *Metadata) SetExtraJSON(b []byte) error {
 	if err := json.Unmarshal(b, &extra); err != nil {
 		return fmt.Errorf("metadata extra: %w", err)
 	}
-	for _, k := range []string{metaApp, metaUser} {
+	for k, dst := range map[string]*string{metaApp: &m.App, metaUser: &m.User, metaTraceParent: &m.TraceParent} {
 		v, ok := extra[k]
 		if !ok {
 			continue
-		}
-		dst := &m.App
-		if k == metaUser {
-			dst = &m.User
 		}
 		if err := decodeString("metadata."+k, v, dst); err != nil {
 			return err

@@ -22,12 +22,16 @@ const (
 	ChatWaitingSecret ChatStatus = "waiting_secret"
 	ChatCompleted     ChatStatus = "completed"
 	ChatFailed        ChatStatus = "failed"
+	// ChatCancelled: the person stopped the run (POST …/cancel or the
+	// WebSocket's run.cancel). Like failed, the turn stays open and a
+	// resume or the person's next message goes on from it.
+	ChatCancelled ChatStatus = "cancelled"
 )
 
 // Valid reports whether s is one of the chat statuses.
 func (s ChatStatus) Valid() bool {
 	switch s {
-	case ChatRunning, ChatWaitingInput, ChatWaitingUITool, ChatWaitingSecret, ChatCompleted, ChatFailed:
+	case ChatRunning, ChatWaitingInput, ChatWaitingUITool, ChatWaitingSecret, ChatCompleted, ChatFailed, ChatCancelled:
 		return true
 	}
 	return false
@@ -187,6 +191,12 @@ type UsageStore interface {
 	RecordUsage(ctx context.Context, scope Scope, u UsageRecord) error
 	// ChatUsage returns the chat's total and its totals per agent (by agent name).
 	ChatUsage(ctx context.Context, scope Scope, chatID string) (total UsageTotal, perAgent []UsageTotal, err error)
+	// AppUsage returns the total of every usage row of the chats of
+	// scope's tenant, deleted ones included (their calls were billed); of
+	// every user of scope.App when scope.User is "", and of every app when
+	// scope.App is "" too. It reads every row it sums: callers poll it,
+	// they do not call it per event.
+	AppUsage(ctx context.Context, scope Scope) (UsageTotal, error)
 }
 
 // TaskStatus is where a background task stands.

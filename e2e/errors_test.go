@@ -42,7 +42,7 @@ func TestError_ShownWithRetry(t *testing.T) {
 	if !eval[bool](t, b, `document.querySelector("#composer-input").disabled`) {
 		t.Error("the input is enabled after the error")
 	}
-	if got := eval[string](t, b, `document.querySelector("#chat-status").textContent`); got != "failed" {
+	if got := eval[string](t, b, `document.querySelector("#chat-status").dataset.status + " / " + document.querySelector("#chat-status").textContent`); got != "failed / Stopped by an error" {
 		t.Errorf("status %q after the error", got)
 	}
 	b.shot(t, "14-error")
@@ -51,16 +51,18 @@ func TestError_ShownWithRetry(t *testing.T) {
 	if !strings.Contains(eval[string](t, b, `document.querySelector("#messages .msg.error").textContent`), "Retrying") {
 		t.Error("the first error does not say it was retried")
 	}
-	if got := eval[string](t, b, `document.querySelector("#chat-status").textContent`); got != "failed" {
+	if got := eval[string](t, b, `document.querySelector("#chat-status").dataset.status`); got != "failed" {
 		t.Errorf("status %q after the retry failed", got)
 	}
 	b.shot(t, "15-error-retried")
 	b.noProblems(t)
 }
 
-// TestAuth_KeyOnce: without dev mode the page asks for a key once, keeps
-// it in session storage, sends it as Bearer and as the WebSocket's auth
-// message, and does not ask again on reload.
+// TestAuth_KeyOnce: without dev mode the page asks for a key once — only
+// the key, saying how to make one —, learns the key's app and user from
+// GET /api/me (here acme, not the default app), keeps the key in session
+// storage, sends it as Bearer and as the WebSocket's auth message, and does
+// not ask again on reload.
 func TestAuth_KeyOnce(t *testing.T) {
 	be := startBackend(t, filepath.Join(t.TempDir(), "baton.db"), "127.0.0.1:0", withKeys)
 	key, hash, err := server.NewKey()
@@ -79,13 +81,18 @@ func TestAuth_KeyOnce(t *testing.T) {
 	if typ := eval[string](t, b, `document.querySelector("#auth-key").type`); typ != "password" {
 		t.Errorf("key input type %q", typ)
 	}
+	if n := eval[int](t, b, `document.querySelectorAll("#auth-dialog input:not([type=hidden])").length`); n != 1 {
+		t.Errorf("the key dialog has %d inputs, want only the key", n)
+	}
+	if help := eval[string](t, b, `document.querySelector("#auth-dialog").innerText`); !strings.Contains(help, "baton keys create --app default --user me") {
+		t.Errorf("the key dialog does not say how to make a key:\n%s", help)
+	}
 	b.shot(t, "16-key-dialog")
-	eval[string](t, b, `document.querySelector("#auth-app").value = ""`)
-	b.do(t, "enter the key",
-		chromedp.SendKeys(chromedp.CSS("#auth-key"), key),
-		chromedp.SendKeys(chromedp.CSS("#auth-app"), "acme"+kb.Enter),
-	)
+	b.do(t, "enter the key", chromedp.SendKeys(chromedp.CSS("#auth-key"), key+kb.Enter))
 	b.waitFor(t, "the workflows", `!!document.querySelector('#workflow-select option[value="xss"]')`)
+	if got := eval[string](t, b, `document.querySelector("#app-label").textContent`); got != "app: acme · user: ada" {
+		t.Errorf("app label %q, want the key's app and user", got)
+	}
 	b.do(t, "start a chat",
 		chromedp.SetValue(chromedp.CSS("#workflow-select"), "xss"),
 		chromedp.Click(chromedp.CSS("#start-button")),
@@ -106,8 +113,8 @@ func TestAuth_KeyOnce(t *testing.T) {
 		t.Error("the key was asked for again after a reload")
 	}
 	b.shot(t, "17-authenticated")
-	// The page learns that it needs a key from the first request's 401.
-	b.noProblems(t, "401 (Unauthorized) http://"+be.addr+"/api/workflows")
+	// The page learns that it needs a key from /api/me's 401.
+	b.noProblems(t, "401 (Unauthorized) http://"+be.addr+"/api/me")
 }
 
 // TestAutoTool_FailureShown: an auto-tool response that failed is shown
@@ -169,7 +176,7 @@ func TestUITool_InlineForm(t *testing.T) {
 	b.waitFor(t, "the answer streaming", `!!document.querySelector('.msg.streaming[data-agent="Asker"]')`)
 	// Read at once with the streaming bubble: on a busy machine the stream
 	// may have ended by the time a screenshot is taken.
-	if got := eval[string](t, b, `document.querySelector('.msg.streaming[data-agent="Asker"]') ? document.querySelector("#chat-status").textContent : "running (the stream ended)"`); !strings.HasPrefix(got, "running") {
+	if got := eval[string](t, b, `document.querySelector('.msg.streaming[data-agent="Asker"]') ? document.querySelector("#chat-status").dataset.status : "running (the stream ended)"`); !strings.HasPrefix(got, "running") {
 		t.Errorf("status %q once the form is answered and the agent writes", got)
 	}
 	b.shot(t, "21-streaming")

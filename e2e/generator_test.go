@@ -218,7 +218,7 @@ func TestGenerator_StartToRunComplete(t *testing.T) {
 	// Reopen the chat from the list: the same messages, the badge.
 	b.do(t, "reload the page", chromedp.Navigate(be.url()))
 	b.waitFor(t, "the chat in the list", `!!document.querySelector('.chat-item[data-chat-id="`+chatID+`"]')`)
-	if got := eval[string](t, b, `document.querySelector('.chat-item[data-chat-id="`+chatID+`"] .status-pill').textContent`); got != "completed" {
+	if got := eval[string](t, b, `document.querySelector('.chat-item[data-chat-id="`+chatID+`"] .status-pill').dataset.status`); got != "completed" {
 		t.Errorf("chat list shows status %q", got)
 	}
 	b.do(t, "reopen the chat", chromedp.Click(chromedp.CSS(`.chat-item[data-chat-id="`+chatID+`"]`)))

@@ -5,11 +5,13 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +24,7 @@ import (
 	"github.com/batonhq/baton/recorder"
 	"github.com/batonhq/baton/server"
 	"github.com/batonhq/baton/store/sqlite"
+	"github.com/batonhq/baton/tool"
 	"github.com/batonhq/baton/web"
 	"github.com/batonhq/baton/workflow"
 )
@@ -47,19 +50,38 @@ type backend struct {
 	once    sync.Once
 }
 
-// loadWorkflows loads the example generator (the real one) and this
-// package's test workflows.
+// loadWorkflows loads the examples generator and hello (the real ones) and
+// this package's test workflows.
 func loadWorkflows(t *testing.T) []*workflow.Workflow {
 	t.Helper()
-	gen, err := workflow.Load(os.DirFS("../workflows"), "generator")
-	if err != nil {
-		t.Fatalf("load generator: %v", err)
+	var wfs []*workflow.Workflow
+	for _, name := range []string{"generator", "hello"} {
+		wf, err := workflow.Load(os.DirFS("../workflows"), name)
+		if err != nil {
+			t.Fatalf("load %s: %v", name, err)
+		}
+		wfs = append(wfs, wf)
 	}
 	own, err := workflow.LoadAll(os.DirFS("testdata/workflows"))
 	if err != nil {
 		t.Fatalf("load testdata workflows: %v", err)
 	}
-	return append([]*workflow.Workflow{gen}, own...)
+	return append(wfs, own...)
+}
+
+// reportLine is one line of long_report's result; the result has 40.
+const reportLine = "Line %02d of the report on %s: nothing unusual was seen.\n"
+
+// longReport is the slow workflow's Go tool: a result long enough that the
+// page shows only its start until the person asks for all of it.
+func longReport(_ context.Context, _ *baton.CallContext, in struct {
+	Topic string `json:"topic"`
+}) (string, error) {
+	var b strings.Builder
+	for i := 1; i <= 40; i++ {
+		fmt.Fprintf(&b, reportLine, i, in.Topic)
+	}
+	return b.String(), nil
 }
 
 // setup is what the options change: by default dev mode (no key) and no
@@ -96,6 +118,7 @@ func startBackend(t *testing.T, dbPath, addr string, opts ...option) *backend {
 			return scripted.Load(wf.FS, path.Join(wf.Dir, "scripted.json"))
 		},
 		Logger: log, SecretKey: []byte("0123456789abcdef0123456789abcdef"),
+		ToolOptions: []tool.Option{tool.WithFuncs(tool.MustFunc("long_report", "Return a long report about a topic.", longReport))},
 	})
 	if err != nil {
 		_ = st.Close()

@@ -39,6 +39,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
 	"github.com/batonhq/baton/tool"
@@ -168,6 +171,8 @@ type Engine struct {
 	synthMu   sync.Mutex
 	synthetic map[string]int64 // synthetic select_speaker events recorded, per workflow
 
+	cancels cancels // runs this instance may cancel (run.cancel)
+
 	active atomic.Int64 // runs in progress
 	turns  atomic.Int64 // turns started since New
 
@@ -177,6 +182,9 @@ type Engine struct {
 	agentRules   map[string]bool // names of the event-handler agent rules made by AgentRule
 	callsMu      sync.Mutex
 	calls        map[string]context.CancelCauseFunc // model calls in progress, by chat, for interrupt
+
+	activeMu sync.Mutex
+	activeBy map[baton.Scope]int64 // runs in progress by tenant (ActiveIn)
 }
 
 // New returns an engine and registers its rules on cfg.Bus: run.start,
@@ -249,6 +257,16 @@ func New(cfg Config) (*Engine, error) {
 	if prio == 0 {
 		prio = 100
 	}
+	// run.cancel is applied as it is published (an observer), and only
+	// consumed on the chat's lane (cancel.go).
+	if err := e.bus.RegisterRule(bus.Rule{
+		Name:     "engine-cancel",
+		Types:    []string{baton.TypeRunCancel},
+		Priority: prio,
+		Handler:  e.handleCancel,
+	}); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
 	if err := e.bus.RegisterRule(bus.Rule{
 		Name:     "engine",
 		Types:    []string{baton.TypeRunStart, baton.TypeRunResume, baton.TypeRunWake, baton.TypeUserQuery, baton.TypeUIToolResponse},
@@ -270,6 +288,10 @@ func New(cfg Config) (*Engine, error) {
 		},
 	}); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
+	}
+	// Last: nothing above can fail after the goroutine started.
+	if err := e.watchCancels(); err != nil {
+		return nil, err
 	}
 	return e, nil
 }
@@ -296,6 +318,43 @@ func (e *Engine) SyntheticCount(workflow string) int64 {
 
 // Active returns the number of runs in progress.
 func (e *Engine) Active() int64 { return e.active.Load() }
+
+// ActiveIn returns the number of runs in progress of scope's chats (of
+// scope.App's users together when scope.User is ""): Active is their sum
+// over every tenant.
+func (e *Engine) ActiveIn(scope baton.Scope) int64 {
+	e.activeMu.Lock()
+	defer e.activeMu.Unlock()
+	if scope.User != "" {
+		return e.activeBy[scope]
+	}
+	var n int64
+	for s, k := range e.activeBy {
+		if s.App == scope.App {
+			n += k
+		}
+	}
+	return n
+}
+
+// countActive counts a run of scope in progress (ActiveIn) until the
+// function it returns is called. A tenant is forgotten when its last run
+// ends, so the map holds only tenants with runs in progress.
+func (e *Engine) countActive(scope baton.Scope) func() {
+	e.activeMu.Lock()
+	if e.activeBy == nil {
+		e.activeBy = map[baton.Scope]int64{}
+	}
+	e.activeBy[scope]++
+	e.activeMu.Unlock()
+	return func() {
+		e.activeMu.Lock()
+		if e.activeBy[scope]--; e.activeBy[scope] <= 0 {
+			delete(e.activeBy, scope)
+		}
+		e.activeMu.Unlock()
+	}
+}
 
 // Start creates a chat of the named workflow in scope and publishes its
 // run.start. It returns once the chat is stored, with its first message
@@ -839,12 +898,37 @@ func (e *Engine) Recover(ctx context.Context, chats []baton.Chat) (int, error) {
 	return n, nil
 }
 
+// WithTraceParent returns ev carrying, as Metadata.TraceParent, the span
+// that ctx holds (an HTTP server span, or the caller's own traceparent), so
+// that the run's trace can link to the request; ev as it is when ctx holds
+// none.
+func WithTraceParent(ctx context.Context, ev baton.Event) baton.Event {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return ev
+	}
+	ev.Metadata.TraceParent = "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-" + sc.TraceFlags().String()
+	return ev
+}
+
+// TraceParentOf returns the span context an input event's traceparent
+// names (WithTraceParent), or an invalid one.
+func TraceParentOf(ev baton.Event) trace.SpanContext {
+	if ev.Metadata.TraceParent == "" {
+		return trace.SpanContext{}
+	}
+	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": ev.Metadata.TraceParent})
+	return trace.SpanContextFromContext(ctx)
+}
+
 func (e *Engine) publish(ctx context.Context, scope baton.Scope, typ, chatID string, payload json.RawMessage) error {
 	return e.publishEvent(ctx, baton.NewInput(scope, typ, chatID, payload))
 }
 
-// publishEvent publishes an input event built by the caller.
+// publishEvent publishes an input event built by the caller, with the
+// trace context of the request that brought it (WithTraceParent).
 func (e *Engine) publishEvent(ctx context.Context, ev baton.Event) error {
+	ev = WithTraceParent(ctx, ev)
 	if err := e.bus.Publish(ctx, ev); err != nil {
 		return fmt.Errorf("publish %s for chat %s: %w", ev.Type, ev.ChatID(), err)
 	}
@@ -911,9 +995,11 @@ func (e *Engine) holderGone(h baton.EffectHolder) bool {
 	return e.instance != "" && h.Instance != ""
 }
 
-// Close stops what the engine started (MCP servers of tool registries). The
+// Close stops what the engine started (MCP servers of tool registries, the
+// run.cancel watcher). The
 // bus and the store belong to the caller.
 func (e *Engine) Close() error {
+	e.stopWatchingCancels()
 	e.wakeMu.Lock()
 	for _, t := range e.wakes {
 		t.Stop()

@@ -73,6 +73,7 @@ func (a *eventAgent) Handle(ctx context.Context, ev baton.Event) error {
 	e := a.e
 	e.active.Add(1) // from the first line, so that Active never misses a handler
 	defer e.active.Add(-1)
+	defer e.countActive(ev.Metadata.Scope())()
 	return e.againOnLeaseLoss(ctx, ev, a.handle)
 }
 
@@ -130,7 +131,7 @@ func (a *eventAgent) handle(ctx context.Context, ev baton.Event) (err error) {
 	} else if r.st.chat.Status == baton.ChatWaitingInput {
 		waiting := baton.ChatWaitingInput // recorded only: the chat keeps waiting
 		u = &baton.ChatUpdate{Status: &waiting}
-	} else if r.st.chat.Status == baton.ChatCompleted || r.st.chat.Status == baton.ChatWaitingUITool || r.st.chat.Status == baton.ChatWaitingSecret || r.st.chat.Status == baton.ChatFailed {
+	} else if r.st.chat.Status == baton.ChatCompleted || r.st.chat.Status == baton.ChatWaitingUITool || r.st.chat.Status == baton.ChatWaitingSecret || r.st.chat.Status == baton.ChatFailed || r.st.chat.Status == baton.ChatCancelled {
 		status := r.st.chat.Status
 		u = &baton.ChatUpdate{Status: &status}
 	}

@@ -235,7 +235,7 @@ func (e *Engine) Takeovers() int64 { return e.takeovers.Load() }
 // IsInput reports whether ev is an input the chat's owner must handle, for
 // a router that sends inputs to the instance owning the chat (package
 // natsbridge): every event of a chat that is published to the bus — a
-// person's message, a UI response, a run start or resume, an external or
+// person's message, a UI response, a run start, resume or cancel, an external or
 // background-task event — except the facts the engine publishes about its
 // own run (tool.*, session.created, session.updated), its coalesced wakes
 // (scheduled on the instance that recorded the events they follow) and

@@ -57,6 +57,7 @@ func (e *Engine) handle(ctx context.Context, ev baton.Event) (err error) {
 	}
 	e.active.Add(1)
 	defer e.active.Add(-1)
+	defer e.countActive(ev.Metadata.Scope())()
 	ctx, lease, end, err := e.leased(ctx, chatID)
 	if err != nil {
 		return fmt.Errorf("%s for chat %s: %w", ev.Type, chatID, err)
@@ -114,7 +115,14 @@ func (e *Engine) handle(ctx context.Context, ev baton.Event) (err error) {
 			return r.ignored(ev, err)
 		}
 	}
-	err = r.driveOrStop(ctx)
+	runCtx, done := e.cancellable(ctx, chatID)
+	err = r.driveOrStop(runCtx)
+	done()
+	if err != nil && wasCancelled(ctx, runCtx) {
+		// Stopped by the person: the model call or tool in progress was
+		// abandoned, nothing of it recorded; the end is recorded instead.
+		return e.recordCancelled(ctx, r)
+	}
 	clean = err == nil
 	return err
 }
@@ -907,7 +915,7 @@ func (r *run) callModel(ctx context.Context) error {
 	}
 
 	var acc llm.Accumulator
-	_ = r.e.cast.Broadcast(llm.StreamStartEvent(st.chat.ID, agent.Name, msgID))
+	_ = r.e.cast.Broadcast(llm.ModelCallEvent(req, llm.ProviderName(r.prov)))
 	gate := newTextGate(r.wf, agent) // hidden text never streams (hidden.go)
 	emit := func(d baton.Delta) {    // msgID is the current attempt's
 		if ev, ok := llm.StreamEvent(st.chat.ID, agent.Name, msgID, d); ok {

@@ -36,6 +36,7 @@ type state struct {
 	started      bool   // the chat's start is recorded (a handoff, an input request or a turn)
 	done         bool   // chat.run_complete recorded
 	failed       bool   // the last event recorded is a chat.error (see isFailed)
+	cancelled    bool   // the last event recorded is a chat.run_complete of a cancelled run (see isFailed)
 	terminating  bool   // a handoff to TerminateTarget is recorded; after_chat tools and run_complete follow
 
 	lifecycle map[string]bool // lifecycle tool calls recorded, by lifecycle key
@@ -183,8 +184,12 @@ func (st *state) releaseDeferred() {
 // An environment event observed meanwhile is recorded with the status kept
 // failed, so the stored status says so even when the last event is not the
 // error.
+//
+// A run the person cancelled pauses the same way (status cancelled, after
+// a chat.run_complete with status "cancelled"): its turn stays open, and a
+// resume or the person's next message goes on from it.
 func (st *state) isFailed() bool {
-	return st.failed || st.chat.Status == baton.ChatFailed
+	return st.failed || st.cancelled || st.chat.Status == baton.ChatFailed || st.chat.Status == baton.ChatCancelled
 }
 
 // apply folds one recorded event into the state.
@@ -197,6 +202,7 @@ func (st *state) apply(ev *baton.Event) {
 	}
 	// Anything recorded after a chat.error means the chat moved on.
 	st.failed = ev.Type == baton.TypeChatError
+	st.cancelled = ev.Type == baton.TypeChatRunComplete && runCancelled(ev.Payload)
 	switch ev.Type {
 	case baton.TypeChatHandoff, baton.TypeChatInputRequest:
 		st.started = true
@@ -374,6 +380,9 @@ func (st *state) apply(ev *baton.Event) {
 			st.revertedFrom = p.Agent
 		}
 	case baton.TypeChatRunComplete:
+		if st.cancelled {
+			break // the run stopped, not the chat: the turn stays open
+		}
 		st.done = true
 		st.terminating = false
 		st.turn = nil

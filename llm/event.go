@@ -18,7 +18,7 @@ import (
 //
 //	stream.text, stream.reasoning: {"message_id", "agent", "delta"}
 //	stream.tool_call:              {"message_id", "agent", "index", "id"?, "name"?, "delta"}
-//	stream.completed:              {"message_id", "agent", "finish_reason"}
+//	stream.completed:              {"message_id", "agent", "finish_reason", "response_id"?}
 //
 // stream.* events are never stored (DESIGN.md, "Event types").
 func StreamEvent(chatID, agent, messageID string, d baton.Delta) (baton.Event, bool) {
@@ -61,6 +61,10 @@ func StreamEvent(chatID, agent, messageID string, d baton.Delta) (baton.Event, b
 		typ = baton.TypeStreamCompleted
 		b = append(b, `,"finish_reason":`...)
 		b = appendJSONString(b, d.FinishReason)
+		if d.ResponseID != "" {
+			b = append(b, `,"response_id":`...)
+			b = appendJSONString(b, d.ResponseID)
+		}
 	default:
 		return baton.Event{}, false
 	}
@@ -71,6 +75,50 @@ func StreamEvent(chatID, agent, messageID string, d baton.Delta) (baton.Event, b
 // StreamStartEvent returns the stream.start event that opens message messageID.
 func StreamStartEvent(chatID, agent, messageID string) baton.Event {
 	return streamEvent(baton.TypeStreamStart, chatID, agent, simplePayload(messageID, agent, "", ""))
+}
+
+// ModelCallEvent returns the stream.start event that opens the message of
+// req, naming the call's provider and request parameters for traces:
+//
+//	{"message_id", "agent", "model"?, "provider"?, "temperature"?, "max_tokens"?, "seed"?}
+//
+// provider is the provider's name (ProviderName), "" when unknown.
+func ModelCallEvent(req *baton.Request, provider string) baton.Event {
+	b := make([]byte, 0, 128+len(req.MessageID)+len(req.Agent)+len(req.Params.Model))
+	b = append(b, `{"message_id":`...)
+	b = appendJSONString(b, req.MessageID)
+	b = append(b, `,"agent":`...)
+	b = appendJSONString(b, req.Agent)
+	if req.Params.Model != "" {
+		b = append(b, `,"model":`...)
+		b = appendJSONString(b, req.Params.Model)
+	}
+	if provider != "" {
+		b = append(b, `,"provider":`...)
+		b = appendJSONString(b, provider)
+	}
+	if t := req.Params.Temperature; t != nil {
+		b = append(b, `,"temperature":`...)
+		b = strconv.AppendFloat(b, *t, 'g', -1, 64)
+	}
+	if req.Params.MaxTokens > 0 {
+		b = append(b, `,"max_tokens":`...)
+		b = strconv.AppendInt(b, int64(req.Params.MaxTokens), 10)
+	}
+	if s := req.Params.Seed; s != nil {
+		b = append(b, `,"seed":`...)
+		b = strconv.AppendInt(b, *s, 10)
+	}
+	return streamEvent(baton.TypeStreamStart, req.ChatID, req.Agent, append(b, '}'))
+}
+
+// ProviderName returns p's name for traces (gen_ai.provider.name): what its
+// ProviderName method says, or "" when it has none.
+func ProviderName(p baton.Provider) string {
+	if n, ok := p.(interface{ ProviderName() string }); ok {
+		return n.ProviderName()
+	}
+	return ""
 }
 
 // StreamErrorEvent returns the stream.error event that ends message messageID

@@ -76,6 +76,11 @@ type Options struct {
 	// Active reports the runs in progress (engine.Engine.Active); nil counts
 	// chats with an event in the last minute.
 	Active func() int64
+	// ActiveIn reports the runs in progress of one tenant, or of an app's
+	// users together when the scope's User is "" (engine.Engine.ActiveIn),
+	// for /metrics/perf/aggregate; nil counts a tenant's chats with an
+	// event in the last minute instead.
+	ActiveIn func(baton.Scope) int64
 	// Registry is where the Prometheus metrics are registered; nil makes a
 	// new one (see Collector.Registry).
 	Registry *prometheus.Registry

@@ -3,6 +3,7 @@ package metrics_test
 import (
 	"context"
 	"encoding/json"
+	"iter"
 	"log/slog"
 	"os"
 	"path"
@@ -44,23 +45,33 @@ type harness struct {
 	tr    *metrics.Tracer
 	spans *tracetest.InMemoryExporter
 	tp    *sdktrace.TracerProvider
+	// inputCtx is the context inputs are given with (default Background):
+	// a test puts a caller's span context in it.
+	inputCtx context.Context
 }
 
 type config struct {
 	opts    metrics.Options
 	budget  *metrics.BudgetConfig
 	tracing bool
+	tp      *sdktrace.TracerProvider // tracing with this provider (default: in memory)
+	db      string                   // the SQLite file (default: a new one)
+	gate    chan struct{}            // when set, every model call waits for a receive from it
+	engine  bool                     // the collector counts runs in progress with the engine (Active, ActiveIn)
 	stats   func(baton.StatsStore) baton.StatsStore
 }
 
 func newHarness(t *testing.T, cfg config) *harness {
 	t.Helper()
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "baton.db"))
+	if cfg.db == "" {
+		cfg.db = filepath.Join(t.TempDir(), "baton.db")
+	}
+	st, err := sqlite.Open(ctx, cfg.db)
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
-	h := &harness{t: t, store: st, logs: &testenv.LogBuffer{}}
+	h := &harness{t: t, store: st, logs: &testenv.LogBuffer{}, inputCtx: context.Background()}
 	log := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	h.bus = bus.New(bus.WithLogger(log))
 	wfs, err := workflow.LoadAll(os.DirFS(workflowsDir))
@@ -73,6 +84,10 @@ func newHarness(t *testing.T, cfg config) *harness {
 	}
 	o := cfg.opts
 	o.Bus, o.Stats, o.Chats, o.Usage, o.Logger = h.bus, h.stats, st.GetChat, st, log
+	if cfg.engine {
+		o.Active = func() int64 { return h.eng.Active() }
+		o.ActiveIn = func(s baton.Scope) int64 { return h.eng.ActiveIn(s) } // h.eng is made after the collector
+	}
 	col, err := metrics.New(o)
 	if err != nil {
 		t.Fatal(err)
@@ -81,10 +96,14 @@ func newHarness(t *testing.T, cfg config) *harness {
 	if err := col.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.tracing {
-		h.spans = tracetest.NewInMemoryExporter()
-		h.tp = sdktrace.NewTracerProvider(sdktrace.WithSyncer(h.spans))
-		t.Cleanup(func() { _ = h.tp.Shutdown(context.Background()) }) // after the test read the spans
+	if cfg.tracing || cfg.tp != nil {
+		h.tp = cfg.tp
+		if h.tp == nil {
+			h.spans = tracetest.NewInMemoryExporter()
+			h.tp = sdktrace.NewTracerProvider(sdktrace.WithSyncer(h.spans), sdktrace.WithIDGenerator(metrics.IDGenerator()))
+		}
+		tp := h.tp
+		t.Cleanup(func() { _ = tp.Shutdown(context.Background()) }) // after the test read the spans
 		h.tr = metrics.NewTracer(h.bus, h.tp, log)
 		if err := h.tr.Start(); err != nil {
 			t.Fatal(err)
@@ -98,7 +117,11 @@ func newHarness(t *testing.T, cfg config) *harness {
 	eng, err := engine.New(engine.Config{
 		Store: st, Recorder: rec, Bus: h.bus, Workflows: wfs, WorkflowRoot: workflowsDir,
 		Providers: func(wf *workflow.Workflow) (baton.Provider, error) {
-			return scripted.Load(wf.FS, path.Join(wf.Dir, "scripted.json"))
+			p, err := scripted.Load(wf.FS, path.Join(wf.Dir, "scripted.json"))
+			if err != nil || cfg.gate == nil {
+				return p, err
+			}
+			return gated{p, cfg.gate}, nil
 		},
 		Logger: log, SecretKey: []byte("0123456789abcdef0123456789abcdef"), Budget: budget,
 	})
@@ -135,7 +158,7 @@ func (h *harness) close() {
 
 func (h *harness) start(wf string) string {
 	h.t.Helper()
-	c, err := h.eng.Start(context.Background(), testScope, wf, baton.StartOptions{})
+	c, err := h.eng.Start(h.inputCtx, testScope, wf, baton.StartOptions{})
 	if err != nil {
 		h.t.Fatalf("start %s: %v", wf, err)
 	}
@@ -179,7 +202,7 @@ func (h *harness) pending(chatID, kind string) baton.PendingRequest {
 func (h *harness) driveGenerator() string {
 	t := h.t
 	t.Helper()
-	ctx := context.Background()
+	ctx := h.inputCtx
 	id := h.start("generator")
 	h.waitStatus(id, baton.ChatWaitingInput)
 	if err := h.eng.Submit(ctx, testScope, id, "A weekly newsletter from our team notes.", "ws"); err != nil {
@@ -282,4 +305,26 @@ func scriptedUsage(t *testing.T, h *harness, wf, chatID string) (calls int64, u 
 		t.Fatal("the chat made no model calls")
 	}
 	return calls, u
+}
+
+// gated holds every model call until the test lets it through.
+type gated struct {
+	baton.Provider
+	gate chan struct{}
+}
+
+func (g gated) Stream(ctx context.Context, req *baton.Request) iter.Seq2[baton.Delta, error] {
+	return func(yield func(baton.Delta, error) bool) {
+		select {
+		case <-g.gate:
+		case <-ctx.Done():
+			yield(baton.Delta{}, ctx.Err())
+			return
+		}
+		for d, err := range g.Provider.Stream(ctx, req) {
+			if !yield(d, err) {
+				return
+			}
+		}
+	}
 }

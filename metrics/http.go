@@ -1,8 +1,10 @@
 package metrics
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -15,9 +17,8 @@ import (
 // authentication), or an error that says why it has none.
 type ScopeFunc func(r *http.Request) (baton.Scope, error)
 
-// Aggregate is the body of GET /metrics/perf/aggregate
-// (spec/runtime-lifecycle.md Phase 5): in-memory totals since the process
-// started.
+// Aggregate is the body of GET /metrics/perf/aggregate: an app's totals
+// (or every app's), which survive a restart (AggregateOf).
 type Aggregate struct {
 	TotalTurns     int64     `json:"total_turns"`
 	TotalToolCalls int64     `json:"total_tool_calls"`
@@ -149,36 +150,94 @@ func (c *Collector) ChatPerf(r *http.Request, scope baton.Scope, chatID string) 
 	return out, nil
 }
 
-// AggregateHandler serves GET /metrics/perf/aggregate. With scopeOf nil it
-// reports every app (an operator endpoint); with scopeOf it reports the
-// caller's tenant only, app and user (active_chats: its chats with an
-// event in the last minute).
+// AggregateOf returns the figures of scope's tenant (app and user), of
+// scope.App's users together when scope.User is "", or of every app when
+// scope is zero:
+//
+//   - total_tokens and total_cost from the usage rows (Options.Usage), the
+//     same truth as a chat's figures and its budget: they survive a
+//     restart and count every instance's calls;
+//   - total_turns and total_tool_calls: of a tenant, what this process
+//     observed since it started (rollups are kept per app, not per user);
+//     of an app, its persisted rollups plus what this process observed
+//     since it wrote them (AppTotals); of every app, what this process
+//     observed since it started;
+//   - active_chats: the runs in progress, as the baton_active_chats gauge
+//     counts them (Options.Active; for a tenant or an app
+//     Options.ActiveIn, whose sum over the tenants is the gauge).
+func (c *Collector) AggregateOf(ctx context.Context, scope baton.Scope) (Aggregate, error) {
+	agg := c.Snapshot()
+	switch {
+	case scope.App != "" && scope.User != "":
+		c.mu.Lock()
+		t := totals{}
+		if a := c.tenants[scope]; a != nil {
+			t = *a
+		}
+		c.mu.Unlock()
+		agg.TotalTurns, agg.TotalToolCalls, agg.TotalTokens, agg.TotalCost = t.Turns, t.ToolCalls, t.TotalTokens(), t.Cost
+		agg.ActiveChats = c.activeIn(scope)
+	case scope.App != "":
+		t, err := c.AppTotals(ctx, scope.App)
+		if err != nil {
+			return Aggregate{}, err
+		}
+		agg.TotalTurns, agg.TotalToolCalls, agg.TotalTokens, agg.TotalCost = t.Turns, t.ToolCalls, t.TotalTokens(), t.Cost
+		agg.ActiveChats = c.activeIn(scope)
+	}
+	if c.opts.Usage != nil {
+		u, err := c.opts.Usage.AppUsage(ctx, scope)
+		if err != nil {
+			return Aggregate{}, fmt.Errorf("metrics: usage of app %q: %w", scope.App, err)
+		}
+		agg.TotalTokens, agg.TotalCost = u.TotalTokens(), u.Cost
+	}
+	return agg, nil
+}
+
+// activeIn counts scope's runs in progress (Options.ActiveIn), else its
+// chats with an event in the last minute.
+func (c *Collector) activeIn(scope baton.Scope) int64 {
+	if c.opts.ActiveIn != nil {
+		return c.opts.ActiveIn(scope)
+	}
+	now := c.now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var n int64
+	for _, ch := range c.chats.all() {
+		if ch.scoped && ch.scope.App == scope.App && (scope.User == "" || ch.scope.User == scope.User) && now.Sub(ch.lastSeen) < time.Minute {
+			n++
+		}
+	}
+	return n
+}
+
+// AggregateHandler serves GET /metrics/perf/aggregate (AggregateOf). With
+// scopeOf nil it reports every app (an operator endpoint); with scopeOf the
+// caller's tenant only, app and user, as everywhere else: one user of an
+// app does not see the others' turns, tokens, cost and chats.
 func (c *Collector) AggregateHandler(scopeOf ScopeFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		agg := c.Snapshot()
+		var scope baton.Scope
 		if scopeOf != nil {
-			scope, err := scopeOf(r)
-			if err != nil {
+			var err error
+			if scope, err = scopeOf(r); err != nil {
 				writeError(w, err)
 				return
 			}
-			now := c.now()
-			c.mu.Lock()
-			// The tenant is app and user, as everywhere else: one user of
-			// an app does not see the others' turns, tokens and cost.
-			t := totals{}
-			if a := c.tenants[scope]; a != nil {
-				t = *a
+			if scope.App == "" || scope.User == "" {
+				// A zero scope would be every app: a caller without a
+				// tenant sees nothing.
+				writeError(w, baton.Errorf(baton.EUNAUTHORIZED, "metrics: a request without an app and a user"))
+				return
 			}
-			var active int64
-			for _, ch := range c.chats.all() {
-				if ch.scoped && ch.scope == scope && now.Sub(ch.lastSeen) < time.Minute {
-					active++
-				}
-			}
-			c.mu.Unlock()
-			agg.TotalTurns, agg.TotalToolCalls, agg.TotalTokens, agg.TotalCost = t.Turns, t.ToolCalls, t.TotalTokens(), t.Cost
-			agg.ActiveChats = active
+		}
+		agg, err := c.AggregateOf(r.Context(), scope)
+		if err != nil {
+			c.log.Warn("metrics: aggregate", "app", scope.App, "err", err)
+			writeError(w, err)
+			return
 		}
 		writeJSON(w, http.StatusOK, agg)
 	})

@@ -35,6 +35,7 @@ type promMetrics struct {
 	rollupWrites prometheus.Counter
 	rollupDrops  prometheus.Counter
 	rollupErrors prometheus.Counter
+	httpDuration *prometheus.HistogramVec
 }
 
 // modelBuckets cover a fast first token (tens of ms) to a long completion
@@ -85,11 +86,12 @@ func newPromMetrics(c *Collector, reg *prometheus.Registry) (*promMetrics, error
 			Help: "Rollups not queued because the writer's queue was full (they wait for the next flush)."}),
 		rollupErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "metrics_rollup_errors_total",
 			Help: "Rollup writes that failed (their delta is lost from workflow_stats)."}),
+		httpDuration: newHTTPDuration(),
 	}
 	cs := []prometheus.Collector{
 		p.observed, p.turns, p.synthetic, p.runs, p.toolCalls, p.toolDuration, p.modelCalls, p.modelErrors,
 		p.tokens, p.cost, p.latency, p.ttft, p.appendTime, p.appendErrors, p.wsConns, p.wsDrops,
-		p.subDrops, p.rollupWrites, p.rollupDrops, p.rollupErrors,
+		p.subDrops, p.rollupWrites, p.rollupDrops, p.rollupErrors, p.httpDuration, newBuildInfo(ReadBuildInfo()),
 		busCollector{c.opts.Bus},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "active_chats",
 			Help: "Chats with a run in progress."}, func() float64 { return float64(c.activeChats()) }),

@@ -7,10 +7,12 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/batonhq/baton/metrics"
 )
 
 // TestTraceTree runs the generator with the tracer on and checks the spans
-// the SDK's in-memory exporter captured: one trace per run, invoke_agent
+// the SDK's in-memory exporter captured: one trace per chat, a root span per run, invoke_agent
 // spans under the run, chat spans (with the scripted token usage) and
 // execute_tool spans under an agent, every child inside its parent's time.
 func TestTraceTree(t *testing.T) {
@@ -91,9 +93,10 @@ func TestTraceTree(t *testing.T) {
 			t.Errorf("%s is in a trace without a run span", s.Name)
 		}
 	}
-	// Four inputs reach the engine (start, message, secret, approval): four runs.
-	if roots != 4 || len(traces) != 4 {
-		t.Errorf("%d run spans in %d traces, want 4 and 4", roots, len(traces))
+	// Four inputs reach the engine (start, message, secret, approval): four
+	// runs, all in the chat's one trace.
+	if roots != 4 || len(traces) != 1 || !traces[metrics.ChatTraceID(id)] {
+		t.Errorf("%d run spans in traces %v, want 4 in the chat's trace %s", roots, traces, metrics.ChatTraceID(id))
 	}
 	if int64(chats) != calls || in != want.PromptTokens || out != want.CompletionTokens {
 		t.Errorf("%d chat spans with %d input and %d output tokens, want %d with %d and %d", chats, in, out, calls, want.PromptTokens, want.CompletionTokens)

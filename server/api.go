@@ -51,6 +51,10 @@ type workflowInfo struct {
 	Version      string   `json:"version,omitempty"`
 	VisualAgents []string `json:"visual_agents"`
 	StartupMode  string   `json:"startup_mode,omitempty"`
+	// DoubleTexting is what the workflow does with a message sent while a
+	// run goes (enqueue, reject, interrupt), so a UI knows whether to let
+	// the person write then.
+	DoubleTexting string `json:"double_texting"`
 }
 
 func (s *Server) handleWorkflows(w http.ResponseWriter, r *http.Request) {
@@ -66,6 +70,7 @@ func (s *Server) handleWorkflows(w http.ResponseWriter, r *http.Request) {
 			out = append(out, workflowInfo{
 				Name: wf.Name, Description: wf.Config.Description, Version: wf.Config.Version,
 				VisualAgents: append([]string{}, wf.Config.VisualAgents...), StartupMode: wf.Config.Orchestration.StartupMode,
+				DoubleTexting: wf.DoubleTexting(),
 			})
 		}
 	}
@@ -148,6 +153,8 @@ func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
 		case baton.ChatWaitingInput, baton.ChatWaitingUITool, baton.ChatWaitingSecret:
 			return baton.Errorf(baton.ECONFLICT, "chat %s is %s: answer it with POST /api/input/submit", chat.ID, chat.Status)
 		}
+		// failed, cancelled, or running (after a restart): the run goes on
+		// from its open turn.
 		if err := s.cfg.Engine.Resume(r.Context(), p.scope, chat.ID); err != nil {
 			return err
 		}
@@ -158,6 +165,80 @@ func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 	}
 }
+
+func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
+	err := func() error {
+		p, err := s.principal(r, r.PathValue("app"))
+		if err != nil {
+			return err
+		}
+		if err := s.needEngine(); err != nil {
+			return err
+		}
+		status, err := s.cancelRun(r.Context(), p.scope, r.PathValue("chat_id"))
+		if err != nil {
+			return err
+		}
+		code := http.StatusAccepted
+		if status == baton.ChatCancelled {
+			code = http.StatusOK // cancelled already: nothing more to do
+		}
+		writeJSON(w, code, map[string]any{"chat_id": r.PathValue("chat_id"), "status": status})
+		return nil
+	}()
+	if err != nil {
+		s.writeError(w, r, err)
+	}
+}
+
+// cancelRun stops the run of a running chat (POST …/cancel and the
+// WebSocket's run.cancel) and returns the status the chat is going to:
+// "cancelling" when a cancel was sent to the engine, "cancelled" when the
+// chat was cancelled already (a repeated Stop is no error). A chat with no
+// run to stop — paused, failed, completed — is ECONFLICT, naming its status.
+func (s *Server) cancelRun(ctx context.Context, scope baton.Scope, chatID string) (baton.ChatStatus, error) {
+	chat, err := s.chatIn(ctx, scope, chatID)
+	if err != nil {
+		return "", err
+	}
+	switch chat.Status {
+	case baton.ChatCancelled:
+		return baton.ChatCancelled, nil
+	case baton.ChatRunning:
+	default:
+		return "", baton.Errorf(baton.ECONFLICT, "chat %s is %s: there is no run to stop", chat.ID, chat.Status)
+	}
+	if err := s.cfg.Engine.Cancel(ctx, scope, chat.ID); err != nil {
+		if baton.ErrorCode(err) == baton.EUNAVAILABLE {
+			return "", unavailable(msgInputUnroutable, err)
+		}
+		return "", err
+	}
+	return "cancelling", nil
+}
+
+// handleMe answers who the caller is: the app and user of its key (or, in
+// dev mode without a key, of the dev user of ?app=, default "default"), so
+// that a client asks only for a key and learns its app.
+func (s *Server) handleMe(w http.ResponseWriter, r *http.Request) {
+	app := ""
+	if bearer(r) == "" && s.cfg.Dev {
+		app = r.URL.Query().Get("app")
+		if app == "" {
+			app = DefaultApp
+		}
+	}
+	p, err := s.principal(r, app)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"app": p.scope.App, "user": p.scope.User, "dev": p.keyHash == ""})
+}
+
+// DefaultApp is the app that the web UI, baton chat and the README's
+// examples use when none is named.
+const DefaultApp = "default"
 
 // chatSummary is a chat in the list.
 type chatSummary struct {

@@ -135,6 +135,7 @@ const (
 	msgResume     = "resume"
 	msgPing       = "ping"
 	msgAuth       = "auth"
+	msgCancel     = "run.cancel"
 )
 
 // decodeClientMessage parses and checks a WebSocket client message. Every
@@ -154,7 +155,7 @@ func decodeClientMessage(data []byte) (clientMessage, error) {
 	allowed := map[string]bool{"type": true, "id": true}
 	switch m.Type {
 	case "":
-		return clientMessage{}, baton.Errorf(baton.EINVALID, "type: required (one of user.input.submit, ui.tool.response, resume, ping, auth)")
+		return clientMessage{}, baton.Errorf(baton.EINVALID, "type: required (one of user.input.submit, ui.tool.response, run.cancel, resume, ping, auth)")
 	case msgSubmit:
 		if m.Content == nil {
 			return clientMessage{}, baton.Errorf(baton.EINVALID, "content: required")
@@ -174,13 +175,15 @@ func decodeClientMessage(data []byte) (clientMessage, error) {
 		}
 		allowed["last_sequence"] = true
 	case msgPing:
+	case msgCancel:
+		allowed["chat_id"] = true
 	case msgAuth:
 		if m.Token == "" {
 			return clientMessage{}, baton.Errorf(baton.EINVALID, "token: required")
 		}
 		allowed["token"] = true
 	default:
-		return clientMessage{}, baton.Errorf(baton.EINVALID, "type: unknown message type %q (use user.input.submit, ui.tool.response, resume, ping or auth)", truncate(m.Type, 64))
+		return clientMessage{}, baton.Errorf(baton.EINVALID, "type: unknown message type %q (use user.input.submit, ui.tool.response, run.cancel, resume, ping or auth)", truncate(m.Type, 64))
 	}
 	for field, set := range map[string]bool{
 		"chat_id": m.ChatID != "", "content": m.Content != nil, "ui_event_id": m.UIEventID != "",

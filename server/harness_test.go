@@ -142,6 +142,9 @@ func (e *env) dialSmall(ctx context.Context, t testing.TB, chatID string, lastSe
 // providers.
 func withModel(prov engine.ProviderFunc) envOption { return func(e *env) { e.prov = prov } }
 
+// withProvider replaces the workflows' scripted providers.
+func withProvider(p engine.ProviderFunc) envOption { return func(e *env) { e.prov = p } }
+
 // withWorkflows loads the workflows from dir instead of the examples.
 func withWorkflows(dir string) envOption { return func(e *env) { e.wfRoot = dir } }
 

@@ -29,6 +29,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
 	"github.com/batonhq/baton/metrics"
@@ -50,6 +52,8 @@ type Runner interface {
 	StartOnce(ctx context.Context, scope baton.Scope, workflow, key string, opts baton.StartOptions) (chat baton.Chat, created bool, err error)
 	// Resume goes on with a chat after an error.
 	Resume(ctx context.Context, scope baton.Scope, chatID string) error
+	// Cancel asks the chat's run in progress to stop (run.cancel).
+	Cancel(ctx context.Context, scope baton.Scope, chatID string) error
 	// SubmitOnce keeps a person's message in the chat's inbox and
 	// publishes it; eventID (empty: a fresh one) makes retries one input.
 	SubmitOnce(ctx context.Context, scope baton.Scope, chatID, eventID, content, source string) error
@@ -162,6 +166,10 @@ type Config struct {
 	// store: with several instances, natsbridge.Bridge.Watch, so that an
 	// instance receives only the chats its clients follow.
 	Watch func(chatID string) (release func())
+	// TracerProvider, if set, makes a server span of every request but
+	// health checks and scrapes, the child of the caller's W3C traceparent
+	// when it sends one; nil: no spans (tracing off).
+	TracerProvider trace.TracerProvider
 }
 
 // Server serves the API. Create it with New and stop it with Close.
@@ -272,6 +280,8 @@ func New(cfg Config) (*Server, error) {
 		{"GET", "/api/workflows", s.handleWorkflows},
 		{"POST", "/api/chats/{app}/{workflow}/start", s.handleStart},
 		{"POST", "/api/chats/{app}/{chat_id}/resume", s.handleResume},
+		{"POST", "/api/chats/{app}/{chat_id}/cancel", s.handleCancel},
+		{"GET", "/api/me", s.handleMe},
 		{"GET", "/api/chats/{app}", s.handleList},
 		{"GET", "/api/chats/{app}/{chat_id}", s.handleGet},
 		{"DELETE", "/api/chats/{app}/{chat_id}", s.handleDelete},
@@ -313,8 +323,11 @@ func apiPath(path string) bool {
 
 // Handler returns the server's http.Handler: the routes, behind the Origin
 // check and CORS, and in dev mode behind the loopback Host check.
+//
+// With Config.TracerProvider each request gets a server span; with
+// Config.Metrics its duration is measured by route and status (instrument).
 func (s *Server) Handler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return s.instrument(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.cfg.Dev && !devHostAllowed(r) {
 			s.writeError(w, r, baton.Errorf(codeForbidden, "dev mode serves only localhost: Host %q and Origin %q must be localhost, 127.0.0.0/8 or [::1]",
 				truncate(r.Host, 200), truncate(r.Header.Get("Origin"), 200)))
@@ -337,7 +350,7 @@ func (s *Server) Handler() http.Handler {
 			}
 		}
 		s.mux.ServeHTTP(w, r)
-	})
+	}))
 }
 
 // Close ends every stream (WebSockets close with 1012, "service restart":

@@ -598,7 +598,7 @@ func (s *Server) readWS(ctx context.Context, ws *wsConn, ctl chan<- wsControl) {
 		if err == nil && !s.limiter.allow(p.limit) {
 			err = errRateLimited
 		}
-		if err == nil && (m.Type == msgSubmit || m.Type == msgUIResponse) {
+		if err == nil && (m.Type == msgSubmit || m.Type == msgUIResponse || m.Type == msgCancel) {
 			if err = s.keyLive(ctx, p); errors.Is(err, errRevoked) {
 				end(wsControl{
 					reply: wsReply{Type: "error", Data: replyData{For: m.Type, ID: m.ID, Code: baton.EUNAUTHORIZED, Message: baton.ErrorMessage(errRevoked)}},
@@ -681,6 +681,10 @@ func (s *Server) wsMessage(ctx context.Context, p principal, chatID string, m cl
 		}
 	}
 	if err := s.needEngine(); err != nil {
+		return err
+	}
+	if m.Type == msgCancel {
+		_, err := s.cancelRun(ctx, p.scope, chatID)
 		return err
 	}
 	return s.input(ctx, p.scope, chatID, m, "ws")

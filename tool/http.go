@@ -93,6 +93,7 @@ func (t *httpTool) Call(ctx context.Context, cc *baton.CallContext, args json.Ra
 	set("X-Baton-Workflow", cc.Workflow)
 	set("X-Baton-Agent", cc.Agent)
 	set("X-Baton-Tool-Call-Id", cc.ToolCallID)
+	injectTrace(ctx, req.Header) // W3C traceparent: the call's execute_tool span
 
 	resp, err := t.client.Do(req)
 	if err != nil {

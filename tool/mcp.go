@@ -290,8 +290,12 @@ type headerTransport struct {
 }
 
 func (h headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if len(h.headers)+len(h.fromEnv) > 0 && origin(req.URL.String()) == h.origin {
+	sameOrigin := origin(req.URL.String()) == h.origin // a redirect elsewhere gets no credentials
+	if len(h.headers)+len(h.fromEnv) > 0 && sameOrigin || tracedContext(req.Context()) {
 		req = req.Clone(req.Context())
+		injectTrace(req.Context(), req.Header) // a tool call's W3C traceparent
+	}
+	if len(h.headers)+len(h.fromEnv) > 0 && sameOrigin {
 		for k, v := range h.headers {
 			v, err := expandEnv(v, nil)
 			if err != nil {

@@ -18,6 +18,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/batonhq/baton"
 )
 
@@ -48,6 +50,7 @@ type options struct {
 	maxOutput   int
 	concurrency int
 	httpClient  *http.Client
+	traceCtx    func(chatID, toolCallID string) trace.SpanContext
 }
 
 // WithFuncs registers Go tools (see [Func]) by name, for tools.json entries
@@ -512,7 +515,7 @@ func (r *Registry) run(parent context.Context, e *entry, cc *baton.CallContext, 
 	}
 	defer func() { <-e.sem }()
 
-	res, err := e.safeCall(ctx, cc, args)
+	res, err := e.safeCall(r.traceContext(ctx, cc), cc, args)
 	if parent.Err() != nil {
 		// The caller gave up: the outcome is not a result for the model.
 		return baton.ToolResult{}, fmt.Errorf("tool %s: %w", e.Name(), parent.Err())

@@ -23,6 +23,31 @@ const state = {
   chat: null, // {id, workflow}
 };
 
+// STATUS_WORDS says each chat status in words; the raw name stays in the
+// pill's data-status (and title) for styling and for developers.
+const STATUS_WORDS = {
+  running: "Working",
+  waiting_input: "Waiting for your answer",
+  waiting_ui_tool: "Waiting for your response",
+  waiting_secret: "Waiting for your secrets",
+  completed: "Complete",
+  failed: "Stopped by an error",
+  cancelled: "Stopped",
+};
+
+function statusWords(status) {
+  return STATUS_WORDS[status] || String(status || "").replaceAll("_", " ");
+}
+
+// paintPill shows status on a pill: in words, with the raw name kept.
+function paintPill(pill, status) {
+  pill.textContent = statusWords(status);
+  pill.className = `status-pill s-${status}`;
+  pill.dataset.status = status;
+  pill.title = status;
+  return pill;
+}
+
 // ---------- small DOM helpers ----------
 
 function el(tag, attrs = {}, ...children) {
@@ -124,20 +149,18 @@ function hideBanner() {
 function askForKey(message) {
   const dlg = $("auth-dialog");
   $("auth-error").textContent = message || "";
-  $("auth-app").value = state.app;
   if (!dlg.open) dlg.showModal();
   $("auth-key").focus();
 }
 
+// The dialog asks only for the key: the server says which app and user it
+// belongs to (GET /api/me).
 $("auth-form").addEventListener("submit", (ev) => {
   ev.preventDefault();
   const key = $("auth-key").value.trim();
-  const app = $("auth-app").value.trim();
-  if (!key || !app) return;
+  if (!key) return;
   state.key = key;
-  state.app = app;
   sessionStorage.setItem(KEY_STORE, key);
-  sessionStorage.setItem(APP_STORE, app);
   $("auth-key").value = "";
   $("auth-dialog").close();
   boot();
@@ -198,7 +221,7 @@ async function loadChats() {
             onclick: () => openChat(c.chat_id, c.workflow),
           },
           el("span", { class: "chat-item-name", text: c.workflow }),
-          el("span", { class: `status-pill s-${c.status}`, text: c.status }),
+          paintPill(el("span"), c.status),
           el("time", { datetime: when.toISOString(), class: "muted small", text: when.toLocaleString() }),
         ),
       ),
@@ -309,25 +332,60 @@ async function openChat(id, workflow) {
   connect(view);
 }
 
-function setStatus(text) {
+// setStatus shows the open chat's status (a ChatStatus name) in words, and
+// the Stop button while it runs.
+function setStatus(status) {
   const pill = $("chat-status");
-  pill.textContent = text;
-  pill.hidden = !text;
-  pill.className = `status-pill s-${text}`;
+  paintPill(pill, status);
+  pill.hidden = !status;
+  $("stop-button").hidden = status !== "running";
   if (!view) return;
-  view.status = text;
-  const item = document.querySelector(`.chat-item[data-chat-id="${CSS.escape(view.id)}"] .status-pill`);
-  if (item && text) {
-    item.textContent = text;
-    item.className = `status-pill s-${text}`;
+  view.status = status;
+  const input = $("composer-input");
+  if (status === "running" && input.disabled) {
+    if (canQueue()) {
+      // The person may write while the agents work: the server keeps the
+      // message and the run takes it at its next input point.
+      input.disabled = false;
+      $("send-button").disabled = false;
+    }
+    input.placeholder = idlePlaceholder();
   }
+  const item = document.querySelector(`.chat-item[data-chat-id="${CSS.escape(view.id)}"] .status-pill`);
+  if (item && status) paintPill(item, status);
+}
+
+// idlePlaceholder says why the composer is disabled when nothing more
+// precise was said.
+function idlePlaceholder() {
+  if (!view) return "Start a chat or open one to write";
+  if (view.status === "running" && canQueue()) {
+    return policyOf() === "interrupt"
+      ? "The agents are working: a message interrupts them, or press Stop"
+      : "The agents are working: write to add a message, or press Stop";
+  }
+  if (view.status === "running") return "The agents are working: press Stop to interrupt them";
+  return "The agent has not asked for input yet";
+}
+
+// policyOf is the open chat's workflow's double_texting policy: what the
+// server does with a message sent while a run goes.
+function policyOf() {
+  const wf = view && state.workflows.find((w) => w.name === view.workflow);
+  return (wf && wf.double_texting) || "enqueue";
+}
+
+// canQueue: a message may be sent while the chat's run goes (the server
+// keeps it for the run, or stops the run for it); "reject" refuses it.
+function canQueue() {
+  return !!view && policyOf() !== "reject";
 }
 
 function setInput(enabled, prompt) {
   const input = $("composer-input");
   input.disabled = !enabled;
   $("send-button").disabled = !enabled;
-  input.placeholder = enabled ? prompt || "Type your message" : prompt || "The agent has not asked for input yet";
+  input.placeholder = enabled ? prompt || "Type your message" : prompt || idlePlaceholder();
   if (enabled) input.focus();
 }
 
@@ -474,6 +532,60 @@ function onText(d, env) {
   void env;
 }
 
+// RESULT_PREVIEW is how much of a tool's result is shown before "Show all".
+const RESULT_PREVIEW = 400;
+
+// prettyJSON shows a JSON value (or a string holding one) indented; any
+// other string as it is.
+function prettyJSON(v) {
+  if (typeof v === "string") {
+    try {
+      return JSON.stringify(JSON.parse(v), null, 2);
+    } catch {
+      return v;
+    }
+  }
+  return JSON.stringify(v ?? null, null, 2);
+}
+
+// toolCallDetails shows a tool call as a collapsed <details>: its summary
+// names the agent and the tool, and opens onto the arguments and, once it
+// comes, the result (onToolResponse). All of it is text, never markup.
+function toolCallDetails(d) {
+  const args = d.arguments === undefined || d.arguments === null ? "" : prettyJSON(d.arguments);
+  const result = el("div", { class: "tool-result" }, el("p", { class: "muted small", text: "Running…" }));
+  const node = el(
+    "details",
+    { class: "msg tool tool-call", dataset: { toolCallId: d.tool_call_id || "", agent: d.agent || "" } },
+    el("summary", {}, el("span", { class: "tool-summary", text: `${d.agent} called ${d.tool_name}` }), el("span", { class: "tool-state muted small", text: "running" })),
+    el("h4", { text: "Arguments" }),
+    el("pre", { class: "tool-args", text: args || "(none)" }),
+    el("h4", { text: "Result" }),
+    result,
+  );
+  return append(node);
+}
+
+// showToolResult fills a tool call's details with its result: the first
+// RESULT_PREVIEW characters, and a button that shows the rest.
+function showToolResult(node, d, failed) {
+  const text = prettyJSON(d.content ?? "");
+  const pre = el("pre", { class: "tool-output", text: text.length > RESULT_PREVIEW ? text.slice(0, RESULT_PREVIEW) + "…" : text });
+  const box = node.querySelector(".tool-result");
+  box.replaceChildren(pre);
+  if (text.length > RESULT_PREVIEW) {
+    const more = el("button", { type: "button", class: "secondary small show-all", text: `Show all (${text.length} characters)` });
+    more.addEventListener("click", () => {
+      pre.textContent = text;
+      more.remove();
+    });
+    box.append(more);
+  }
+  const stateNode = node.querySelector(".tool-state");
+  stateNode.textContent = failed ? "failed" : "done";
+  node.classList.toggle("error", failed);
+}
+
 function toolLine(text, kind) {
   return append(el("div", { class: `msg tool ${kind || ""}`, role: kind === "error" ? "alert" : null, text }));
 }
@@ -502,7 +614,7 @@ function onToolCall(d) {
   const answerable = uid && (d.awaiting_response || d.interaction_type === "auto_tool" || d.pending_kind);
   if (d.transfer) return; // a hand-over, not something to show
   if (!ct && !answerable) {
-    toolLine(`${d.agent} called ${d.tool_name}`, "info");
+    toolCallDetails(d);
     return;
   }
   if (!uid) {
@@ -515,6 +627,10 @@ function onToolCall(d) {
   const secret = d.pending_kind === "secret" || ct === "SecretsInput" || payload.masked === true;
   let comp;
   setStatus(secret ? "waiting_secret" : "waiting_ui_tool");
+  setInput(
+    false,
+    secret ? "Fill in the secret form above to go on" : ct === "ActionPlan" ? "Review the plan in the artifact panel to go on" : "Answer the form above to go on",
+  );
   if (secret) comp = secretForm(d, payload);
   else if (ct === "ActionPlan") comp = actionPlan(d, payload);
   else comp = inlineForm(d, payload);
@@ -527,8 +643,14 @@ function onToolResponse(d) {
   if (comp) {
     comp.finish(d);
     setStatus("running");
+    setInput(false);
   }
   const failed = d.success === false || (d.status && !["ok", "success"].includes(d.status));
+  const details = !comp && !d.ui_hidden && d.tool_call_id ? document.querySelector(`#messages details.tool-call[data-tool-call-id="${CSS.escape(d.tool_call_id)}"]`) : null;
+  if (details) {
+    showToolResult(details, d, failed);
+    return;
+  }
   if (failed) {
     toolLine(`${d.tool_name || "tool"} failed: ${typeof d.content === "string" ? d.content : JSON.stringify(d.content)}`, "error");
   }
@@ -739,7 +861,55 @@ function onInputRequest(d) {
   setInput(true, d.prompt);
 }
 
+// onCancelled shows a run the person stopped: the chat can go on, by Retry
+// (resume) or by a message.
+function onCancelled() {
+  removeThinking();
+  dropStreams();
+  setStatus("cancelled");
+  setInput(true, "Stopped. Write to go on, or press Retry");
+  const retry = el("button", { type: "button", class: "retry", text: "Retry" });
+  view.retryButton = retry;
+  retry.addEventListener("click", () => resumeChat(retry));
+  append(el("div", { class: "msg badge stopped", role: "status" }, el("span", { text: "Stopped" }), retry));
+}
+
+// resumeChat asks the server to go on with the chat (POST resume): after an
+// error or a Stop.
+async function resumeChat(retry) {
+  retry.disabled = true;
+  if (view.retryButton === retry) view.retryButton = null;
+  try {
+    await api("POST", `/api/chats/${enc(state.app)}/${enc(view.id)}/resume`, {});
+    retry.replaceWith(el("p", { class: "muted small", text: "Retrying…" }));
+  } catch (err) {
+    retry.disabled = false;
+    showBanner(`Retry failed: ${err.message}`, "error");
+  }
+}
+
+// stopRun asks the server to stop the run in progress (POST cancel); the
+// recorded end (chat.run_complete, status cancelled) updates the page.
+async function stopRun() {
+  if (!view) return;
+  const btn = $("stop-button");
+  btn.disabled = true;
+  try {
+    await api("POST", `/api/chats/${enc(state.app)}/${enc(view.id)}/cancel`);
+  } catch (err) {
+    showBanner(`Could not stop: ${err.message}`, "error", 5000);
+  } finally {
+    btn.disabled = false;
+  }
+}
+
+$("stop-button").addEventListener("click", stopRun);
+
 function onRunComplete(d) {
+  if (d.status === "cancelled") {
+    onCancelled();
+    return;
+  }
   removeThinking();
   dropStreams();
   setInput(false, "This chat is complete");
@@ -772,17 +942,7 @@ function onError(d) {
     el("p", { class: "muted small", text: [d.agent && `agent ${d.agent}`, d.code && `code ${d.code}`].filter(Boolean).join(" · ") }),
     retry,
   );
-  retry.addEventListener("click", async () => {
-    retry.disabled = true;
-    if (view.retryButton === retry) view.retryButton = null;
-    try {
-      await api("POST", `/api/chats/${enc(state.app)}/${enc(view.id)}/resume`, {});
-      retry.replaceWith(el("p", { class: "muted small", text: "Retrying…" }));
-    } catch (err) {
-      retry.disabled = false;
-      showBanner(`Retry failed: ${err.message}`, "error");
-    }
-  });
+  retry.addEventListener("click", () => resumeChat(retry));
   append(box);
 }
 
@@ -815,7 +975,7 @@ function handle(env) {
   if (d.is_structured_capable && d.agent) view.structured.add(d.agent);
   // The chat went on after an error (retried elsewhere, or by a message):
   // its Retry button has nothing left to do.
-  if (view.retryButton && typeof d.sequence === "number" && env.type !== "chat.error") {
+  if (view.retryButton && typeof d.sequence === "number" && env.type !== "chat.error" && !(env.type === "chat.run_complete" && d.status === "cancelled")) {
     view.retryButton.replaceWith(el("p", { class: "muted small", text: "The chat went on." }));
     view.retryButton = null;
   }
@@ -961,7 +1121,7 @@ $("composer").addEventListener("submit", (ev) => {
   if (!content || input.disabled) return;
   if (send({ type: "user.input.submit", content })) {
     input.value = "";
-    setInput(false);
+    if (!(view && view.status === "running" && canQueue())) setInput(false);
     // Shown as sent at once: the server keeps it before it acknowledges
     // it, and the run takes it at its next input point; the recorded echo
     // (chat.text of the user) replaces this bubble.
@@ -1021,10 +1181,18 @@ async function refreshMetrics() {
 
 // ---------- start ----------
 
+// whoAmI asks the server for the key's app and user (in dev mode without a
+// key: the dev user of the page's app).
+async function whoAmI() {
+  const me = await api("GET", state.key ? "/api/me" : `/api/me?app=${enc(state.app)}`);
+  state.app = me.app;
+  $("app-label").textContent = `app: ${me.app} · user: ${me.user}`;
+}
+
 async function boot() {
-  $("app-label").textContent = `app: ${state.app}`;
   $("signout").hidden = !state.key;
   try {
+    await whoAmI();
     await loadWorkflows();
   } catch (err) {
     if (err.status === 401) {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/batonhq/baton"
@@ -28,6 +29,7 @@ import (
 	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/recorder"
 	"github.com/batonhq/baton/store"
+	"github.com/batonhq/baton/tool"
 	"github.com/batonhq/baton/workflow"
 	"github.com/batonhq/baton/workflows"
 )
@@ -123,7 +125,7 @@ func openRuntime(ctx context.Context, cfg runtimeConfig) (*runtime, error) {
 	stats, _ := st.(baton.StatsStore)
 	var eng *engine.Engine
 	col, err := metrics.New(metrics.Options{Bus: b, Stats: stats, Chats: st.GetChat, Usage: st, Logger: log,
-		Active: func() int64 { return eng.Active() }, MaxChats: cfg.maxChats})
+		Active: func() int64 { return eng.Active() }, ActiveIn: func(s baton.Scope) int64 { return eng.ActiveIn(s) }, MaxChats: cfg.maxChats})
 	if err != nil {
 		_ = st.Close()
 		return nil, err
@@ -133,19 +135,27 @@ func openRuntime(ctx context.Context, cfg runtimeConfig) (*runtime, error) {
 		return nil, err
 	}
 	rec := metrics.TimedRecorder{Next: recorder.New(st, engine.ObserverPublisher{Bus: b}), Collector: col}
+	tp, err := metrics.OTLPFromEnv(ctx, metrics.ReadBuildInfo().ServiceVersion()) // nil unless OTEL_EXPORTER_OTLP_ENDPOINT is set
+	if err != nil {
+		_ = st.Close()
+		return nil, fmt.Errorf("tracing: %w", err)
+	}
+	var toolOpts []tool.Option
+	if tp != nil {
+		// The SDK reports export failures through otel's one error
+		// handler; they go to the log like every other line.
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("tracing: export failed", "err", err) }))
+		// HTTP and MCP tools get the traceparent of their call's span.
+		toolOpts = append(toolOpts, tool.WithTraceContext(metrics.ToolSpanContext))
+	}
 	eng, err = engine.New(engine.Config{
 		Store: st, Recorder: rec, Bus: b, Workflows: wfs, WorkflowRoot: root,
 		Providers: providerFor(log), Logger: log, SecretKey: key, Budget: col.Budget(cfg.budget),
-		InstanceID: cfg.instanceID, LeaseTTL: cfg.leaseTTL, StateCache: stateCacheOf(cfg.stateCache),
+		InstanceID: cfg.instanceID, LeaseTTL: cfg.leaseTTL, StateCache: stateCacheOf(cfg.stateCache), ToolOptions: toolOpts,
 	})
 	if err != nil {
 		_ = st.Close()
 		return nil, err
-	}
-	tp, err := metrics.OTLPFromEnv(ctx, versionString()) // nil unless OTEL_EXPORTER_OTLP_ENDPOINT is set
-	if err != nil {
-		_ = st.Close()
-		return nil, fmt.Errorf("tracing: %w", err)
 	}
 	var tr *metrics.Tracer
 	if tp != nil {

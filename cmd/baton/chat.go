@@ -33,7 +33,7 @@ func runChat(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var app, user, resume string
 	fs := newFlagSet("chat", stderr)
 	rc.flags(fs)
-	fs.StringVar(&app, "app", envOr("BATON_APP", "local"), "the chat's app (tenant)")
+	fs.StringVar(&app, "app", envOr("BATON_APP", "default"), "the chat's app (tenant); the web UI and the examples use default too")
 	fs.StringVar(&user, "user", envOr("USER", "me"), "the chat's user")
 	fs.StringVar(&resume, "resume", "", "resume this chat id instead of starting a new chat")
 	fs.Usage = func() {

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/server"
 	"github.com/batonhq/baton/web"
@@ -89,11 +91,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			origins = append(origins, o)
 		}
 	}
+	var tracing trace.TracerProvider // an interface: stays nil, not a nil *TracerProvider, when tracing is off
+	if rt.traces != nil {
+		tracing = rt.traces
+	}
 	api, err := server.New(server.Config{
 		Store: rt.store, Keys: keys, Bus: rt.bus, Engine: rt.engine, Logger: log,
 		Dev: cfg.dev, AllowedOrigins: origins, MaxBody: cfg.maxBody, MaxMessage: cfg.maxMessage,
 		RateLimit: cfg.rateLimit, RateBurst: cfg.rateBurst, UI: web.Handler(), Metrics: rt.metrics, MetricsToken: metricsToken,
-		Health: rt.health, Watch: rt.watch(),
+		Health: rt.health, Watch: rt.watch(), TracerProvider: tracing,
 	})
 	if err != nil {
 		_ = closeRuntime(context.Background())

@@ -160,6 +160,10 @@ func New(opts ...Option) *Provider {
 // BaseURL returns the endpoint the provider calls by default.
 func (p *Provider) BaseURL() string { return p.baseURL }
 
+// ProviderName is the provider's name in traces (gen_ai.provider.name): the
+// OpenAI API, whichever server speaks it.
+func (p *Provider) ProviderName() string { return "openai" }
+
 var (
 	errCallTimeout = errors.New("model call timed out")
 	errStalled     = errors.New("model call stalled")
@@ -373,7 +377,7 @@ func (c *call) emit(chunk *sdk.ChatCompletionChunk, yield func(baton.Delta, erro
 			c.started = true
 			c.finished = true
 			c.finishReason = ch.FinishReason
-			if !yield(baton.Delta{Kind: baton.DeltaFinish, FinishReason: ch.FinishReason}, nil) {
+			if !yield(baton.Delta{Kind: baton.DeltaFinish, FinishReason: ch.FinishReason, ResponseID: chunk.ID}, nil) {
 				return false
 			}
 		}

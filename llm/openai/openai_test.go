@@ -135,7 +135,7 @@ func TestStreamText(t *testing.T) {
 	}
 	want := []baton.Delta{
 		{Kind: baton.DeltaText, Text: "Hel"}, {Kind: baton.DeltaText, Text: "lo, "}, {Kind: baton.DeltaText, Text: "world"},
-		{Kind: baton.DeltaFinish, FinishReason: "stop"},
+		{Kind: baton.DeltaFinish, FinishReason: "stop", ResponseID: "chatcmpl-1"}, // the chunk id: gen_ai.response.id
 		{Kind: baton.DeltaUsage, Usage: baton.Usage{PromptTokens: 50, CompletionTokens: 7, CachedTokens: 32, ReasoningTokens: 2}},
 	}
 	if fmt.Sprint(ds) != fmt.Sprint(want) {
@@ -414,13 +414,15 @@ func TestStallAfterFinishKeepsReply(t *testing.T) {
 }
 
 // TestStallTimeoutsPerRequest: the request's timeouts win over the
-// provider's.
+// provider's (a minute by default, so the error proves it). The timeout
+// counts from the request's start, so on a loaded machine it may fire
+// before the server saw the call: at most one call, never a retry.
 func TestStallTimeoutsPerRequest(t *testing.T) {
 	f := newFake(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
 	req := request()
 	req.Params.FirstTokenTimeout = 20 * time.Millisecond
 	_, _, err := collect(t, t.Context(), f.provider(WithRetries(0)), req)
-	if !baton.IsProviderError(err, baton.ProviderTimeoutFirstToken) || f.calls.Load() != 1 {
+	if !baton.IsProviderError(err, baton.ProviderTimeoutFirstToken) || f.calls.Load() > 1 {
 		t.Fatalf("err %v calls %d", err, f.calls.Load())
 	}
 }

@@ -224,6 +224,9 @@ func parseEntry(raw json.RawMessage) (*entry, error) {
 	return e, nil
 }
 
+// ProviderName is the provider's name in traces (gen_ai.provider.name).
+func (p *Provider) ProviderName() string { return "baton.scripted" }
+
 // Agents returns the names of the agents the script answers for.
 func (p *Provider) Agents() []string {
 	names := make([]string, 0, len(p.agents))
@@ -291,7 +294,7 @@ func (p *Provider) Stream(ctx context.Context, req *baton.Request) iter.Seq2[bat
 		if len(e.calls) > 0 {
 			finish = "tool_calls"
 		}
-		if !s.send(baton.Delta{Kind: baton.DeltaFinish, FinishReason: finish}) {
+		if !s.send(baton.Delta{Kind: baton.DeltaFinish, FinishReason: finish, ResponseID: req.MessageID}) {
 			return
 		}
 		s.send(baton.Delta{Kind: baton.DeltaUsage, Usage: e.usage})

@@ -212,6 +212,23 @@ func (s *Store) ChatUsage(ctx context.Context, scope baton.Scope, chatID string)
 	return total, per, s.dbErr("chat usage", rows.Err())
 }
 
+// AppUsage sums the usage rows of a tenant, an app or every app; see
+// baton.UsageStore.
+func (s *Store) AppUsage(ctx context.Context, scope baton.Scope) (baton.UsageTotal, error) {
+	if err := s.check(); err != nil {
+		return baton.UsageTotal{}, err
+	}
+	var t baton.UsageTotal
+	err := s.pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(prompt_tokens), 0)::bigint, coalesce(sum(completion_tokens), 0)::bigint,
+		coalesce(sum(cached_tokens), 0)::bigint, coalesce(sum(reasoning_tokens), 0)::bigint, coalesce(sum(cost), 0)::double precision
+		FROM usage WHERE ($1 = '' OR app = $1) AND ($2 = '' OR chat_id IN (SELECT id FROM chats WHERE app = $1 AND user_id = $2))`, scope.App, scope.User).
+		Scan(&t.Calls, &t.PromptTokens, &t.CompletionTokens, &t.CachedTokens, &t.ReasoningTokens, &t.Cost)
+	if err != nil {
+		return baton.UsageTotal{}, s.dbErr("app usage", err)
+	}
+	return t, nil
+}
+
 func nullJSON(b json.RawMessage) *string {
 	if len(b) == 0 {
 		return nil

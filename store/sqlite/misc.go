@@ -187,6 +187,31 @@ func (s *Store) ChatUsage(ctx context.Context, scope baton.Scope, chatID string)
 	return total, per, s.readErr("chat usage", rows.Err())
 }
 
+// AppUsage sums the usage rows of a tenant, an app or every app; see
+// baton.UsageStore.
+func (s *Store) AppUsage(ctx context.Context, scope baton.Scope) (baton.UsageTotal, error) {
+	if s.closed.Load() {
+		return baton.UsageTotal{}, baton.ErrClosed
+	}
+	q := `SELECT count(*), coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0), coalesce(sum(cached_tokens), 0),
+		coalesce(sum(reasoning_tokens), 0), coalesce(sum(cost), 0) FROM usage`
+	var args []any
+	switch {
+	case scope.User != "":
+		q += ` WHERE app = ? AND chat_id IN (SELECT id FROM chats WHERE app = ? AND user_id = ?)`
+		args = append(args, scope.App, scope.App, scope.User)
+	case scope.App != "":
+		q += ` WHERE app = ?`
+		args = append(args, scope.App)
+	}
+	var t baton.UsageTotal
+	err := s.rdb.QueryRowContext(ctx, q, args...).Scan(&t.Calls, &t.PromptTokens, &t.CompletionTokens, &t.CachedTokens, &t.ReasoningTokens, &t.Cost)
+	if err != nil {
+		return baton.UsageTotal{}, s.readErr("app usage", err)
+	}
+	return t, nil
+}
+
 func nullJSON(b json.RawMessage) any {
 	if len(b) == 0 {
 		return nil

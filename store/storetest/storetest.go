@@ -48,6 +48,7 @@ func Run(t *testing.T, newStore func(t *testing.T) baton.Store) {
 		{"LargeAndUnicode", testLargeAndUnicode},
 		{"Usage", testUsage},
 		{"UsageWithAppend", testUsageWithAppend},
+		{"AppUsage", testAppUsage},
 		{"Tasks", testTasks},
 		{"Leases", testLeases},
 		{"Validation", testValidation},

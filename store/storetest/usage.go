@@ -159,3 +159,62 @@ func testUsageWithAppend(t *testing.T, s baton.Store) {
 
 // scopeOf returns the scope chat c belongs to.
 func scopeOf(c baton.Chat) baton.Scope { return baton.Scope{App: c.App, User: c.User} }
+
+// testAppUsage checks AppUsage: the sum of a tenant's rows, or of an app's
+// over its users' chats, deleted chats included, other tenants' and apps'
+// rows not; the zero scope sums every app.
+func testAppUsage(t *testing.T, s baton.Store) {
+	ctx := ctxT(t)
+	scope := NewScope()
+	if total, err := s.AppUsage(ctx, baton.Scope{App: scope.App}); err != nil || total.Calls != 0 || total.Cost != 0 {
+		t.Fatalf("an app without chats: %+v, %v", total, err)
+	}
+	other := baton.Scope{App: scope.App, User: NewScope().User} // same app, another user
+	a, b := mustChat(t, s, scope, "hello"), mustChat(t, s, other, "hello")
+	stranger := NewScope()
+	x := mustChat(t, s, stranger, "hello")
+	rec := func(c baton.Chat, prompt int64, cost float64) {
+		t.Helper()
+		r := baton.UsageRecord{ChatID: c.ID, Workflow: "hello", Agent: "A", Model: "m",
+			Usage: baton.Usage{PromptTokens: prompt, CompletionTokens: 2, CachedTokens: 1, ReasoningTokens: 1}, Cost: cost}
+		if err := s.RecordUsage(ctx, scopeOf(c), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec(a, 10, 0.25)
+	rec(a, 20, 0.25)
+	rec(b, 5, 0.5)
+	rec(x, 1000, 9)
+	if err := s.DeleteChat(ctx, other, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	total, err := s.AppUsage(ctx, baton.Scope{App: scope.App})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := baton.UsageTotal{Calls: 3, Usage: baton.Usage{PromptTokens: 35, CompletionTokens: 6, CachedTokens: 3, ReasoningTokens: 3}, Cost: 1}
+	if total != want {
+		t.Fatalf("AppUsage(%s) = %+v, want %+v (a deleted chat's calls count, another app's do not)", scope.App, total, want)
+	}
+	mine, err := s.AppUsage(ctx, scope)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (baton.UsageTotal{Calls: 2, Usage: baton.Usage{PromptTokens: 30, CompletionTokens: 4, CachedTokens: 2, ReasoningTokens: 2}, Cost: 0.5}); mine != want {
+		t.Fatalf("AppUsage(%v) = %+v, want %+v (the tenant's own calls only)", scope, mine, want)
+	}
+	theirs, err := s.AppUsage(ctx, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if theirs.Calls != 1 || theirs.Cost != 0.5 {
+		t.Fatalf("AppUsage(%v) = %+v, want the deleted chat's one call", other, theirs)
+	}
+	all, err := s.AppUsage(ctx, baton.Scope{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if all.Calls < 4 || all.PromptTokens < 1035 || all.Cost < 10 {
+		t.Fatalf("AppUsage(\"\") = %+v, want at least the 4 rows of this test", all)
+	}
+}
