@@ -26,7 +26,7 @@ const systemAgent = "system"
 // resumed, so it decodes payloads with a small scanner instead of
 // encoding/json: it reads only the members the fold needs, and copies only
 // the strings it keeps. The payloads are the engine's own (json.Marshal of
-// the structs above: exact lower-case keys, valid UTF-8); whenever the
+// the root package's payload types: exact lower-case keys, valid UTF-8); whenever the
 // scanner meets anything else — an escaped or upper-case key, a value of an
 // unexpected type, a lone surrogate, invalid UTF-8 — the decoder starts over
 // with encoding/json, so the result is always what json.Unmarshal gives.
