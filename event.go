@@ -132,6 +132,17 @@ type Metadata struct {
 	TriggerAgentName string
 	EnvName          string
 	Source           string // one of the Source* constants, or ""
+	// App and User are the tenant scope of an input event (see NewInput
+	// and Scope): every store call of the run it starts uses them. Their
+	// JSON keys are "app" and "user", the keys the scope had when it was
+	// kept in Extra, so events stored or streamed before these fields
+	// existed decode into them unchanged.
+	App  string
+	User string
+	// TraceParent is the W3C traceparent of the request that brought an
+	// input (engine.WithTraceParent), so that the run's trace links to it.
+	// Its JSON key is "traceparent", as when it was kept in Extra.
+	TraceParent string
 	// Extra holds any other keys as raw JSON values.
 	Extra map[string]json.RawMessage
 }
@@ -189,7 +200,8 @@ func (e *Event) Validate() error {
 		}
 	}
 	if err := validateTexts("metadata.trigger_agent_id", e.Metadata.TriggerAgentID,
-		"metadata.trigger_agent_name", e.Metadata.TriggerAgentName, "metadata.env_name", e.Metadata.EnvName); err != nil {
+		"metadata.trigger_agent_name", e.Metadata.TriggerAgentName, "metadata.env_name", e.Metadata.EnvName,
+		"metadata.app", e.Metadata.App, "metadata.user", e.Metadata.User, "metadata.traceparent", e.Metadata.TraceParent); err != nil {
 		return err
 	}
 	for k, v := range e.Metadata.Extra {
@@ -467,8 +479,11 @@ func (m Metadata) MarshalJSON() ([]byte, error) {
 	field("trigger_agent_name", m.TriggerAgentName)
 	field("env_name", m.EnvName)
 	field("source", m.Source)
+	field(metaApp, m.App)
+	field(metaUser, m.User)
+	field(metaTraceParent, m.TraceParent)
 	for _, k := range sortedKeys(m.Extra) {
-		if isNamedMetadataKey(k) {
+		if isNamedMetadataKey(k) && !m.extraScopeKey(k) {
 			continue // the named field wins; an Extra copy would duplicate the key
 		}
 		if n > 0 {
@@ -488,9 +503,12 @@ func (m Metadata) MarshalJSON() ([]byte, error) {
 	return b.Bytes(), nil
 }
 
+// isNamedMetadataKey reports whether k is the JSON key of a named Metadata
+// field: the one list of them (the stores' extra column is encoded by
+// ExtraJSON).
 func isNamedMetadataKey(k string) bool {
 	switch k {
-	case "trigger_session_id", "trigger_agent_id", "trigger_agent_name", "env_name", "source":
+	case "trigger_session_id", "trigger_agent_id", "trigger_agent_name", "env_name", "source", metaApp, metaUser, metaTraceParent:
 		return true
 	}
 	return false
@@ -523,6 +541,12 @@ func (m *Metadata) UnmarshalJSON(data []byte) error {
 			if err = decodeString("metadata."+k, v, &m.Source); err == nil {
 				err = validateSource(m.Source)
 			}
+		case metaApp:
+			err = decodeString("metadata."+k, v, &m.App)
+		case metaUser:
+			err = decodeString("metadata."+k, v, &m.User)
+		case metaTraceParent:
+			err = decodeString("metadata."+k, v, &m.TraceParent)
 		default:
 			if m.Extra == nil {
 				m.Extra = make(map[string]json.RawMessage, len(fields))

@@ -238,3 +238,95 @@ func hasNUL(v any) bool {
 	}
 	return false
 }
+
+// TestMetadata_ScopeFields: the scope is written as the named fields App
+// and User, under the JSON keys the engine used when it kept the scope in
+// Extra, so an event stored or streamed before (a JetStream stream, an
+// inbox row) decodes into the named fields and encodes back to the same
+// bytes.
+func TestMetadata_ScopeFields(t *testing.T) {
+	old := []byte(`{"id":"e-1","type":"user_query","timestamp":1700000000000,"chat_id":"c-1",` +
+		`"metadata":{"trigger_session_id":"c-1","source":"user","app":"acme","inbox":true,"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","user":"ann"},"payload":{"content":"hi","source":"ws"}}`)
+	ev, err := DecodeEvent(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ev.Metadata.Scope(); got != (Scope{App: "acme", User: "ann"}) {
+		t.Fatalf("scope of an old event = %+v", got)
+	}
+	if ev.Metadata.TraceParent != "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" {
+		t.Fatalf("traceparent of an old event = %q", ev.Metadata.TraceParent)
+	}
+	if _, ok := ev.Metadata.Extra["app"]; ok || len(ev.Metadata.Extra) != 1 || string(ev.Metadata.Extra[InboxKey]) != "true" {
+		t.Fatalf("extra = %v, want only the inbox mark", ev.Metadata.Extra)
+	}
+	out, err := json.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a, b any
+	_ = json.Unmarshal(old, &a)
+	_ = json.Unmarshal(out, &b)
+	if !jsonEqual(a, b) {
+		t.Fatalf("re-encoded:\n%s\nwant the same JSON as\n%s", out, old)
+	}
+	if _, err := DecodeEvent([]byte(`{"type":"x","metadata":{"app":5}}`)); err == nil || !strings.Contains(err.Error(), "metadata.app: must be a string") {
+		t.Fatalf("non-string app: %v", err)
+	}
+
+	// A store's extra column: rows written before the named fields hold the
+	// scope as extra keys, rows written now the same; both read back into
+	// App and User.
+	var md Metadata
+	if err := md.SetExtraJSON([]byte(`{"app":"acme","user":"ann","ui_hidden":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	if md.App != "acme" || md.User != "ann" || len(md.Extra) != 1 || string(md.Extra["ui_hidden"]) != "true" {
+		t.Fatalf("SetExtraJSON: %+v", md)
+	}
+	x, err := md.ExtraJSON()
+	if err != nil || string(x) != `{"app":"acme","ui_hidden":true,"user":"ann"}` {
+		t.Fatalf("ExtraJSON = %s, %v", x, err)
+	}
+	if x, err := (&Metadata{Source: SourceUser}).ExtraJSON(); x != nil || err != nil {
+		t.Fatalf("ExtraJSON of no extra = %s, %v; want nil", x, err)
+	}
+}
+
+func jsonEqual(a, b any) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return bytes.Equal(x, y)
+}
+
+// TestMetadata_ScopeInExtra: a Go caller that still puts the scope in
+// Extra, as the engine did, loses nothing: Scope reads it, and the JSON
+// and a store's extra column carry it into the named fields.
+func TestMetadata_ScopeInExtra(t *testing.T) {
+	md := Metadata{TriggerSessionID: "c-1", Extra: map[string]json.RawMessage{"app": json.RawMessage(`"acme"`), "user": json.RawMessage(`"ann"`)}}
+	want := Scope{App: "acme", User: "ann"}
+	if got := md.Scope(); got != want {
+		t.Fatalf("Scope = %+v", got)
+	}
+	raw, err := md.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Metadata
+	if err := back.UnmarshalJSON(raw); err != nil || back.App != "acme" || back.User != "ann" {
+		t.Fatalf("JSON %s decodes to %+v, %v", raw, back, err)
+	}
+	x, err := md.ExtraJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var col Metadata
+	if err := col.SetExtraJSON(x); err != nil || col.Scope() != want || col.Extra != nil {
+		t.Fatalf("extra column %s reads back as %+v, %v", x, col, err)
+	}
+	// The named field wins over an Extra copy.
+	md.App = "named"
+	if raw, _ := md.MarshalJSON(); strings.Count(string(raw), `"app"`) != 1 || !strings.Contains(string(raw), `"app":"named"`) {
+		t.Fatalf("named and extra app: %s", raw)
+	}
+}

@@ -3,6 +3,7 @@ package baton
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 	"unicode"
@@ -94,6 +95,115 @@ func (s Scope) Validate() error {
 		case strings.IndexFunc(f.v, unicode.IsControl) >= 0:
 			return Errorf(EINVALID, "%s: control characters not allowed", f.name)
 		}
+	}
+	return nil
+}
+
+// JSON keys of Metadata.App and Metadata.User. Before those fields existed
+// the engine kept the scope in Extra under these keys; keeping the keys
+// means events already in stores, inboxes and JetStream streams decode into
+// the named fields (UnmarshalJSON, SetExtraJSON) with nothing to migrate.
+const (
+	metaApp  = "app"
+	metaUser = "user"
+)
+
+// metaTraceParent is the JSON key of Metadata.TraceParent.
+const metaTraceParent = "traceparent"
+
+// InboxKey is the metadata key (in Extra) that marks an input event kept in
+// its chat's inbox before it was published. It is the runtime's own: a
+// server refuses it from a client.
+const InboxKey = "inbox"
+
+// SetScope puts the tenant scope of an input event into its metadata.
+func (m *Metadata) SetScope(s Scope) { m.App, m.User = s.App, s.User }
+
+// Scope returns the tenant scope an input event carries. An event a Go
+// caller built the old way, with the scope as JSON strings in Extra, is
+// read too.
+func (m *Metadata) Scope() Scope {
+	s := Scope{App: m.App, User: m.User}
+	if s.App == "" && m.extraScopeKey(metaApp) {
+		_ = json.Unmarshal(m.Extra[metaApp], &s.App)
+	}
+	if s.User == "" && m.extraScopeKey(metaUser) {
+		_ = json.Unmarshal(m.Extra[metaUser], &s.User)
+	}
+	return s
+}
+
+// extraScopeKey reports whether Extra holds k, a scope key, whose named
+// field is empty: a Go caller set the scope the old way. That value is
+// encoded (and decodes into the named field), not dropped.
+func (m *Metadata) extraScopeKey(k string) bool {
+	if _, ok := m.Extra[k]; !ok {
+		return false
+	}
+	switch k {
+	case metaApp:
+		return m.App == ""
+	case metaUser:
+		return m.User == ""
+	}
+	return false
+}
+
+// ExtraJSON encodes what a store keeps beside its columns for the named
+// fields trigger_agent_id, trigger_agent_name, env_name and source (the
+// chat id is the row's chat): the scope (app, user), the traceparent and the Extra keys, as
+// one JSON object, or nil when there are none. SetExtraJSON reads it back.
+func (m *Metadata) ExtraJSON() ([]byte, error) {
+	n := 0
+	for k := range m.Extra {
+		if !isNamedMetadataKey(k) || m.extraScopeKey(k) {
+			n++
+		}
+	}
+	if n == 0 && m.App == "" && m.User == "" && m.TraceParent == "" {
+		return nil, nil
+	}
+	out := make(map[string]json.RawMessage, n+2)
+	for k, v := range m.Extra {
+		if isNamedMetadataKey(k) && !m.extraScopeKey(k) {
+			continue // the named field wins, as in MarshalJSON
+		}
+		if len(v) == 0 {
+			v = json.RawMessage("null")
+		}
+		out[k] = v
+	}
+	for k, v := range map[string]string{metaApp: m.App, metaUser: m.User, metaTraceParent: m.TraceParent} {
+		if v != "" {
+			out[k], _ = json.Marshal(v) // a string always marshals
+		}
+	}
+	return json.Marshal(out)
+}
+
+// SetExtraJSON reads what ExtraJSON wrote (or, for rows written before the
+// scope had named fields, the same keys kept as Extra): "app", "user" and
+// "traceparent" go to their named fields, every other key to Extra.
+func (m *Metadata) SetExtraJSON(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	var extra map[string]json.RawMessage
+	if err := json.Unmarshal(b, &extra); err != nil {
+		return fmt.Errorf("metadata extra: %w", err)
+	}
+	for k, dst := range map[string]*string{metaApp: &m.App, metaUser: &m.User, metaTraceParent: &m.TraceParent} {
+		v, ok := extra[k]
+		if !ok {
+			continue
+		}
+		if err := decodeString("metadata."+k, v, dst); err != nil {
+			return err
+		}
+		delete(extra, k)
+	}
+	if len(extra) > 0 {
+		m.Extra = extra
 	}
 	return nil
 }

@@ -684,3 +684,23 @@ func PrepareEvents(chatID string, events []Event) ([]Event, error) {
 	}
 	return out, nil
 }
+
+// Recorder appends chat events to the store and only then publishes them
+// (package recorder): the one door through which chat.* events leave the
+// engine. It returns the events with their sequences.
+type Recorder interface {
+	Record(ctx context.Context, scope Scope, chatID string, events []Event, u *ChatUpdate) ([]Event, error)
+}
+
+// StartOptions are the optional parts of starting a chat.
+type StartOptions struct {
+	// Message is the person's first message; for a UserDriven workflow it
+	// is recorded as their input, for an AgentDriven one it replaces the
+	// workflow's initial_message.
+	Message string
+	// Context sets initial context variables (by name) over their defaults:
+	// only variables marked client_settable, each of its declared type.
+	Context map[string]json.RawMessage
+	// ChatID fixes the new chat's id; empty means a fresh one.
+	ChatID string
+}

@@ -177,7 +177,7 @@ func turnLoop(b *testing.B, eng *engine.Engine, bs *bus.Bus, inFlight int, start
 		}
 	}()
 	for i := range ids {
-		c, err := eng.Start(ctx, testScope, "assistant", engine.StartOptions{})
+		c, err := eng.Start(ctx, testScope, "assistant", baton.StartOptions{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -200,7 +200,7 @@ func turnLoop(b *testing.B, eng *engine.Engine, bs *bus.Bus, inFlight int, start
 				if n > 0 && n%turnsPerChat == 0 {
 					// A fresh chat every 20 turns: a turn of a realistic
 					// conversation, not of one that grows without end.
-					c, err := eng.Start(ctx, testScope, "assistant", engine.StartOptions{})
+					c, err := eng.Start(ctx, testScope, "assistant", baton.StartOptions{})
 					if err != nil {
 						b.Error(err)
 						return

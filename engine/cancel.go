@@ -11,19 +11,6 @@ import (
 	"github.com/batonhq/baton/bus"
 )
 
-// TypeRunCancel asks the instance running a chat to stop its run: the model
-// call and any tool in progress are cancelled at once and the run's end is
-// recorded as chat.run_complete with status "cancelled" (the chat's status
-// becomes cancelled; a resume goes on from the open turn). It is a command,
-// never recorded.
-//
-// It cannot wait its turn on the chat's lane like the other inputs — the
-// run it stops is the handler holding that lane — so the engine watches it
-// as a bus observer, which sees an event when it is accepted: on the
-// instance that publishes it, or, with input routing (natsbridge), on the
-// instance that owns the chat, where the router delivers it.
-const TypeRunCancel = "run.cancel"
-
 // errRunCancelled is the cause of a run's context cancelled by run.cancel.
 var errRunCancelled = errors.New("the run was cancelled")
 
@@ -44,12 +31,12 @@ type cancels struct {
 	done    chan struct{}
 }
 
-// Cancel asks the run of chatID in progress to stop (see TypeRunCancel). It
+// Cancel asks the run of chatID in progress to stop (see baton.TypeRunCancel). It
 // returns once the request is published, not once the run stopped: the
 // chat.run_complete with status "cancelled" says so. A chat with no run in
 // progress is left as it is. Callers check the chat's scope first.
 func (e *Engine) Cancel(ctx context.Context, scope baton.Scope, chatID string) error {
-	ev := InputEvent(scope, TypeRunCancel, chatID, nil)
+	ev := baton.NewInput(scope, baton.TypeRunCancel, chatID, nil)
 	ev.Metadata.Source = baton.SourceUser
 	return e.publishEvent(ctx, ev)
 }
@@ -59,7 +46,7 @@ func (e *Engine) Cancel(ctx context.Context, scope baton.Scope, chatID string) e
 func (e *Engine) watchCancels() error {
 	e.cancels.runs = map[string]context.CancelCauseFunc{}
 	e.cancels.pending = map[string]bool{}
-	sub, err := e.bus.Subscribe([]string{TypeRunCancel}, bus.Buffer(cancelBuffer))
+	sub, err := e.bus.Subscribe([]string{baton.TypeRunCancel}, bus.Buffer(cancelBuffer))
 	if err != nil {
 		return fmt.Errorf("engine: watch run.cancel: %w", err)
 	}
@@ -78,7 +65,7 @@ func (e *Engine) watchCancels() error {
 				return
 			}
 			e.log.Warn("engine: the run.cancel subscription fell behind; subscribing again", "err", sub.Err())
-			next, err := e.bus.Subscribe([]string{TypeRunCancel}, bus.Buffer(cancelBuffer))
+			next, err := e.bus.Subscribe([]string{baton.TypeRunCancel}, bus.Buffer(cancelBuffer))
 			if err != nil {
 				return
 			}
@@ -177,7 +164,7 @@ func (e *Engine) recordCancelled(ctx context.Context, r *run) error {
 	}
 	fresh.logger().Info("engine: run cancelled")
 	status := baton.ChatCancelled
-	ev := chatEvent(baton.TypeChatRunComplete, st.chat.ID, "", runCompletePayload{
+	ev := baton.NewChatEvent(baton.TypeChatRunComplete, st.chat.ID, "", baton.RunCompletePayload{
 		Kind: "run_complete", Status: "cancelled", Reason: "stopped by the person", TotalTurns: st.turns,
 	})
 	return fresh.record(ctx, []baton.Event{ev}, &baton.ChatUpdate{Status: &status})

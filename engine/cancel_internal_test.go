@@ -17,7 +17,7 @@ func TestCancels_PendingUntilTheLaneEvent(t *testing.T) {
 	e.cancels.runs = map[string]context.CancelCauseFunc{}
 	e.cancels.pending = map[string]bool{}
 	ctx := context.Background()
-	lane := baton.NewEvent(TypeRunCancel, baton.Metadata{TriggerSessionID: "c1"}, nil)
+	lane := baton.NewEvent(baton.TypeRunCancel, baton.Metadata{TriggerSessionID: "c1"}, nil)
 
 	e.cancelRun("c1") // no run yet: kept for the queued one
 	runCtx, done := e.cancellable(ctx, "c1")

@@ -34,7 +34,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"maps"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -49,33 +48,6 @@ import (
 	"github.com/batonhq/baton/workflow"
 	"github.com/google/uuid"
 )
-
-// Input event types the engine handles besides user_query and
-// ui.tool.response. They are commands to the engine, not conversation facts,
-// so they are never recorded.
-const (
-	TypeRunStart  = "run.start"  // start a chat created with Start
-	TypeRunResume = "run.resume" // go on with a chat: after an error, or after a restart
-)
-
-// Metadata keys that carry an input's tenant scope, and mark an input that
-// was kept in its chat's inbox before it was published (metaInbox).
-const (
-	metaApp   = "app"
-	metaUser  = "user"
-	metaInbox = InboxKey
-)
-
-// InboxKey is the metadata key that marks an input event kept in its
-// chat's inbox before it was published; it is the runtime's own, and a
-// server refuses it from a client.
-const InboxKey = "inbox"
-
-// Recorder appends chat events to the store and only then publishes them
-// (package recorder). It returns the events with their sequences.
-type Recorder interface {
-	Record(ctx context.Context, scope baton.Scope, chatID string, events []baton.Event, u *baton.ChatUpdate) ([]baton.Event, error)
-}
 
 // Store is what the engine reads and writes besides recording events.
 type Store interface {
@@ -102,7 +74,7 @@ type ProviderFunc func(wf *workflow.Workflow) (baton.Provider, error)
 // Config is what an Engine is made of.
 type Config struct {
 	Store     Store
-	Recorder  Recorder
+	Recorder  baton.Recorder
 	Bus       *bus.Bus // inputs are routed from it; stream deltas are broadcast on it
 	Workflows []*workflow.Workflow
 	// WorkflowRoot is the directory on disk the workflows' folders live in
@@ -160,7 +132,7 @@ type Config struct {
 // Engine runs chats. It is safe for concurrent use.
 type Engine struct {
 	store Store
-	rec   Recorder
+	rec   baton.Recorder
 	bus   *bus.Bus
 	cast  Broadcaster
 	log   *slog.Logger
@@ -295,7 +267,7 @@ func New(cfg Config) (*Engine, error) {
 	// consumed on the chat's lane (cancel.go).
 	if err := e.bus.RegisterRule(bus.Rule{
 		Name:     "engine-cancel",
-		Types:    []string{TypeRunCancel},
+		Types:    []string{baton.TypeRunCancel},
 		Priority: prio,
 		Handler:  e.handleCancel,
 	}); err != nil {
@@ -303,7 +275,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if err := e.bus.RegisterRule(bus.Rule{
 		Name:     "engine",
-		Types:    []string{TypeRunStart, TypeRunResume, TypeRunWake, baton.TypeUserQuery, baton.TypeUIToolResponse},
+		Types:    []string{baton.TypeRunStart, baton.TypeRunResume, baton.TypeRunWake, baton.TypeUserQuery, baton.TypeUIToolResponse},
 		Priority: prio,
 		Handler:  e.handleLeased,
 	}); err != nil {
@@ -390,28 +362,15 @@ func (e *Engine) countActive(scope baton.Scope) func() {
 	}
 }
 
-// StartOptions are the optional parts of starting a chat.
-type StartOptions struct {
-	// Message is the person's first message; for a UserDriven workflow it
-	// is recorded as their input, for an AgentDriven one it replaces the
-	// workflow's initial_message.
-	Message string
-	// Context sets initial context variables (by name) over their defaults:
-	// only variables marked client_settable, each of its declared type.
-	Context map[string]json.RawMessage
-	// ChatID fixes the new chat's id; empty means a fresh one.
-	ChatID string
-}
-
 // Start creates a chat of the named workflow in scope and publishes its
 // run.start. It returns once the chat is stored, with its first message
 // (opts.Message) kept in its inbox; the run proceeds on the bus.
-func (e *Engine) Start(ctx context.Context, scope baton.Scope, workflowName string, opts StartOptions) (baton.Chat, error) {
+func (e *Engine) Start(ctx context.Context, scope baton.Scope, workflowName string, opts baton.StartOptions) (baton.Chat, error) {
 	return e.start(ctx, scope, workflowName, opts, "")
 }
 
 // start is Start with the id of the run.start event (empty: a fresh one).
-func (e *Engine) start(ctx context.Context, scope baton.Scope, workflowName string, opts StartOptions, startID string) (baton.Chat, error) {
+func (e *Engine) start(ctx context.Context, scope baton.Scope, workflowName string, opts baton.StartOptions, startID string) (baton.Chat, error) {
 	wf := e.workflows[workflowName]
 	if wf == nil {
 		return baton.Chat{}, baton.Errorf(baton.ENOTFOUND, "workflow %q: not found", workflowName)
@@ -445,10 +404,8 @@ func (e *Engine) start(ctx context.Context, scope baton.Scope, workflowName stri
 		return baton.Chat{}, fmt.Errorf("start %s: %w", workflowName, err)
 	}
 	e.publishSession(ctx, scope, baton.TypeSessionCreated, chat, "")
-	payload, _ := json.Marshal(struct {
-		Message string `json:"message,omitempty"`
-	}{opts.Message})
-	ev := InputEvent(scope, TypeRunStart, chat.ID, payload)
+	payload, _ := json.Marshal(baton.RunStartPayload{Message: opts.Message})
+	ev := baton.NewInput(scope, baton.TypeRunStart, chat.ID, payload)
 	if startID != "" {
 		ev.ID = startID
 	}
@@ -488,7 +445,7 @@ const sessionPublishTimeout = time.Second
 // logged, never returned: the chat goes on whether or not it was observed.
 func (e *Engine) publishSession(ctx context.Context, scope baton.Scope, typ string, chat baton.Chat, prev baton.ChatStatus) {
 	payload, _ := json.Marshal(sessionPayload{ChatID: chat.ID, Workflow: chat.Workflow, Status: chat.Status, PreviousStatus: prev, Sequence: chat.LastSequence})
-	ev := InputEvent(scope, typ, chat.ID, payload)
+	ev := baton.NewInput(scope, typ, chat.ID, payload)
 	ev.ID = fmt.Sprintf("%s/%s/%d", typ, chat.ID, chat.LastSequence)
 	ev.Metadata.Source = baton.SourceSystem
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sessionPublishTimeout)
@@ -512,7 +469,7 @@ func (e *Engine) publishSession(ctx context.Context, scope baton.Scope, typ stri
 // startKeyEffect, written right after the chat: a process that dies between
 // the two leaves a chat without one, and the next retry's request is then
 // taken as the first's (it is recorded as the fingerprint).
-func (e *Engine) StartOnce(ctx context.Context, scope baton.Scope, workflowName, key string, opts StartOptions) (chat baton.Chat, created bool, err error) {
+func (e *Engine) StartOnce(ctx context.Context, scope baton.Scope, workflowName, key string, opts baton.StartOptions) (chat baton.Chat, created bool, err error) {
 	if opts.ChatID == "" || key == "" {
 		return baton.Chat{}, false, baton.Errorf(baton.EINVALID, "idempotent start: a chat id and a key are required")
 	}
@@ -560,7 +517,7 @@ func (e *Engine) StartOnce(ctx context.Context, scope baton.Scope, workflowName,
 		payload, _ := json.Marshal(struct {
 			Message string `json:"message,omitempty"`
 		}{opts.Message})
-		ev := InputEvent(scope, TypeRunStart, chat.ID, payload)
+		ev := baton.NewInput(scope, baton.TypeRunStart, chat.ID, payload)
 		ev.ID = chat.ID // the same for every retry: the bus takes it once
 		if opts.Message != "" {
 			if ev, err = e.keep(ctx, scope, ev); err != nil { // the first's, if it was kept
@@ -581,7 +538,7 @@ const startKeyEffect = "start.idempotency"
 // startFingerprint is a start request's fingerprint: the SHA-256 of its
 // workflow, message and context (values compacted, keys sorted), as a JSON
 // string.
-func startFingerprint(workflowName string, opts StartOptions) (json.RawMessage, error) {
+func startFingerprint(workflowName string, opts baton.StartOptions) (json.RawMessage, error) {
 	ctxVals := make(map[string]json.RawMessage, len(opts.Context))
 	for k, v := range opts.Context {
 		var b bytes.Buffer
@@ -626,8 +583,7 @@ func (e *Engine) Submit(ctx context.Context, scope baton.Scope, chatID, content,
 // nothing kept) or interrupt (as enqueue, and the model call in progress on
 // this instance is stopped at once).
 func (e *Engine) SubmitOnce(ctx context.Context, scope baton.Scope, chatID, eventID, content, source string) error {
-	payload, _ := json.Marshal(userQuery{Content: content, Source: source})
-	ev := InputEvent(scope, baton.TypeUserQuery, chatID, payload)
+	ev := baton.NewUserQuery(scope, chatID, content, source)
 	if eventID != "" {
 		ev.ID = eventID
 	}
@@ -703,7 +659,7 @@ func (e *Engine) keep(ctx context.Context, scope baton.Scope, ev baton.Event) (b
 	if ev.Metadata.Extra == nil {
 		ev.Metadata.Extra = map[string]json.RawMessage{}
 	}
-	ev.Metadata.Extra[metaInbox] = json.RawMessage("true")
+	ev.Metadata.Extra[baton.InboxKey] = json.RawMessage("true")
 	in, _, err := e.store.AddInput(ctx, scope, ev)
 	if err != nil {
 		return baton.Event{}, fmt.Errorf("keep %s for chat %s: %w", ev.Type, ev.ChatID(), err)
@@ -765,7 +721,7 @@ func (e *Engine) inputKnown(ctx context.Context, scope baton.Scope, chat baton.C
 	}
 	for i := range evs {
 		if evs[i].Type == baton.TypeChatText && bytes.Contains(evs[i].Payload, []byte(eventID)) {
-			var p textPayload
+			var p baton.TextPayload
 			if json.Unmarshal(evs[i].Payload, &p) == nil && p.InputID == eventID {
 				return true, nil
 			}
@@ -849,7 +805,7 @@ func (e *Engine) respondUI(ctx context.Context, scope baton.Scope, chatID, event
 	if status == "" {
 		status = "success"
 	}
-	resp := uiResponse{UIEventID: uiEventID, Status: status, Data: data}
+	resp := baton.UIToolResponsePayload{UIEventID: uiEventID, Status: status, Data: data}
 	if pending.Kind == baton.PendingSecret {
 		resp.Data = nil
 		if status == "success" {
@@ -870,8 +826,7 @@ func (e *Engine) respondUI(ctx context.Context, scope baton.Scope, chatID, event
 			}
 		}
 	}
-	payload, _ := json.Marshal(resp)
-	ev := InputEvent(scope, baton.TypeUIToolResponse, chatID, payload)
+	ev := baton.NewUIToolResponse(scope, chatID, resp)
 	if eventID != "" {
 		ev.ID = eventID
 	}
@@ -930,7 +885,7 @@ func (e *Engine) answeredBy(ctx context.Context, scope baton.Scope, chat baton.C
 // Resume publishes a run.resume for a chat: a retry after an error, or
 // going on after a restart.
 func (e *Engine) Resume(ctx context.Context, scope baton.Scope, chatID string) error {
-	return e.publish(ctx, scope, TypeRunResume, chatID, nil)
+	return e.publish(ctx, scope, baton.TypeRunResume, chatID, nil)
 }
 
 // Recover resumes every chat that was running when the process stopped and
@@ -949,28 +904,7 @@ func (e *Engine) Recover(ctx context.Context, chats []baton.Chat) (int, error) {
 	return n, nil
 }
 
-// InputEvent builds an engine input event for a chat in scope: the scope
-// travels in the metadata so the run uses the caller's tenant for every
-// store call.
-func InputEvent(scope baton.Scope, typ, chatID string, payload json.RawMessage) baton.Event {
-	app, _ := json.Marshal(scope.App)
-	user, _ := json.Marshal(scope.User)
-	source := baton.SourceUser
-	if typ == TypeRunResume || typ == TypeRunStart {
-		source = baton.SourceSystem
-	}
-	return baton.NewEvent(typ, baton.Metadata{
-		TriggerSessionID: chatID,
-		Source:           source,
-		Extra:            map[string]json.RawMessage{metaApp: app, metaUser: user},
-	}, payload)
-}
-
-// metaTraceParent is the input event's metadata key for the W3C
-// traceparent of the request that brought it.
-const metaTraceParent = "traceparent"
-
-// WithTraceParent returns ev carrying, as metadata "traceparent", the span
+// WithTraceParent returns ev carrying, as Metadata.TraceParent, the span
 // that ctx holds (an HTTP server span, or the caller's own traceparent), so
 // that the run's trace can link to the request; ev as it is when ctx holds
 // none.
@@ -979,35 +913,22 @@ func WithTraceParent(ctx context.Context, ev baton.Event) baton.Event {
 	if !sc.IsValid() {
 		return ev
 	}
-	v, _ := json.Marshal("00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-" + sc.TraceFlags().String())
-	extra := make(map[string]json.RawMessage, len(ev.Metadata.Extra)+1)
-	maps.Copy(extra, ev.Metadata.Extra) // the caller's map stays as it was
-	extra[metaTraceParent] = v
-	ev.Metadata.Extra = extra
+	ev.Metadata.TraceParent = "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-" + sc.TraceFlags().String()
 	return ev
 }
 
 // TraceParentOf returns the span context an input event's traceparent
 // names (WithTraceParent), or an invalid one.
 func TraceParentOf(ev baton.Event) trace.SpanContext {
-	var tp string
-	if json.Unmarshal(ev.Metadata.Extra[metaTraceParent], &tp) != nil || tp == "" {
+	if ev.Metadata.TraceParent == "" {
 		return trace.SpanContext{}
 	}
-	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": tp})
+	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": ev.Metadata.TraceParent})
 	return trace.SpanContextFromContext(ctx)
 }
 
-// ScopeOf returns the tenant scope an input event carries.
-func ScopeOf(ev baton.Event) baton.Scope {
-	var s baton.Scope
-	_ = json.Unmarshal(ev.Metadata.Extra[metaApp], &s.App)
-	_ = json.Unmarshal(ev.Metadata.Extra[metaUser], &s.User)
-	return s
-}
-
 func (e *Engine) publish(ctx context.Context, scope baton.Scope, typ, chatID string, payload json.RawMessage) error {
-	return e.publishEvent(ctx, InputEvent(scope, typ, chatID, payload))
+	return e.publishEvent(ctx, baton.NewInput(scope, typ, chatID, payload))
 }
 
 // publishEvent publishes an input event built by the caller, with the

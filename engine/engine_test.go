@@ -8,12 +8,11 @@ import (
 	"testing"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/engine"
 )
 
 func start(t *testing.T, h *harness, wf string) string {
 	t.Helper()
-	c, err := h.eng.Start(context.Background(), testScope, wf, engine.StartOptions{})
+	c, err := h.eng.Start(context.Background(), testScope, wf, baton.StartOptions{})
 	if err != nil {
 		t.Fatalf("start %s: %v", wf, err)
 	}

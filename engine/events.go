@@ -39,10 +39,6 @@ const (
 	ToolStartBackgroundTask = "start_background_task"
 )
 
-// TypeRunWake is the engine's own input that runs a chat's agent after a
-// coalescing window collected a burst of events.
-const TypeRunWake = "run.wake"
-
 // eventAgent handles one environment event for a chat.
 type eventAgent struct {
 	e              *Engine
@@ -77,7 +73,7 @@ func (a *eventAgent) Handle(ctx context.Context, ev baton.Event) error {
 	e := a.e
 	e.active.Add(1) // from the first line, so that Active never misses a handler
 	defer e.active.Add(-1)
-	defer e.countActive(ScopeOf(ev))()
+	defer e.countActive(ev.Metadata.Scope())()
 	return e.againOnLeaseLoss(ctx, ev, a.handle)
 }
 
@@ -93,7 +89,7 @@ func (a *eventAgent) handle(ctx context.Context, ev baton.Event) (err error) {
 		return err
 	}
 	defer end(&err)
-	r, err := e.load(ctx, ScopeOf(ev), chatID, true)
+	r, err := e.load(ctx, ev.Metadata.Scope(), chatID, true)
 	if err != nil {
 		if errors.Is(err, baton.ErrNotFound) {
 			e.log.Warn("event-handler agent: chat not found", "event_id", ev.ID, "event_type", ev.Type, "chat_id", chatID)
@@ -139,7 +135,7 @@ func (a *eventAgent) handle(ctx context.Context, ev baton.Event) (err error) {
 		status := r.st.chat.Status
 		u = &baton.ChatUpdate{Status: &status}
 	}
-	if _, kept := ev.Metadata.Extra[metaInbox]; kept {
+	if _, kept := ev.Metadata.Extra[baton.InboxKey]; kept {
 		// Kept in the chat's inbox when it was accepted (PublishEvent):
 		// taken in the append that records it.
 		if u == nil {
@@ -152,7 +148,7 @@ func (a *eventAgent) handle(ctx context.Context, ev baton.Event) (err error) {
 		return err
 	}
 	if wake != nil && a.coalesce > 0 {
-		e.scheduleWake(ScopeOf(ev), chatID, a.prompt, a.system, a.coalesce)
+		e.scheduleWake(ev.Metadata.Scope(), chatID, a.prompt, a.system, a.coalesce)
 		clean = true
 		return nil
 	}
@@ -208,22 +204,23 @@ func (r *run) observedEvents(ev baton.Event) []baton.Event {
 	hidden := !r.e.showEvents
 	out := r.synthetic(systemAgent, msg)
 	out = append(out,
-		chatEvent(baton.TypeChatText, st.chat.ID, systemAgent, textPayload{Kind: "text", Agent: systemAgent, Content: msg, Index: st.texts, UIHidden: hidden, EventID: ev.ID}),
-		chatEvent(baton.TypeChatToolCall, st.chat.ID, agent, toolCallPayload{Kind: "tool_call", Agent: agent, ToolName: ToolGetEventInfo,
+		baton.NewChatEvent(baton.TypeChatText, st.chat.ID, systemAgent, baton.TextPayload{Kind: "text", Agent: systemAgent, Content: msg, Index: st.texts, UIHidden: hidden, EventID: ev.ID}),
+		baton.NewChatEvent(baton.TypeChatToolCall, st.chat.ID, agent, baton.ToolCallPayload{Kind: "tool_call", Agent: agent, ToolName: ToolGetEventInfo,
 			ToolCallID: callID, Corr: ev.ID, Arguments: args, AgentMessageID: "event_" + ev.ID, EventID: ev.ID, UIHidden: hidden}),
-		chatEvent(baton.TypeChatToolResponse, st.chat.ID, agent, toolResponsePayload{Kind: "tool_response", Agent: agent, ToolName: ToolGetEventInfo,
+		baton.NewChatEvent(baton.TypeChatToolResponse, st.chat.ID, agent, baton.ToolResponsePayload{Kind: "tool_response", Agent: agent, ToolName: ToolGetEventInfo,
 			ToolCallID: callID, CallID: callID, Corr: ev.ID, Status: baton.ToolStatusOK, Success: true, Content: string(info), EventID: ev.ID, UIHidden: hidden}),
 	)
 	return out
 }
 
-// publicMetadata drops the engine's scope keys from an event's metadata
-// before the model sees it.
+// publicMetadata drops the runtime's own keys (the scope, the inbox mark)
+// from an event's metadata before the model sees it.
 func publicMetadata(md baton.Metadata) baton.Metadata {
 	out := md
+	out.App, out.User = "", ""
 	out.Extra = nil
 	for k, v := range md.Extra {
-		if k == metaApp || k == metaUser || k == metaInbox {
+		if k == baton.InboxKey {
 			continue
 		}
 		if out.Extra == nil {
@@ -262,7 +259,7 @@ func (r *run) eventWake(prompt, system string) *baton.Event {
 	if system != "" {
 		p = system + "\n\n" + prompt
 	}
-	ev := chatEvent(baton.TypeChatHandoff, st.chat.ID, systemAgent, handoffPayload{
+	ev := baton.NewChatEvent(baton.TypeChatHandoff, st.chat.ID, systemAgent, baton.HandoffPayload{
 		Kind: "handoff", From: "event", To: r.currentAgent(), HandoffType: "event", TransitionTarget: workflow.AgentTarget, Prompt: p,
 	})
 	return &ev
@@ -280,14 +277,14 @@ func (e *Engine) scheduleWake(scope baton.Scope, chatID, prompt, system string, 
 	if _, pending := e.wakes[chatID]; pending {
 		return
 	}
-	payload, _ := json.Marshal(map[string]string{"prompt": prompt, "system": system})
+	payload, _ := json.Marshal(baton.RunWakePayload{Prompt: prompt, System: system})
 	e.wakes[chatID] = time.AfterFunc(window, func() {
 		e.wakeMu.Lock()
 		delete(e.wakes, chatID)
 		e.wakeMu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := e.publish(ctx, scope, TypeRunWake, chatID, payload); err != nil {
+		if err := e.publish(ctx, scope, baton.TypeRunWake, chatID, payload); err != nil {
 			e.log.Warn("engine: coalesced wake", "chat_id", chatID, "err", err)
 		}
 	})
@@ -295,7 +292,7 @@ func (e *Engine) scheduleWake(scope baton.Scope, chatID, prompt, system string, 
 
 // wake runs the current agent after a coalescing window.
 func (r *run) wake(ctx context.Context, ev baton.Event) error {
-	var p struct{ Prompt, System string }
+	var p baton.RunWakePayload
 	_ = json.Unmarshal(ev.Payload, &p)
 	w := r.eventWake(p.Prompt, p.System)
 	if w == nil {
@@ -325,7 +322,7 @@ func (e *Engine) getEventInfoTool() baton.Tool {
 				if ev.Type != baton.TypeChatToolResponse {
 					continue
 				}
-				var p toolResponsePayload
+				var p baton.ToolResponsePayload
 				if json.Unmarshal(ev.Payload, &p) == nil && p.ToolName == ToolGetEventInfo && want[p.ToolCallID] {
 					out[strings.TrimPrefix(p.ToolCallID, "call_")] = json.RawMessage(p.Content)
 				}

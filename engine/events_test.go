@@ -87,7 +87,7 @@ func (eh *envHarness) pausedChat(t *testing.T) string {
 
 func (eh *envHarness) publish(t *testing.T, typ, chatID string, payload string) baton.Event {
 	t.Helper()
-	ev := engine.InputEvent(testScope, typ, chatID, json.RawMessage(payload))
+	ev := baton.NewInput(testScope, typ, chatID, json.RawMessage(payload))
 	ev.Metadata.Source = baton.SourceEnv
 	if err := eh.bus.Publish(context.Background(), ev); err != nil {
 		t.Fatal(err)

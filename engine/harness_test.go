@@ -41,7 +41,7 @@ type harness struct {
 	eng      *engine.Engine
 	wfs      []*workflow.Workflow
 	prov     engine.ProviderFunc
-	wrap     func(engine.Recorder) engine.Recorder
+	wrap     func(baton.Recorder) baton.Recorder
 	budget   engine.BudgetFunc
 	tasks    map[string]engine.TaskFunc
 	instance string        // engine.Config.InstanceID
@@ -64,14 +64,14 @@ func withTools(opts ...tool.Option) harnessOption {
 }
 
 // withRecorder wraps the recorder (to inject failures).
-func withRecorder(wrap func(engine.Recorder) engine.Recorder) harnessOption {
+func withRecorder(wrap func(baton.Recorder) baton.Recorder) harnessOption {
 	return func(h *harness) { h.wrap = wrap }
 }
 
 // faultyRecorder fails an append, before the store sees it, when fail
 // returns an error; fail sees every append through the recorder, in order.
 type faultyRecorder struct {
-	engine.Recorder
+	baton.Recorder
 	fail func(events []baton.Event) error
 }
 
@@ -85,7 +85,7 @@ func (f *faultyRecorder) Record(ctx context.Context, scope baton.Scope, chatID s
 // withFaults wraps the recorder in a faultyRecorder that fails an append
 // when fail says so (to inject store failures at chosen points).
 func withFaults(fail func(events []baton.Event) error) harnessOption {
-	return withRecorder(func(r engine.Recorder) engine.Recorder { return &faultyRecorder{Recorder: r, fail: fail} })
+	return withRecorder(func(r baton.Recorder) baton.Recorder { return &faultyRecorder{Recorder: r, fail: fail} })
 }
 
 // withTasks registers background task functions.
@@ -141,7 +141,7 @@ func newHarness(t *testing.T, opts ...harnessOption) *harness {
 		t.Fatalf("load workflows: %v", err)
 	}
 	h.wfs = wfs
-	var rec engine.Recorder = recorder.New(st, engine.ObserverPublisher{Bus: h.bus})
+	var rec baton.Recorder = recorder.New(st, engine.ObserverPublisher{Bus: h.bus})
 	if h.wrap != nil {
 		rec = h.wrap(rec)
 	}

@@ -57,7 +57,7 @@ func (r *run) runLifecycle(ctx context.Context, wt *workflow.Tool, trigger, agen
 	if len(args) == 0 {
 		args = json.RawMessage(`{}`)
 	}
-	p := toolCallPayload{Kind: "tool_call", Agent: agent, ToolName: wt.Name, ToolCallID: callID, Corr: scope, Arguments: args,
+	p := baton.ToolCallPayload{Kind: "tool_call", Agent: agent, ToolName: wt.Name, ToolCallID: callID, Corr: scope, Arguments: args,
 		TurnKey: scope, InteractionType: interactionLifecycle, LifecycleKey: key, LifecycleTrigger: trigger}
 	tools, err := r.reg.Lifecycle(ctx, trigger, wt.Agent)
 	if err != nil {
@@ -89,14 +89,14 @@ func (r *run) runLifecycle(ctx context.Context, wt *workflow.Tool, trigger, agen
 			kind, status = baton.PendingSecret, baton.ChatWaitingSecret
 		}
 		p.PendingKind = kind
-		return r.record(ctx, []baton.Event{chatEvent(baton.TypeChatToolCall, r.st.chat.ID, agent, p)}, &baton.ChatUpdate{
+		return r.record(ctx, []baton.Event{baton.NewChatEvent(baton.TypeChatToolCall, r.st.chat.ID, agent, p)}, &baton.ChatUpdate{
 			Status:     &status,
 			AddPending: []baton.PendingRequest{{UIEventID: ui.UIEventID, Kind: kind, ToolCallID: callID, ToolName: wt.Name, Agent: agent}},
 		})
 	}
 	events := []baton.Event{
-		chatEvent(baton.TypeChatToolCall, r.st.chat.ID, agent, p),
-		chatEvent(baton.TypeChatToolResponse, r.st.chat.ID, agent, toolResponsePayload{
+		baton.NewChatEvent(baton.TypeChatToolCall, r.st.chat.ID, agent, p),
+		baton.NewChatEvent(baton.TypeChatToolResponse, r.st.chat.ID, agent, baton.ToolResponsePayload{
 			Kind: "tool_response", Agent: agent, ToolName: wt.Name, ToolCallID: callID, CallID: callID, Corr: scope,
 			Status: res.Status, Success: res.OK(), Content: res.Content, InteractionType: interactionLifecycle,
 		}),
@@ -120,13 +120,13 @@ func (r *run) structuredResult(agent *workflow.Agent, text string) (events []bat
 	data, err := m.ValidateJSON([]byte(strings.TrimSpace(text)))
 	if err == nil {
 		raw, _ := json.Marshal(data)
-		events = append(events, chatEvent(baton.TypeChatStructuredOutputReady, r.st.chat.ID, agent.Name, structuredPayload{
+		events = append(events, baton.NewChatEvent(baton.TypeChatStructuredOutputReady, r.st.chat.ID, agent.Name, baton.StructuredOutputPayload{
 			Kind: "structured_output_ready", Agent: agent.Name, AgentName: agent.Name, ModelName: m.Name, Data: raw,
 			TurnIdempotencyKey: t.key, AutoToolMode: agent.AutoToolMode,
 		}))
 		patch = r.structuredDerived(agent.Name, data)
 		if len(patch) > 0 {
-			events = append(events, chatEvent(baton.TypeChatContextUpdated, r.st.chat.ID, agent.Name, contextPayload{
+			events = append(events, baton.NewChatEvent(baton.TypeChatContextUpdated, r.st.chat.ID, agent.Name, baton.ContextUpdatedPayload{
 				Kind: "context_updated", Agent: agent.Name, Variables: patch, Trigger: workflow.StructuredOutputField,
 			}))
 		}
@@ -138,12 +138,12 @@ func (r *run) structuredResult(agent *workflow.Agent, text string) (events []bat
 		// speaker changes to system here: announce it (invariant 6).
 		return []baton.Event{
 			syntheticEvent(r.st.chat.ID, systemAgent, r.st.turns),
-			chatEvent(baton.TypeChatText, r.st.chat.ID, systemAgent, textPayload{
+			baton.NewChatEvent(baton.TypeChatText, r.st.chat.ID, systemAgent, baton.TextPayload{
 				Kind: "text", Agent: systemAgent, Content: msg, Index: r.st.texts + 1, UIHidden: true, Feedback: true, TurnKey: t.key,
 			}),
 		}, false, nil
 	}
-	return []baton.Event{chatEvent(baton.TypeChatError, r.st.chat.ID, agent.Name, errorPayload{
+	return []baton.Event{baton.NewChatEvent(baton.TypeChatError, r.st.chat.ID, agent.Name, baton.ErrorPayload{
 		Kind: "error", Agent: agent.Name, Code: "invalid_structured_output", Retryable: true, TurnKey: t.key,
 		Message: fmt.Sprintf("%s's output did not match %s after %d corrections: %s", agent.Name, m.Name, t.retries, err),
 	})}, true, nil
@@ -237,7 +237,7 @@ func (r *run) fireAutoTool(ctx context.Context) error {
 	payload, _ := json.Marshal(map[string]any{
 		"tool_args": t.structured, "agent_name": agent.Name, "interaction_type": interactionAutoTool, "workflow_name": r.wf.Name,
 	})
-	p := toolCallPayload{Kind: "tool_call", Agent: agent.Name, ToolName: wt.Name, ToolCallID: t.key, Corr: t.key, Arguments: args,
+	p := baton.ToolCallPayload{Kind: "tool_call", Agent: agent.Name, ToolName: wt.Name, ToolCallID: t.key, Corr: t.key, Arguments: args,
 		TurnKey: t.key, AwaitingResponse: false, InteractionType: interactionAutoTool, Payload: payload}
 	tl, err := r.reg.Tool(ctx, agent.Name, wt.Name)
 	if err != nil {
@@ -256,14 +256,14 @@ func (r *run) fireAutoTool(ctx context.Context) error {
 	var ui tool.UIRequest
 	if res.Status == baton.ToolStatusPending && json.Unmarshal(res.UI, &ui) == nil {
 		p.UIEventID, p.ComponentType, p.Mode, p.PendingKind = ui.UIEventID, ui.Component, ui.Mode, baton.PendingUITool
-		events = append(events, chatEvent(baton.TypeChatToolCall, st.chat.ID, agent.Name, p))
+		events = append(events, baton.NewChatEvent(baton.TypeChatToolCall, st.chat.ID, agent.Name, p))
 		waiting := baton.ChatWaitingUITool
 		u.Status = &waiting
 		u.AddPending = []baton.PendingRequest{{UIEventID: ui.UIEventID, Kind: baton.PendingUITool, ToolCallID: t.key, ToolName: wt.Name, Agent: agent.Name}}
 	} else {
 		// Not a UI tool, or its arguments were invalid: the result is final,
 		// and an error is shown to the person.
-		events = append(events, chatEvent(baton.TypeChatToolCall, st.chat.ID, agent.Name, p),
+		events = append(events, baton.NewChatEvent(baton.TypeChatToolCall, st.chat.ID, agent.Name, p),
 			r.autoResponse(agent.Name, wt.Name, t.key, res, nil, ""))
 	}
 	if err := r.record(ctx, events, u); err != nil {
@@ -298,7 +298,7 @@ func (r *run) autoResponse(agent, name, key string, res baton.ToolResult, payloa
 	if payload == nil {
 		payload, _ = json.Marshal(map[string]string{"status": status, "message": res.Content})
 	}
-	return chatEvent(baton.TypeChatToolResponse, r.st.chat.ID, agent, toolResponsePayload{
+	return baton.NewChatEvent(baton.TypeChatToolResponse, r.st.chat.ID, agent, baton.ToolResponsePayload{
 		Kind: "tool_response", Agent: agent, ToolName: name, ToolCallID: key, CallID: key, Corr: key,
 		Status: status, Success: success, Content: content, Payload: payload, InteractionType: interactionAutoTool, UIEventID: uiEventID,
 	})

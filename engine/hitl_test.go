@@ -383,7 +383,7 @@ func TestUIResponse_UnknownOrAnsweredIsRefused(t *testing.T) {
 	// Even published directly to the bus, a response that fits no pending
 	// request changes nothing.
 	raw, _ := json.Marshal(map[string]string{"ui_event_id": plan.UIEventID, "status": "success"})
-	if err := h.bus.Publish(ctx, engine.InputEvent(testScope, baton.TypeUIToolResponse, id, raw)); err != nil {
+	if err := h.bus.Publish(ctx, baton.NewInput(testScope, baton.TypeUIToolResponse, id, raw)); err != nil {
 		t.Fatal(err)
 	}
 	h.waitStatus(id, baton.ChatCompleted)
@@ -646,7 +646,7 @@ func TestUITool_TimeoutGivesTheModelAnError(t *testing.T) {
 // person's answer resumes it with the resume signal, and the chat starts.
 func TestLifecycle_BeforeChatFormThenStart(t *testing.T) {
 	h := newHarness(t, withWorkflows(loopDir), withTools(bumpTool(new(atomic.Int64))))
-	c, err := h.eng.Start(context.Background(), testScope, "consent", engine.StartOptions{Context: map[string]json.RawMessage{"stop": json.RawMessage("true")}})
+	c, err := h.eng.Start(context.Background(), testScope, "consent", baton.StartOptions{Context: map[string]json.RawMessage{"stop": json.RawMessage("true")}})
 	if err != nil {
 		t.Fatal(err)
 	}

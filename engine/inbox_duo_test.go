@@ -80,7 +80,7 @@ func runDuoChild() int {
 			continue
 		}
 		if _, err := st.GetChat(ctx, testScope, c.id); err != nil {
-			if _, err := eng.Start(ctx, testScope, c.workflow, engine.StartOptions{ChatID: c.id}); err != nil {
+			if _, err := eng.Start(ctx, testScope, c.workflow, baton.StartOptions{ChatID: c.id}); err != nil {
 				fmt.Fprintln(os.Stderr, id+": start:", err)
 				return 1
 			}

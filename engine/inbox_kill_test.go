@@ -87,7 +87,7 @@ func runInboxChild() int {
 	}
 	for _, c := range inboxChats {
 		if _, err := st.GetChat(ctx, testScope, c.id); err != nil {
-			if _, err := eng.Start(ctx, testScope, c.workflow, engine.StartOptions{ChatID: c.id}); err != nil {
+			if _, err := eng.Start(ctx, testScope, c.workflow, baton.StartOptions{ChatID: c.id}); err != nil {
 				fmt.Fprintln(os.Stderr, "child: start:", err)
 				return 1
 			}

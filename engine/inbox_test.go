@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/engine"
 	"github.com/batonhq/baton/workflow"
 )
 
@@ -103,7 +102,7 @@ func (h *harness) waitInboxEmpty(chatID string) {
 
 func startWith(t *testing.T, h *harness, wf, message string) string {
 	t.Helper()
-	c, err := h.eng.Start(context.Background(), testScope, wf, engine.StartOptions{Message: message})
+	c, err := h.eng.Start(context.Background(), testScope, wf, baton.StartOptions{Message: message})
 	if err != nil {
 		t.Fatalf("start %s: %v", wf, err)
 	}
@@ -302,7 +301,7 @@ func TestInbox_EnvironmentEventSurvivesARestart(t *testing.T) {
 		mustRule(t, h.bus, r)
 	}
 	ctx := context.Background()
-	ev := engine.InputEvent(testScope, "webhook.received", id, json.RawMessage(`{"order":42}`))
+	ev := baton.NewInput(testScope, "webhook.received", id, json.RawMessage(`{"order":42}`))
 	ev.Metadata.Source = baton.SourceEnv
 	if err := h.eng.PublishEvent(ctx, testScope, ev); err != nil {
 		t.Fatal(err)

@@ -157,7 +157,7 @@ func TestInstances_FencingAndTakeover(t *testing.T) {
 		})
 	b := newInstance(t, dsn, schema, "B", nil, func(req *baton.Request) ([]baton.Delta, error) { return reply("B speaks"), nil })
 
-	c, err := a.eng.Start(context.Background(), testScope, "loop", engine.StartOptions{Context: map[string]json.RawMessage{"stop": json.RawMessage("true")}})
+	c, err := a.eng.Start(context.Background(), testScope, "loop", baton.StartOptions{Context: map[string]json.RawMessage{"stop": json.RawMessage("true")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,14 +272,14 @@ func TestInstances_EventAgentRetriesAfterLosingTheLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	c, err := a.eng.Start(ctx, testScope, "assistant", engine.StartOptions{})
+	c, err := a.eng.Start(ctx, testScope, "assistant", baton.StartOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitChat(t, a.store, c.ID, baton.ChatWaitingInput, 10*time.Second)
 
 	prov.stall.Store(true)
-	ev := engine.InputEvent(testScope, "sensor.reading", c.ID, json.RawMessage(`{"celsius":21}`))
+	ev := baton.NewInput(testScope, "sensor.reading", c.ID, json.RawMessage(`{"celsius":21}`))
 	ev.Metadata.Source = baton.SourceEnv
 	if err := a.bus.Publish(ctx, ev); err != nil {
 		t.Fatal(err)
@@ -359,7 +359,7 @@ func TestInstances_OneOwnerAtATime(t *testing.T) {
 	b := newInstance(t, dsn, schema, "B", nil, slow)
 	var ids []string
 	for i := 0; i < 20; i++ {
-		c, err := a.eng.Start(context.Background(), testScope, "loop", engine.StartOptions{Context: map[string]json.RawMessage{"stop": json.RawMessage("true")}})
+		c, err := a.eng.Start(context.Background(), testScope, "loop", baton.StartOptions{Context: map[string]json.RawMessage{"stop": json.RawMessage("true")}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -424,7 +424,7 @@ func runOwnerChild() int {
 		wf = "effects"
 	}
 	for i := 0; i < n; i++ {
-		if _, err := eng.Start(ctx, testScope, wf, engine.StartOptions{ChatID: fmt.Sprint("owned-", i)}); err != nil {
+		if _, err := eng.Start(ctx, testScope, wf, baton.StartOptions{ChatID: fmt.Sprint("owned-", i)}); err != nil {
 			fmt.Fprintln(os.Stderr, "owner: start:", err)
 			return 1
 		}

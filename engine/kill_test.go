@@ -98,7 +98,7 @@ func runChild() int {
 		if wf == "" {
 			wf = "effects"
 		}
-		if _, err := eng.Start(ctx, testScope, wf, engine.StartOptions{ChatID: killChatID}); err != nil {
+		if _, err := eng.Start(ctx, testScope, wf, baton.StartOptions{ChatID: killChatID}); err != nil {
 			fmt.Fprintln(os.Stderr, "child: start:", err)
 			return 1
 		}

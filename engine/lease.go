@@ -243,7 +243,7 @@ func (e *Engine) Takeovers() int64 { return e.takeovers.Load() }
 // facts run where the chat runs, which is where they are published.
 func IsInput(ev baton.Event) bool {
 	switch ev.Type {
-	case TypeRunWake, baton.TypeSessionCreated, baton.TypeSessionUpdated:
+	case baton.TypeRunWake, baton.TypeSessionCreated, baton.TypeSessionUpdated:
 		return false
 	}
 	if ev.ChatID() == "" {

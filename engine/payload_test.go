@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
+
+	"github.com/batonhq/baton"
 )
 
 // The fold's decoders must give what json.Unmarshal gives for every member
@@ -12,25 +14,25 @@ import (
 // foldFields keeps, of a decoded payload, the members the fold reads.
 func foldFields(v any) any {
 	switch p := v.(type) {
-	case *selectSpeakerPayload:
-		return selectSpeakerPayload{Agent: p.Agent, Source: p.Source, TurnKey: p.TurnKey, TurnIndex: p.TurnIndex, Prompt: p.Prompt}
-	case *textPayload:
-		return textPayload{Agent: p.Agent, Content: p.Content, AgentMessageID: p.AgentMessageID, HasToolCalls: p.HasToolCalls,
+	case *baton.SelectSpeakerPayload:
+		return baton.SelectSpeakerPayload{Agent: p.Agent, Source: p.Source, TurnKey: p.TurnKey, TurnIndex: p.TurnIndex, Prompt: p.Prompt}
+	case *baton.TextPayload:
+		return baton.TextPayload{Agent: p.Agent, Content: p.Content, AgentMessageID: p.AgentMessageID, HasToolCalls: p.HasToolCalls,
 			ToolOnly: p.ToolOnly, Feedback: p.Feedback, InputID: p.InputID}
-	case *toolCallPayload:
-		return toolCallPayload{Agent: p.Agent, ToolName: p.ToolName, ToolCallID: p.ToolCallID, Arguments: p.Arguments,
+	case *baton.ToolCallPayload:
+		return baton.ToolCallPayload{Agent: p.Agent, ToolName: p.ToolName, ToolCallID: p.ToolCallID, Arguments: p.Arguments,
 			AgentMessageID: p.AgentMessageID, UIEventID: p.UIEventID, InteractionType: p.InteractionType, Transfer: p.Transfer,
 			LifecycleKey: p.LifecycleKey, PendingKind: p.PendingKind}
-	case *toolResponsePayload:
-		return toolResponsePayload{ToolName: p.ToolName, ToolCallID: p.ToolCallID, Content: p.Content, InteractionType: p.InteractionType, InputID: p.InputID}
-	case *structuredPayload:
-		return structuredPayload{ModelName: p.ModelName, Data: p.Data}
-	case *contextPayload:
-		return contextPayload{Variables: p.Variables}
-	case *handoffPayload:
-		return handoffPayload{From: p.From, To: p.To, TransitionTarget: p.TransitionTarget, Prompt: p.Prompt}
-	case *inputRequestPayload:
-		return inputRequestPayload{Agent: p.Agent}
+	case *baton.ToolResponsePayload:
+		return baton.ToolResponsePayload{ToolName: p.ToolName, ToolCallID: p.ToolCallID, Content: p.Content, InteractionType: p.InteractionType, InputID: p.InputID}
+	case *baton.StructuredOutputPayload:
+		return baton.StructuredOutputPayload{ModelName: p.ModelName, Data: p.Data}
+	case *baton.ContextUpdatedPayload:
+		return baton.ContextUpdatedPayload{Variables: p.Variables}
+	case *baton.HandoffPayload:
+		return baton.HandoffPayload{From: p.From, To: p.To, TransitionTarget: p.TransitionTarget, Prompt: p.Prompt}
+	case *baton.InputRequestPayload:
+		return baton.InputRequestPayload{Agent: p.Agent}
 	}
 	panic("foldFields: unknown payload")
 }
@@ -68,15 +70,15 @@ func decoderSeeds() [][]byte {
 	var seeds [][]byte
 	for _, s := range texts {
 		for _, v := range []any{
-			textPayload{Kind: "text", Agent: s, Content: s, Index: 3, AgentMessageID: s, HasToolCalls: true, ToolOnly: true, Feedback: true, InputID: s, Cost: 0.5, Tokens: 12},
-			selectSpeakerPayload{Kind: "select_speaker", Agent: s, Source: "native", TurnKey: s, TurnIndex: 42, Prompt: s},
-			toolCallPayload{Kind: "tool_call", Agent: s, ToolName: s, ToolCallID: s, Arguments: json.RawMessage(`{"a": [1, {"b": "}"}], "c": null}`),
+			baton.TextPayload{Kind: "text", Agent: s, Content: s, Index: 3, AgentMessageID: s, HasToolCalls: true, ToolOnly: true, Feedback: true, InputID: s, Cost: 0.5, Tokens: 12},
+			baton.SelectSpeakerPayload{Kind: "select_speaker", Agent: s, Source: "native", TurnKey: s, TurnIndex: 42, Prompt: s},
+			baton.ToolCallPayload{Kind: "tool_call", Agent: s, ToolName: s, ToolCallID: s, Arguments: json.RawMessage(`{"a": [1, {"b": "}"}], "c": null}`),
 				AgentMessageID: s, UIEventID: s, InteractionType: s, Transfer: true, LifecycleKey: s, PendingKind: s, Payload: json.RawMessage(`[{"x":"]"}]`)},
-			toolResponsePayload{Kind: "tool_response", ToolName: s, ToolCallID: s, Content: s, InteractionType: s, InputID: s, Success: true, Payload: json.RawMessage(`{"status":"ok"}`)},
-			structuredPayload{Kind: "structured_output_ready", ModelName: s, Data: json.RawMessage(`{"k":"v","n":[1,2,3]}`), AutoToolMode: true},
-			contextPayload{Kind: "context_updated", Agent: s, Variables: map[string]json.RawMessage{"a": json.RawMessage(`true`), s: json.RawMessage(`"x"`)}},
-			handoffPayload{Kind: "handoff", From: s, To: s, TransitionTarget: s, Prompt: s, Condition: s},
-			inputRequestPayload{Kind: "input_request", Agent: s, RequestID: s},
+			baton.ToolResponsePayload{Kind: "tool_response", ToolName: s, ToolCallID: s, Content: s, InteractionType: s, InputID: s, Success: true, Payload: json.RawMessage(`{"status":"ok"}`)},
+			baton.StructuredOutputPayload{Kind: "structured_output_ready", ModelName: s, Data: json.RawMessage(`{"k":"v","n":[1,2,3]}`), AutoToolMode: true},
+			baton.ContextUpdatedPayload{Kind: "context_updated", Agent: s, Variables: map[string]json.RawMessage{"a": json.RawMessage(`true`), s: json.RawMessage(`"x"`)}},
+			baton.HandoffPayload{Kind: "handoff", From: s, To: s, TransitionTarget: s, Prompt: s, Condition: s},
+			baton.InputRequestPayload{Kind: "input_request", Agent: s, RequestID: s},
 		} {
 			raw, err := json.Marshal(v)
 			if err != nil {

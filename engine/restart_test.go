@@ -73,7 +73,7 @@ func runRestartChild() int {
 	}
 	switch {
 	case os.Getenv("RESTART_FIRST") != "" && os.Getenv("RESTART_QUEUED") == "":
-		if _, err := eng.Start(ctx, testScope, "slow", engine.StartOptions{ChatID: restartChatID, Message: "m0"}); err != nil {
+		if _, err := eng.Start(ctx, testScope, "slow", baton.StartOptions{ChatID: restartChatID, Message: "m0"}); err != nil {
 			fmt.Fprintln(os.Stderr, "A: start:", err)
 			return 1
 		}
@@ -81,7 +81,7 @@ func runRestartChild() int {
 		// The turn is the answer to a message (its user_query is being
 		// handled, unacknowledged, when A dies), and a second message waits
 		// behind it.
-		if _, err := eng.Start(ctx, testScope, "slow", engine.StartOptions{ChatID: restartChatID}); err != nil {
+		if _, err := eng.Start(ctx, testScope, "slow", baton.StartOptions{ChatID: restartChatID}); err != nil {
 			fmt.Fprintln(os.Stderr, "A: start:", err)
 			return 1
 		}

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/engine"
 	"github.com/batonhq/baton/tool"
 )
 
@@ -59,7 +58,7 @@ func TestEvent_DoesNotRetryAFailedChat(t *testing.T) {
 	id := start(t, h, "loop")
 	h.waitStatus(id, baton.ChatFailed)
 	before := calls.Load()
-	if err := h.bus.Publish(context.Background(), engine.InputEvent(testScope, "webhook.received", id, json.RawMessage(`{"x":1}`))); err != nil {
+	if err := h.bus.Publish(context.Background(), baton.NewInput(testScope, "webhook.received", id, json.RawMessage(`{"x":1}`))); err != nil {
 		t.Fatal(err)
 	}
 	h.settle()
@@ -166,7 +165,7 @@ func TestEvent_DuringAUIToolKeepsToolAnswersNextToTheirCalls(t *testing.T) {
 	}
 	id := start(t, h, "loop")
 	h.waitStatus(id, baton.ChatWaitingUITool)
-	if err := h.bus.Publish(context.Background(), engine.InputEvent(testScope, "webhook.received", id, json.RawMessage(`{"x":1}`))); err != nil {
+	if err := h.bus.Publish(context.Background(), baton.NewInput(testScope, "webhook.received", id, json.RawMessage(`{"x":1}`))); err != nil {
 		t.Fatal(err)
 	}
 	h.settle()
@@ -330,14 +329,14 @@ func TestRun_StartHandledAgainAfterAStoreErrorKeepsTheFirstMessage(t *testing.T)
 	fr.n.Store(1)
 	h := newHarness(t, withWorkflows(loopDir), withTools(lookupTool), turnProvider(),
 		withFaults(fr.fail))
-	c, err := h.eng.Start(context.Background(), testScope, "assistant", engine.StartOptions{Message: "first words"})
+	c, err := h.eng.Start(context.Background(), testScope, "assistant", baton.StartOptions{Message: "first words"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.settle()
 	// The bridge hands the same input again (PublishAgain).
 	payload, _ := json.Marshal(map[string]string{"message": "first words"})
-	if err := h.bus.Publish(context.Background(), engine.InputEvent(testScope, engine.TypeRunStart, c.ID, payload)); err != nil {
+	if err := h.bus.Publish(context.Background(), baton.NewInput(testScope, baton.TypeRunStart, c.ID, payload)); err != nil {
 		t.Fatal(err)
 	}
 	h.settle()

@@ -17,22 +17,6 @@ import (
 )
 
 // Input payloads.
-type (
-	userQuery struct {
-		Content string `json:"content"`
-		Source  string `json:"source"`
-	}
-	uiResponse struct {
-		UIEventID string            `json:"ui_event_id"`
-		Status    string            `json:"status"`
-		Data      json.RawMessage   `json:"data,omitempty"`
-		Sealed    map[string]string `json:"sealed,omitempty"` // a secret form's values, sealed before they reached the bus
-	}
-	startPayload struct {
-		Message string `json:"message"`
-	}
-)
-
 // effectRetryWait is how long a run waits before trying again a tool call
 // whose effect another (possibly dead) process claimed.
 const effectRetryWait = time.Second
@@ -73,13 +57,13 @@ func (e *Engine) handle(ctx context.Context, ev baton.Event) (err error) {
 	}
 	e.active.Add(1)
 	defer e.active.Add(-1)
-	defer e.countActive(ScopeOf(ev))()
+	defer e.countActive(ev.Metadata.Scope())()
 	ctx, lease, end, err := e.leased(ctx, chatID)
 	if err != nil {
 		return fmt.Errorf("%s for chat %s: %w", ev.Type, chatID, err)
 	}
 	defer end(&err)
-	r, err := e.load(ctx, ScopeOf(ev), chatID, true)
+	r, err := e.load(ctx, ev.Metadata.Scope(), chatID, true)
 	if err != nil {
 		return fmt.Errorf("%s for chat %s: %w", ev.Type, chatID, err)
 	}
@@ -100,16 +84,16 @@ func (e *Engine) handle(ctx context.Context, ev baton.Event) (err error) {
 		return nil
 	}
 	switch ev.Type {
-	case TypeRunStart:
-		var p startPayload
+	case baton.TypeRunStart:
+		var p baton.RunStartPayload
 		_ = json.Unmarshal(ev.Payload, &p)
 		r.startMessage = p.Message
-		if _, kept := ev.Metadata.Extra[metaInbox]; kept {
+		if _, kept := ev.Metadata.Extra[baton.InboxKey]; kept {
 			r.startInput = ev.ID // taken from the inbox in the start's append
 		}
-	case TypeRunResume:
+	case baton.TypeRunResume:
 		r.retry = true
-	case TypeRunWake:
+	case baton.TypeRunWake:
 		if err := r.wake(ctx, ev); err != nil {
 			return err
 		}
@@ -550,7 +534,7 @@ func (r *run) maxAutoReply(agent string) int {
 func (r *run) start(ctx context.Context) error {
 	o := r.wf.Config.Orchestration
 	if o.StartupMode == workflow.UserDriven && r.startMessage == "" {
-		ev := chatEvent(baton.TypeChatInputRequest, r.st.chat.ID, "", inputRequestPayload{
+		ev := baton.NewChatEvent(baton.TypeChatInputRequest, r.st.chat.ID, "", baton.InputRequestPayload{
 			Kind: "input_request", Prompt: o.InitialMessage, RequestID: "input_" + r.st.chat.ID + "_0",
 		})
 		waiting := baton.ChatWaitingInput
@@ -567,11 +551,11 @@ func (r *run) start(ctx context.Context) error {
 	user := workflow.UserAgent
 	if msg != "" {
 		events = append(events, r.synthetic(user, msg)...) // after a before_chat form, the system spoke last
-		events = append(events, chatEvent(baton.TypeChatText, r.st.chat.ID, user, textPayload{
+		events = append(events, baton.NewChatEvent(baton.TypeChatText, r.st.chat.ID, user, baton.TextPayload{
 			Kind: "text", Agent: user, Content: msg, Index: r.st.texts, Source: source, UIHidden: hidden,
 		}))
 	}
-	events = append(events, chatEvent(baton.TypeChatHandoff, r.st.chat.ID, user, handoffPayload{
+	events = append(events, baton.NewChatEvent(baton.TypeChatHandoff, r.st.chat.ID, user, baton.HandoffPayload{
 		Kind: "handoff", From: user, To: o.InitialAgent, HandoffType: "start", TransitionTarget: workflow.AgentTarget,
 	}))
 	u := &baton.ChatUpdate{TurnAgent: &user}
@@ -585,7 +569,7 @@ func (r *run) start(ctx context.Context) error {
 // userInput records the person's message (the echo every client shows) and
 // who answers it.
 func (r *run) userInput(ctx context.Context, ev baton.Event) error {
-	var q userQuery
+	var q baton.UserQueryPayload
 	if err := json.Unmarshal(ev.Payload, &q); err != nil {
 		return fmt.Errorf("%w: payload: %v", errIgnored, err)
 	}
@@ -605,7 +589,7 @@ func (r *run) userInput(ctx context.Context, ev baton.Event) error {
 	}
 	user := workflow.UserAgent
 	events := r.synthetic(user, content)
-	events = append(events, chatEvent(baton.TypeChatText, st.chat.ID, user, textPayload{
+	events = append(events, baton.NewChatEvent(baton.TypeChatText, st.chat.ID, user, baton.TextPayload{
 		Kind: "text", Agent: user, Content: content, Index: st.texts, Source: q.Source, InputID: ev.ID,
 	}))
 	// Taken from the inbox in the append that records it: once, whatever
@@ -614,7 +598,7 @@ func (r *run) userInput(ctx context.Context, ev baton.Event) error {
 	if st.turn == nil {
 		// After the end of the chat too: the message starts the next run
 		// (the fold reopens a chat on a handoff from the person).
-		events = append(events, chatEvent(baton.TypeChatHandoff, st.chat.ID, user, r.afterUser()))
+		events = append(events, baton.NewChatEvent(baton.TypeChatHandoff, st.chat.ID, user, r.afterUser()))
 	}
 	r.stage(events, u) // recorded before the model answers it (drive flushes)
 	return nil
@@ -626,10 +610,10 @@ func (r *run) userInput(ctx context.Context, ev baton.Event) error {
 // user_query) is kept now, unless the chat has ended: only a message the
 // chat accepted while it ran starts a next run.
 func (r *run) queueInput(ctx context.Context, ev baton.Event) error {
-	if _, kept := ev.Metadata.Extra[metaInbox]; kept {
+	if _, kept := ev.Metadata.Extra[baton.InboxKey]; kept {
 		return nil
 	}
-	var q userQuery
+	var q baton.UserQueryPayload
 	if err := json.Unmarshal(ev.Payload, &q); err != nil {
 		return fmt.Errorf("%w: payload: %v", errIgnored, err)
 	}
@@ -687,10 +671,10 @@ func (r *run) takeStart(ctx context.Context) error {
 		return fmt.Errorf("read the inbox: %w", err)
 	}
 	for _, in := range ins {
-		if in.Event.Type != TypeRunStart {
+		if in.Event.Type != baton.TypeRunStart {
 			continue
 		}
-		var p startPayload
+		var p baton.RunStartPayload
 		_ = json.Unmarshal(in.Event.Payload, &p)
 		r.startMessage, r.startInput = p.Message, in.Event.ID
 		return nil
@@ -712,7 +696,7 @@ func (s *staged) consumes(id string) bool {
 // any more) taken, recording nothing, so that recovery does not publish it
 // again; it returns cause, or the error of the write.
 func (r *run) dropInput(ctx context.Context, ev baton.Event, cause error) error {
-	if _, kept := ev.Metadata.Extra[metaInbox]; !kept {
+	if _, kept := ev.Metadata.Extra[baton.InboxKey]; !kept {
 		return cause
 	}
 	status := r.st.chat.Status
@@ -725,17 +709,17 @@ func (r *run) dropInput(ctx context.Context, ev baton.Event, cause error) error 
 // afterUser decides who answers the person: the first matching rule whose
 // source is "user", else the agent that handed over to them, else the
 // initial agent.
-func (r *run) afterUser() handoffPayload {
+func (r *run) afterUser() baton.HandoffPayload {
 	if rule := r.pickRule(workflow.UserAgent); rule != nil &&
 		(rule.TransitionTarget == workflow.AgentTarget || rule.TransitionTarget == workflow.TerminateTarget) {
-		return handoffPayload{Kind: "handoff", From: workflow.UserAgent, To: rule.TargetAgent, HandoffType: rule.HandoffType,
+		return baton.HandoffPayload{Kind: "handoff", From: workflow.UserAgent, To: rule.TargetAgent, HandoffType: rule.HandoffType,
 			TransitionTarget: rule.TransitionTarget, Condition: rule.Condition}
 	}
 	to := r.st.revertedFrom
 	if to == "" {
 		to = r.wf.Config.Orchestration.InitialAgent
 	}
-	return handoffPayload{Kind: "handoff", From: workflow.UserAgent, To: to, HandoffType: "user_input", TransitionTarget: workflow.AgentTarget}
+	return baton.HandoffPayload{Kind: "handoff", From: workflow.UserAgent, To: to, HandoffType: "user_input", TransitionTarget: workflow.AgentTarget}
 }
 
 // pickRule returns the rule that fires for source after its turn
@@ -760,7 +744,7 @@ func (r *run) pickRule(source string) *workflow.HandoffRule {
 // are sealed, never recorded). After a lifecycle pause the chat resumes with
 // the internal resume signal (spec/synthetic-events.md).
 func (r *run) uiResponse(ctx context.Context, ev baton.Event) error {
-	var p uiResponse
+	var p baton.UIToolResponsePayload
 	if err := json.Unmarshal(ev.Payload, &p); err != nil {
 		return fmt.Errorf("%w: payload: %v", errIgnored, err)
 	}
@@ -783,7 +767,7 @@ func (r *run) uiResponse(ctx context.Context, ev baton.Event) error {
 		corr = st.turn.key
 	}
 	u := &baton.ChatUpdate{ResolvePending: []string{p.UIEventID}}
-	if _, kept := ev.Metadata.Extra[metaInbox]; kept {
+	if _, kept := ev.Metadata.Extra[baton.InboxKey]; kept {
 		u.ConsumeInputs = []string{ev.ID} // taken from the inbox in the append that records it
 	}
 	data := p.Data
@@ -813,7 +797,7 @@ func (r *run) uiResponse(ctx context.Context, ev baton.Event) error {
 		if secretNames != nil {
 			content = "Secrets received: " + strings.Join(secretNames, ", ") + "."
 		}
-		events = append(events, chatEvent(baton.TypeChatToolResponse, st.chat.ID, call.agent, toolResponsePayload{
+		events = append(events, baton.NewChatEvent(baton.TypeChatToolResponse, st.chat.ID, call.agent, baton.ToolResponsePayload{
 			Kind: "tool_response", Agent: call.agent, ToolName: call.name, ToolCallID: call.id, CallID: call.id, Corr: corr,
 			Status: result.Status, Success: result.OK(), Content: content, Payload: payload, UIEventID: p.UIEventID,
 			InteractionType: call.interaction, InputID: ev.ID,
@@ -834,11 +818,11 @@ func (r *run) uiResponse(ctx context.Context, ev baton.Event) error {
 	} else if call.interaction == interactionLifecycle {
 		// The pause had no text of the person's: resume with the signal,
 		// shown as the system's (its text is hidden; its bubble is not).
-		events = append(events, chatEvent(baton.TypeChatWorkflowResumed, st.chat.ID, systemAgent, resumedPayload{
+		events = append(events, baton.NewChatEvent(baton.TypeChatWorkflowResumed, st.chat.ID, systemAgent, baton.WorkflowResumedPayload{
 			Kind: "workflow_resumed", Reason: "lifecycle_tool", Agent: call.agent,
 		}))
 		events = append(events, r.synthetic(systemAgent, ResumeSignal)...)
-		events = append(events, chatEvent(baton.TypeChatText, st.chat.ID, systemAgent, textPayload{
+		events = append(events, baton.NewChatEvent(baton.TypeChatText, st.chat.ID, systemAgent, baton.TextPayload{
 			Kind: "text", Agent: systemAgent, Content: ResumeSignal, Index: st.texts, UIHidden: true,
 		}))
 		sys := systemAgent
@@ -849,7 +833,7 @@ func (r *run) uiResponse(ctx context.Context, ev baton.Event) error {
 
 // withInputID adds input_id to a tool_response payload.
 func withInputID(payload json.RawMessage, id string) json.RawMessage {
-	var p toolResponsePayload
+	var p baton.ToolResponsePayload
 	if json.Unmarshal(payload, &p) != nil {
 		return payload
 	}
@@ -861,7 +845,7 @@ func withInputID(payload json.RawMessage, id string) json.RawMessage {
 // startTurn records the native select_speaker that begins agent's turn.
 func (r *run) startTurn(ctx context.Context, agent string) error {
 	idx := r.st.turns
-	ev := chatEvent(baton.TypeChatSelectSpeaker, r.st.chat.ID, agent, selectSpeakerPayload{
+	ev := baton.NewChatEvent(baton.TypeChatSelectSpeaker, r.st.chat.ID, agent, baton.SelectSpeakerPayload{
 		Kind: "select_speaker", Agent: agent, Source: "native", TurnKey: turnKey(r.st.chat.ID, agent, idx), TurnIndex: idx,
 		Prompt: r.st.nextPrompt,
 	})
@@ -889,7 +873,7 @@ func (r *run) synthetic(sender, content string) []baton.Event {
 }
 
 func syntheticEvent(chatID, agent string, turns int) baton.Event {
-	return chatEvent(baton.TypeChatSelectSpeaker, chatID, agent, selectSpeakerPayload{
+	return baton.NewChatEvent(baton.TypeChatSelectSpeaker, chatID, agent, baton.SelectSpeakerPayload{
 		Kind: "select_speaker", Agent: agent, Source: "synthetic", Synthetic: true, TurnIndex: turns,
 	})
 }
@@ -1011,7 +995,7 @@ func (r *run) callModel(ctx context.Context) error {
 		events = append(events, *ctxEv)
 	}
 	usageRecorded := false
-	usageEv := chatEvent(baton.TypeChatUsageSummary, st.chat.ID, agent.Name, usagePayload{
+	usageEv := baton.NewChatEvent(baton.TypeChatUsageSummary, st.chat.ID, agent.Name, baton.UsageSummaryPayload{
 		Kind: "usage_summary", Agent: agent.Name, Model: cfg.Model, AgentMessageID: msgID,
 		PromptTokens: usage.PromptTokens, CompletionTokens: usage.CompletionTokens, CachedTokens: usage.CachedTokens,
 		ReasoningTokens: usage.ReasoningTokens, TotalTokens: usage.PromptTokens + usage.CompletionTokens, Cost: cost,
@@ -1084,7 +1068,7 @@ func (r *run) retryNotice(agent string, rt *baton.Retry) baton.Event {
 	default:
 		what = "the model failed"
 	}
-	return chatEvent(baton.TypeChatNotice, r.st.chat.ID, agent, baton.NoticePayload{
+	return baton.NewChatEvent(baton.TypeChatNotice, r.st.chat.ID, agent, baton.NoticePayload{
 		Kind: "notice", Code: baton.NoticeModelRetry, Agent: agent, Attempt: rt.Attempt, MaxAttempts: rt.MaxAttempts,
 		Message: fmt.Sprintf("%s; retrying (%d/%d)", what, rt.Attempt, rt.MaxAttempts),
 	})
@@ -1106,14 +1090,14 @@ func (r *run) interrupted(agent, msgID, key string, acc *llm.Accumulator) error 
 	var events []baton.Event
 	if text := acc.Text(); strings.TrimSpace(text) != "" {
 		events = append(events, r.synthetic(agent, text)...)
-		events = append(events, chatEvent(baton.TypeChatText, st.chat.ID, agent, textPayload{
+		events = append(events, baton.NewChatEvent(baton.TypeChatText, st.chat.ID, agent, baton.TextPayload{
 			Kind: "text", Agent: agent, Content: text, Index: st.texts, AgentMessageID: msgID,
 			UIHidden: r.isAutoToolAgent(agent), TurnKey: key, Interrupted: true,
 		}))
 	}
 	events = append(events,
-		chatEvent(baton.TypeChatHandoff, st.chat.ID, agent, handoffPayload{Kind: "handoff", From: agent, HandoffType: "interrupt", TransitionTarget: workflow.RevertToUserTarget}),
-		chatEvent(baton.TypeChatInputRequest, st.chat.ID, agent, inputRequestPayload{Kind: "input_request", Agent: agent, RequestID: "input_" + key + "_interrupt"}))
+		baton.NewChatEvent(baton.TypeChatHandoff, st.chat.ID, agent, baton.HandoffPayload{Kind: "handoff", From: agent, HandoffType: "interrupt", TransitionTarget: workflow.RevertToUserTarget}),
+		baton.NewChatEvent(baton.TypeChatInputRequest, st.chat.ID, agent, baton.InputRequestPayload{Kind: "input_request", Agent: agent, RequestID: "input_" + key + "_interrupt"}))
 	waiting := baton.ChatWaitingInput
 	r.stage(events, &baton.ChatUpdate{TurnAgent: &agent, Status: &waiting})
 	r.logger().Info("engine: model call interrupted by the person's message", "agent", agent, "message_id", msgID)
@@ -1123,7 +1107,7 @@ func (r *run) interrupted(agent, msgID, key string, acc *llm.Accumulator) error 
 // textEvent builds the chat.text of a model call; retract names the
 // streamed message a hidden text retracts (see hidden.go), if any.
 func (r *run) textEvent(agent, msgID, key, content string, toolOnly, hasCalls, hidden bool, usage baton.Usage, cost float64, retract string) baton.Event {
-	return chatEvent(baton.TypeChatText, r.st.chat.ID, agent, textPayload{
+	return baton.NewChatEvent(baton.TypeChatText, r.st.chat.ID, agent, baton.TextPayload{
 		Kind: "text", Agent: agent, Content: content, Index: r.st.texts, AgentMessageID: msgID,
 		Tokens: usage.PromptTokens + usage.CompletionTokens, Cost: cost, UIHidden: hidden,
 		HasToolCalls: hasCalls, ToolOnly: toolOnly, TurnKey: key, RetractMessageID: retract,
@@ -1143,7 +1127,7 @@ func (r *run) toolCallEvent(ctx context.Context, agent, msgID, key string, i int
 	if !json.Valid(args) {
 		args, _ = json.Marshal(c.Arguments) // keep the model's text; the tool call gets a validation error
 	}
-	p := toolCallPayload{Kind: "tool_call", Agent: agent, ToolName: c.Name, ToolCallID: id, Corr: key, Arguments: args, AgentMessageID: msgID, TurnKey: key}
+	p := baton.ToolCallPayload{Kind: "tool_call", Agent: agent, ToolName: c.Name, ToolCallID: id, Corr: key, Arguments: args, AgentMessageID: msgID, TurnKey: key}
 	var pending *baton.PendingRequest
 	if r.offeredTransfer(agent, c.Name) != nil {
 		p.Transfer = true
@@ -1165,7 +1149,7 @@ func (r *run) toolCallEvent(ctx context.Context, agent, msgID, key string, i int
 		// Otherwise the arguments were invalid: the call stays open and the
 		// tool step records the error for the model.
 	}
-	return chatEvent(baton.TypeChatToolCall, r.st.chat.ID, agent, p), pending, nil
+	return baton.NewChatEvent(baton.TypeChatToolCall, r.st.chat.ID, agent, p), pending, nil
 }
 
 // runTool runs one open tool call and records its response.
@@ -1242,7 +1226,7 @@ func (r *run) runTool(ctx context.Context, oc openCall) error {
 			}
 		}
 	}
-	events := []baton.Event{chatEvent(baton.TypeChatToolResponse, r.st.chat.ID, oc.agent, toolResponsePayload{
+	events := []baton.Event{baton.NewChatEvent(baton.TypeChatToolResponse, r.st.chat.ID, oc.agent, baton.ToolResponsePayload{
 		Kind: "tool_response", Agent: oc.agent, ToolName: oc.name, ToolCallID: oc.id, CallID: oc.id, Corr: t.key,
 		Status: res.Status, Success: res.OK(), Content: res.Content, Payload: res.UI,
 	})}
@@ -1259,7 +1243,7 @@ func (r *run) runTool(ctx context.Context, oc openCall) error {
 // durable (and sent) before the tool starts.
 func (r *run) recovering(ctx context.Context, oc openCall) error {
 	r.logger().Warn("engine: tool call interrupted by a process that is gone; running it again with the same effect key", "tool", oc.name, "tool_call_id", oc.id)
-	r.stage([]baton.Event{chatEvent(baton.TypeChatNotice, r.st.chat.ID, oc.agent, baton.NoticePayload{
+	r.stage([]baton.Event{baton.NewChatEvent(baton.TypeChatNotice, r.st.chat.ID, oc.agent, baton.NoticePayload{
 		Kind: "notice", Code: baton.NoticeToolRecovery, Agent: oc.agent, Tool: oc.name, ToolCallID: oc.id,
 		Message: fmt.Sprintf("Recovering the interrupted call of %s.", oc.name),
 	})}, nil)
@@ -1325,7 +1309,7 @@ func (r *run) toolDefs(ctx context.Context, agent string) ([]baton.ToolDef, erro
 
 // transferRule returns the llm rule of agent whose transfer tool is name.
 // Whether it may fire is decided once, when the model's call is recorded
-// (offeredTransfer): the call is then a transfer (toolCallPayload.Transfer)
+// (offeredTransfer): the call is then a transfer (baton.ToolCallPayload.Transfer)
 // whatever the tools of its turn change afterwards.
 func (r *run) transferRule(agent, name string) *workflow.HandoffRule {
 	for _, rule := range r.wf.HandoffRules(agent) {
@@ -1397,7 +1381,7 @@ func (r *run) textDerived(agent, text string) (hidden bool, patch map[string]jso
 		}
 	}
 	if patch != nil {
-		e := chatEvent(baton.TypeChatContextUpdated, r.st.chat.ID, agent, contextPayload{Kind: "context_updated", Agent: agent, Variables: patch, Trigger: trigger})
+		e := baton.NewChatEvent(baton.TypeChatContextUpdated, r.st.chat.ID, agent, baton.ContextUpdatedPayload{Kind: "context_updated", Agent: agent, Variables: patch, Trigger: trigger})
 		ev = &e
 	}
 	return hidden, patch, ev
@@ -1424,7 +1408,7 @@ func (r *run) toolDerived(agent, name string, ok bool, updates map[string]json.R
 	if len(patch) == 0 {
 		return nil, nil
 	}
-	ev := chatEvent(baton.TypeChatContextUpdated, r.st.chat.ID, agent, contextPayload{Kind: "context_updated", Agent: agent, Variables: patch, Trigger: trigger})
+	ev := baton.NewChatEvent(baton.TypeChatContextUpdated, r.st.chat.ID, agent, baton.ContextUpdatedPayload{Kind: "context_updated", Agent: agent, Variables: patch, Trigger: trigger})
 	return patch, &ev
 }
 
@@ -1440,15 +1424,15 @@ func (r *run) handoff(ctx context.Context) error {
 	if chosen == nil {
 		chosen = r.pickRule(t.agent)
 	}
-	h := handoffPayload{Kind: "handoff", From: t.agent, HandoffType: "default", TransitionTarget: workflow.RevertToUserTarget}
+	h := baton.HandoffPayload{Kind: "handoff", From: t.agent, HandoffType: "default", TransitionTarget: workflow.RevertToUserTarget}
 	if chosen != nil {
 		h.To, h.HandoffType, h.TransitionTarget, h.Condition = chosen.TargetAgent, chosen.HandoffType, chosen.TransitionTarget, chosen.Condition
 	}
-	events := []baton.Event{chatEvent(baton.TypeChatHandoff, st.chat.ID, t.agent, h)}
+	events := []baton.Event{baton.NewChatEvent(baton.TypeChatHandoff, st.chat.ID, t.agent, h)}
 	u := &baton.ChatUpdate{}
 	switch h.TransitionTarget {
 	case workflow.RevertToUserTarget:
-		events = append(events, chatEvent(baton.TypeChatInputRequest, st.chat.ID, t.agent, inputRequestPayload{
+		events = append(events, baton.NewChatEvent(baton.TypeChatInputRequest, st.chat.ID, t.agent, baton.InputRequestPayload{
 			Kind: "input_request", Agent: t.agent, RequestID: "input_" + t.key,
 		}))
 		waiting := baton.ChatWaitingInput
@@ -1462,7 +1446,7 @@ func (r *run) handoff(ctx context.Context) error {
 }
 
 func (r *run) completeEvent(status, reason string) baton.Event {
-	return chatEvent(baton.TypeChatRunComplete, r.st.chat.ID, "", runCompletePayload{
+	return baton.NewChatEvent(baton.TypeChatRunComplete, r.st.chat.ID, "", baton.RunCompletePayload{
 		Kind: "run_complete", Status: status, Reason: reason, TotalTurns: r.st.turns,
 	})
 }
@@ -1484,7 +1468,7 @@ func (r *run) complete(ctx context.Context, status, reason string) error {
 // the turn stays open, and a retry (run.resume, or the person's message)
 // goes on from it.
 func (r *run) fail(ctx context.Context, agent string, cause error) error {
-	p := errorPayload{Kind: "error", Agent: agent, Message: baton.ErrorMessage(cause), Code: baton.ErrorCode(cause), Retryable: true}
+	p := baton.ErrorPayload{Kind: "error", Agent: agent, Message: baton.ErrorMessage(cause), Code: baton.ErrorCode(cause), Retryable: true}
 	var pe *baton.ProviderError
 	if errors.As(cause, &pe) {
 		p.Message, p.Code = pe.ClientMessage(), string(pe.Kind) // the whole error goes to the log below
@@ -1495,7 +1479,7 @@ func (r *run) fail(ctx context.Context, agent string, cause error) error {
 	}
 	r.logger().Warn("engine: run failed", "agent", agent, "err", cause)
 	failed := baton.ChatFailed
-	return r.record(ctx, []baton.Event{chatEvent(baton.TypeChatError, r.st.chat.ID, agent, p)}, &baton.ChatUpdate{Status: &failed})
+	return r.record(ctx, []baton.Event{baton.NewChatEvent(baton.TypeChatError, r.st.chat.ID, agent, p)}, &baton.ChatUpdate{Status: &failed})
 }
 
 // pricing converts the workflow's pricing overrides.

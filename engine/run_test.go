@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/engine"
 	"github.com/batonhq/baton/tool"
 	"github.com/batonhq/baton/workflow"
 )
@@ -149,7 +148,7 @@ func TestMaxConsecutiveAutoReply(t *testing.T) {
 
 func TestConditionHandoffAndStartContext(t *testing.T) {
 	h := newHarness(t, withWorkflows(loopDir), withTools(bumpTool(new(atomic.Int64))))
-	c, err := h.eng.Start(context.Background(), testScope, "loop", engine.StartOptions{Context: map[string]json.RawMessage{"stop": json.RawMessage("true")}})
+	c, err := h.eng.Start(context.Background(), testScope, "loop", baton.StartOptions{Context: map[string]json.RawMessage{"stop": json.RawMessage("true")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,10 +163,10 @@ func TestConditionHandoffAndStartContext(t *testing.T) {
 		"chat.handoff  Ping ->  TerminateTarget (condition)",
 		"chat.run_complete  success",
 	})
-	if _, err := h.eng.Start(context.Background(), testScope, "loop", engine.StartOptions{Context: map[string]json.RawMessage{"nope": json.RawMessage("1")}}); !errors.Is(err, baton.ErrInvalid) {
+	if _, err := h.eng.Start(context.Background(), testScope, "loop", baton.StartOptions{Context: map[string]json.RawMessage{"nope": json.RawMessage("1")}}); !errors.Is(err, baton.ErrInvalid) {
 		t.Fatalf("unknown start variable: %v, want invalid", err)
 	}
-	if _, err := h.eng.Start(context.Background(), testScope, "missing", engine.StartOptions{}); !errors.Is(err, baton.ErrNotFound) {
+	if _, err := h.eng.Start(context.Background(), testScope, "missing", baton.StartOptions{}); !errors.Is(err, baton.ErrNotFound) {
 		t.Fatalf("unknown workflow: %v, want not found", err)
 	}
 }
@@ -302,7 +301,7 @@ func TestThousandConcurrentChats(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := h.eng.Start(context.Background(), testScope, "loop", engine.StartOptions{Context: map[string]json.RawMessage{"stop": json.RawMessage("true")}})
+			c, err := h.eng.Start(context.Background(), testScope, "loop", baton.StartOptions{Context: map[string]json.RawMessage{"stop": json.RawMessage("true")}})
 			if err != nil {
 				t.Error(err)
 				return
@@ -354,7 +353,7 @@ func TestInput_RetriedPublishIsHandledOnce(t *testing.T) {
 	id := start(t, h, "generator")
 	h.waitStatus(id, baton.ChatWaitingInput)
 	raw, _ := json.Marshal(map[string]string{"content": "A newsletter, please.", "source": "ws"})
-	input := engine.InputEvent(testScope, baton.TypeUserQuery, id, raw)
+	input := baton.NewInput(testScope, baton.TypeUserQuery, id, raw)
 	if err := h.bus.Publish(context.Background(), input); err != nil {
 		t.Fatal(err)
 	}

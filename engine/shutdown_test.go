@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/engine"
 	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/tool"
 )
@@ -50,7 +49,7 @@ func TestShutdown_ToolFinishingDuringDrainIsCounted(t *testing.T) {
 	go func() { closed <- h.bus.Close(ctx) }()
 	// Wait until the drain has begun: an input from outside is refused.
 	for {
-		err := h.bus.Publish(ctx, engine.InputEvent(testScope, "probe.shutdown", "probe-chat", nil))
+		err := h.bus.Publish(ctx, baton.NewInput(testScope, "probe.shutdown", "probe-chat", nil))
 		if errors.Is(err, baton.ErrClosed) {
 			break
 		}

@@ -8,12 +8,11 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
-	"github.com/batonhq/baton/engine"
 )
 
 // countingRecorder counts the appends of a run and the events in them.
 type countingRecorder struct {
-	engine.Recorder
+	baton.Recorder
 	mu      sync.Mutex
 	appends []int // events per append
 }
@@ -44,7 +43,7 @@ func (c *countingRecorder) take() []int {
 func TestTurn_StagedStepsAreRecordedBeforeEachModelCall(t *testing.T) {
 	cr := &countingRecorder{}
 	h := newHarness(t, withWorkflows(loopDir), withTools(lookupTool), turnProvider(),
-		withRecorder(func(r engine.Recorder) engine.Recorder { cr.Recorder = r; return cr }))
+		withRecorder(func(r baton.Recorder) baton.Recorder { cr.Recorder = r; return cr }))
 	id := start(t, h, "assistant")
 	h.waitStatus(id, baton.ChatWaitingInput)
 	cr.take()

@@ -209,7 +209,7 @@ func (st *state) apply(ev *baton.Event) {
 	}
 	switch ev.Type {
 	case baton.TypeChatSelectSpeaker:
-		var p selectSpeakerPayload
+		var p baton.SelectSpeakerPayload
 		decodeSelectSpeaker(ev.Payload, &p, st.names)
 		st.selected = p.Agent
 		if p.Source == "native" {
@@ -218,7 +218,7 @@ func (st *state) apply(ev *baton.Event) {
 			st.turns = p.TurnIndex + 1
 		}
 	case baton.TypeChatText:
-		var p textPayload
+		var p baton.TextPayload
 		decodeText(ev.Payload, &p, st.names)
 		st.texts++
 		st.turnAgent = p.Agent
@@ -259,7 +259,7 @@ func (st *state) apply(ev *baton.Event) {
 			}
 		}
 	case baton.TypeChatToolCall:
-		var p toolCallPayload
+		var p baton.ToolCallPayload
 		decodeToolCall(ev.Payload, &p, st.names)
 		oc := openCall{id: p.ToolCallID, name: p.ToolName, agent: p.Agent, args: p.Arguments, transfer: p.Transfer,
 			interaction: p.InteractionType, uiEventID: p.UIEventID, pendingKind: p.PendingKind}
@@ -307,7 +307,7 @@ func (st *state) apply(ev *baton.Event) {
 			}
 		}
 	case baton.TypeChatToolResponse:
-		var p toolResponsePayload
+		var p baton.ToolResponsePayload
 		decodeToolResponse(ev.Payload, &p, st.names)
 		st.rememberInput(p.InputID)
 		switch p.InteractionType {
@@ -338,18 +338,18 @@ func (st *state) apply(ev *baton.Event) {
 			t.open = removeCall(t.open, p.ToolCallID)
 		}
 	case baton.TypeChatStructuredOutputReady:
-		var p structuredPayload
+		var p baton.StructuredOutputPayload
 		decodeStructured(ev.Payload, &p, st.names)
 		if t := st.turn; t != nil {
 			t.structured, t.model = p.Data, p.ModelName
 		}
 	case baton.TypeChatContextUpdated:
-		var p contextPayload
+		var p baton.ContextUpdatedPayload
 		decodeContext(ev.Payload, &p, st.names)
 		maps.Copy(st.vars, p.Variables)
 		st.varsChanged()
 	case baton.TypeChatHandoff:
-		var p handoffPayload
+		var p baton.HandoffPayload
 		decodeHandoff(ev.Payload, &p, st.names)
 		st.turn = nil
 		if p.From == workflow.UserAgent && st.done {
@@ -373,7 +373,7 @@ func (st *state) apply(ev *baton.Event) {
 			st.terminating = true
 		}
 	case baton.TypeChatInputRequest:
-		var p inputRequestPayload
+		var p baton.InputRequestPayload
 		decodeInputRequest(ev.Payload, &p, st.names)
 		st.next = workflow.UserAgent
 		if p.Agent != "" && p.Agent != workflow.UserAgent {

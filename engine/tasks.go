@@ -165,7 +165,7 @@ func (e *Engine) finishTask(ctx context.Context, tasks baton.TaskStore, scope ba
 		e.log.Warn("task: record outcome", "task_id", t.ID, "err", err)
 	}
 	raw, _ := json.Marshal(payload)
-	ev := InputEvent(scope, typ, t.ChatID, raw)
+	ev := baton.NewInput(scope, typ, t.ChatID, raw)
 	ev.ID = "task_" + t.ID + "_" + string(status) // one event per outcome, however often it is reported
 	ev.Metadata.Source = baton.SourceTool
 	if err := e.bus.Publish(ctx, ev); err != nil {

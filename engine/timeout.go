@@ -94,8 +94,8 @@ func (e *Engine) sweepUITimeouts(ctx context.Context, now time.Time) error {
 			if p.Kind != baton.PendingUITool || t == nil || t.TimeoutSeconds <= 0 || now.Before(p.CreatedAt.Add(t.Timeout())) {
 				continue
 			}
-			payload, _ := json.Marshal(uiResponse{UIEventID: p.UIEventID, Status: uiStatusTimeout})
-			ev := InputEvent(baton.Scope{App: c.App, User: c.User}, baton.TypeUIToolResponse, c.ID, payload)
+			payload, _ := json.Marshal(baton.UIToolResponsePayload{UIEventID: p.UIEventID, Status: uiStatusTimeout})
+			ev := baton.NewInput(baton.Scope{App: c.App, User: c.User}, baton.TypeUIToolResponse, c.ID, payload)
 			ev.ID = "timeout_" + p.UIEventID
 			ev.Metadata.Source = baton.SourceSystem
 			if err := e.bus.Publish(ctx, ev); err != nil {

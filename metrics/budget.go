@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/engine"
 	"github.com/batonhq/baton/workflow"
 )
 
@@ -47,8 +46,10 @@ type BudgetConfig struct {
 // else the in-memory figures), then the app's limits against the app's
 // total. The first check of an app loads its persisted total once
 // (StatsStore.AppStats); later checks read memory. A store error is
-// returned, and the engine lets the call go ahead (invariant 9).
-func (c *Collector) Budget(cfg BudgetConfig) engine.BudgetFunc {
+// returned, and the engine lets the call go ahead (invariant 9). The hook's
+// type is engine.BudgetFunc's, spelled out so that metrics does not import
+// the engine.
+func (c *Collector) Budget(cfg BudgetConfig) func(ctx context.Context, scope baton.Scope, chat baton.Chat, wf *workflow.Workflow) (exceeded bool, reason string, err error) {
 	return func(ctx context.Context, scope baton.Scope, chat baton.Chat, wf *workflow.Workflow) (bool, string, error) {
 		chatLimits := cfg.Chat
 		if wf != nil && (wf.Config.Budget.MaxTokens > 0 || wf.Config.Budget.MaxCostUSD > 0) {

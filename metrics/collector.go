@@ -36,7 +36,6 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
-	"github.com/batonhq/baton/engine"
 )
 
 // Defaults of Options.
@@ -53,7 +52,7 @@ var patterns = []string{
 	"chat.*",
 	baton.TypeStreamStart, baton.TypeStreamText, baton.TypeStreamCompleted, baton.TypeStreamError,
 	baton.TypeToolExecuted, baton.TypeToolError,
-	engine.TypeRunStart, engine.TypeRunResume, baton.TypeUserQuery, baton.TypeUIToolResponse,
+	baton.TypeRunStart, baton.TypeRunResume, baton.TypeUserQuery, baton.TypeUIToolResponse,
 }
 
 // ChatLookup returns a chat of scope; baton.ChatStore's GetChat is one. The
@@ -378,8 +377,8 @@ func (c *Collector) Observe(ev baton.Event) {
 		}
 		c.mu.Unlock()
 		return
-	case engine.TypeRunStart, engine.TypeRunResume, baton.TypeUserQuery, baton.TypeUIToolResponse:
-		scope := engine.ScopeOf(ev)
+	case baton.TypeRunStart, baton.TypeRunResume, baton.TypeUserQuery, baton.TypeUIToolResponse:
+		scope := ev.Metadata.Scope()
 		c.mu.Lock()
 		ch := c.chat(chatID, now)
 		c.setScope(ch, scope)

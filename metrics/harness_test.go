@@ -158,7 +158,7 @@ func (h *harness) close() {
 
 func (h *harness) start(wf string) string {
 	h.t.Helper()
-	c, err := h.eng.Start(h.inputCtx, testScope, wf, engine.StartOptions{})
+	c, err := h.eng.Start(h.inputCtx, testScope, wf, baton.StartOptions{})
 	if err != nil {
 		h.t.Fatalf("start %s: %v", wf, err)
 	}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
-	"github.com/batonhq/baton/engine"
 	"github.com/batonhq/baton/metrics"
 )
 
@@ -140,7 +139,7 @@ func TestTracer_ChatsBoundedByCount(t *testing.T) {
 	tr := metrics.NewTracer(bs, tp, nil).WithMaxChats(2)
 	scope := baton.Scope{App: "acme", User: "ada"}
 	for i := range 3 {
-		tr.Observe(engine.InputEvent(scope, engine.TypeRunStart, fmt.Sprintf("chat-%d", i), nil))
+		tr.Observe(baton.NewInput(scope, baton.TypeRunStart, fmt.Sprintf("chat-%d", i), nil))
 	}
 	spans := exp.GetSpans()
 	if len(spans) != 1 {

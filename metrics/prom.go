@@ -10,7 +10,6 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
-	"github.com/batonhq/baton/engine"
 )
 
 // promMetrics are the Prometheus series. Labels are bounded: workflow,
@@ -178,11 +177,11 @@ func (c *Collector) WSDropped() { c.prom.wsDrops.Inc() }
 // collector. It adds a clock read and a map lookup to the run path,
 // nothing that can block.
 type TimedRecorder struct {
-	Next      engine.Recorder
+	Next      baton.Recorder
 	Collector *Collector
 }
 
-var _ engine.Recorder = TimedRecorder{}
+var _ baton.Recorder = TimedRecorder{}
 
 // Record records through Next and measures it.
 func (r TimedRecorder) Record(ctx context.Context, scope baton.Scope, chatID string, events []baton.Event, u *baton.ChatUpdate) ([]baton.Event, error) {

@@ -17,13 +17,13 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
 	sdkresource "go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
-	"github.com/batonhq/baton/engine"
 )
 
 // tracePatterns are the events the tracer observes.
@@ -31,7 +31,7 @@ var tracePatterns = []string{
 	baton.TypeChatSelectSpeaker, baton.TypeChatHandoff, baton.TypeChatToolCall, baton.TypeChatToolResponse,
 	baton.TypeChatUsageSummary, baton.TypeChatRunComplete, baton.TypeChatError, baton.TypeChatInputRequest,
 	baton.TypeStreamStart, baton.TypeStreamCompleted, baton.TypeStreamError,
-	engine.TypeRunStart, engine.TypeRunResume, baton.TypeUserQuery, baton.TypeUIToolResponse,
+	baton.TypeRunStart, baton.TypeRunResume, baton.TypeUserQuery, baton.TypeUIToolResponse,
 }
 
 // Tracer turns observed events into OpenTelemetry spans that follow the
@@ -44,7 +44,7 @@ var tracePatterns = []string{
 //	│  └─ execute_tool {tool}      chat.tool_call to its chat.tool_response
 //
 // Every span carries gen_ai.conversation.id, the chat's id. A run links
-// to the span of the request that brought its input (engine.TraceParentOf).
+// to the span of the request that brought its input (Metadata.TraceParent).
 //
 // A run ends at chat.run_complete, chat.error, chat.input_request, or when
 // the chat's next input arrives (a pause for a person). A tool call that
@@ -344,7 +344,7 @@ func (t *Tracer) Observe(ev baton.Event) {
 	chatID := ev.ChatID()
 	ct, _ := t.chats.get(chatID)
 	switch ev.Type {
-	case engine.TypeRunStart, engine.TypeRunResume, baton.TypeUserQuery, baton.TypeUIToolResponse:
+	case baton.TypeRunStart, baton.TypeRunResume, baton.TypeUserQuery, baton.TypeUIToolResponse:
 		if ct != nil && ct.root != nil {
 			t.endRun(ct, ct.last, nil) // the previous run paused
 		}
@@ -352,11 +352,11 @@ func (t *Tracer) Observe(ev baton.Event) {
 			ct = &chatTrace{chatID: chatID, calls: map[string]trace.Span{}, tools: map[string]trace.Span{}}
 			t.chats.put(chatID, ct)
 		}
-		scope := engine.ScopeOf(ev)
+		scope := ev.Metadata.Scope()
 		opts := []trace.SpanStartOption{trace.WithTimestamp(ts), trace.WithSpanKind(trace.SpanKindInternal),
 			trace.WithAttributes(attribute.String("gen_ai.conversation.id", chatID), attribute.String("baton.app", scope.App),
 				attribute.String("baton.input", ev.Type))}
-		if caller := engine.TraceParentOf(ev); caller.IsValid() {
+		if caller := traceParentOf(ev); caller.IsValid() {
 			// The request that brought the input is in its caller's trace;
 			// the run is in the chat's, and links to it.
 			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: caller,
@@ -539,4 +539,14 @@ func (t *Tracer) endRun(ct *chatTrace, ts time.Time, err error) {
 		ct.root.End(trace.WithTimestamp(ts))
 		ct.root, ct.rootCtx = nil, nil
 	}
+}
+
+// traceParentOf returns the span context an input event's traceparent
+// names (engine.WithTraceParent sets it), or an invalid one.
+func traceParentOf(ev baton.Event) trace.SpanContext {
+	if ev.Metadata.TraceParent == "" {
+		return trace.SpanContext{}
+	}
+	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": ev.Metadata.TraceParent})
+	return trace.SpanContextFromContext(ctx)
 }

@@ -13,7 +13,6 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
-	"github.com/batonhq/baton/engine"
 	"github.com/google/uuid"
 )
 
@@ -110,7 +109,7 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	opts := engine.StartOptions{Message: req.Message, Context: req.Context}
+	opts := baton.StartOptions{Message: req.Message, Context: req.Context}
 	wf := r.PathValue("workflow")
 	var chat baton.Chat
 	status := http.StatusCreated
@@ -334,7 +333,7 @@ func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) {
 		}
 		s.hub.kickChat(id, kickDeleted)
 		payload, _ := json.Marshal(map[string]string{"chat_id": id})
-		ev := engine.InputEvent(p.scope, baton.TypeSessionDeleted, id, payload)
+		ev := baton.NewInput(p.scope, baton.TypeSessionDeleted, id, payload)
 		ev.Metadata.Source = baton.SourceSystem
 		if err := s.cfg.Bus.Publish(r.Context(), ev); err != nil {
 			s.log.Warn("server: publish session.deleted", "chat_id", id, "err", err)
@@ -600,8 +599,7 @@ func (s *Server) handlePrompt(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return err
 		}
-		payload, _ := json.Marshal(map[string]string{"sessionId": id, "content": content, "source": "api"})
-		ev := engine.InputEvent(p.scope, baton.TypeUserQuery, id, payload)
+		ev := baton.NewUserQuery(p.scope, id, content, "api")
 		if key != "" {
 			ev.ID = inputEventID(p.scope, id, key)
 		}
@@ -688,17 +686,11 @@ func (s *Server) handleExternalEvent(w http.ResponseWriter, r *http.Request) {
 		if bus.Remote(ev) {
 			return baton.Errorf(baton.EINVALID, "metadata.%s: reserved to the runtime", bus.OriginKey)
 		}
-		if _, ok := ev.Metadata.Extra[engine.InboxKey]; ok {
-			return baton.Errorf(baton.EINVALID, "metadata.%s: reserved to the runtime", engine.InboxKey)
+		if _, ok := ev.Metadata.Extra[baton.InboxKey]; ok {
+			return baton.Errorf(baton.EINVALID, "metadata.%s: reserved to the runtime", baton.InboxKey)
 		}
 		// The scope comes from the key, never from the client's metadata.
-		scoped := engine.InputEvent(p.scope, ev.Type, ev.ChatID(), nil)
-		if ev.Metadata.Extra == nil {
-			ev.Metadata.Extra = map[string]json.RawMessage{}
-		}
-		for k, v := range scoped.Metadata.Extra {
-			ev.Metadata.Extra[k] = v
-		}
+		ev.Metadata.SetScope(p.scope)
 		switch ev.Metadata.Source {
 		case "":
 			ev.Metadata.Source = baton.SourceEnv

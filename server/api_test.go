@@ -371,10 +371,8 @@ func TestEndpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var app string
-	_ = json.Unmarshal(got.Metadata.Extra["app"], &app)
-	if app != "acme" || got.Metadata.Source != baton.SourceEnv {
-		t.Fatalf("external event scope: app %q source %q: the client's metadata must not choose the tenant", app, got.Metadata.Source)
+	if app := got.Metadata.App; app != "acme" || got.Metadata.Source != baton.SourceEnv {
+		t.Fatalf("external event scope: app %q source %q: the client's metadata must not choose the tenant", got.Metadata.App, got.Metadata.Source)
 	}
 	select {
 	case dup := <-sub.C():

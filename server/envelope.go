@@ -1,22 +1,16 @@
 package server
 
 import (
-	"bytes"
 	"encoding/json"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/workflow"
 )
 
-// The envelope filter decides which events a client of a chat sees and
-// builds the envelope it sees (spec/runtime-lifecycle.md Phase 3):
-//
-//	{"type": "chat.text", "data": {…payload, "is_visual", "is_structured_capable", "is_tool_agent", "sequence"}, "timestamp": "…"}
+// The envelope filter decides which events a client of a chat sees; the
+// envelope it sees (baton.Envelope) is encoded by baton.Event.AppendEnvelope.
 //
 // The same function builds live envelopes and replayed ones (WebSocket, SSE
 // and the history endpoint), so a client sees the same subsequence of the
@@ -29,31 +23,13 @@ const (
 	agentSystem = "system"
 )
 
-// eventView is the part of a payload the filter looks at.
-type eventView struct {
-	Agent            string `json:"agent"`
-	From             string `json:"from"`
-	To               string `json:"to"`
-	UIEventID        string `json:"ui_event_id"`
-	AwaitingResponse bool   `json:"awaiting_response"`
-}
-
-// viewOf parses the part of a payload the filter looks at; a payload of
-// another shape has no agent. (A function of its own, so that only recorded
-// events pay for the view json.Unmarshal moves to the heap.)
-func viewOf(payload []byte) eventView {
-	var v eventView
-	_ = json.Unmarshal(payload, &v)
-	return v
-}
-
 // visible reports whether a client of a chat of wf may see ev, and the agent
 // the event is about. A nil wf (the server does not know the chat's
 // workflow: it runs no engine, or the workflow was removed) fails closed:
 // the person's, the system's and agent-less events, and the types the UI
 // needs whoever the agent (select_speaker among them), are shown; no agent's text, tool calls or
 // context updates are, since any agent might be internal.
-func visible(wf *workflow.Workflow, ev *baton.Event, v *eventView) bool {
+func visible(wf *workflow.Workflow, ev *baton.Event, v *baton.EventView) bool {
 	isVisual := func(agent string) bool {
 		switch agent {
 		case "", agentUser, agentSystem:
@@ -89,15 +65,10 @@ func visible(wf *workflow.Workflow, ev *baton.Event, v *eventView) bool {
 // the process (`baton chat`), so that they hide what the streams hide. It
 // leaves ui_hidden and tool_only texts to the client, as the web UI does.
 func Visible(wf *workflow.Workflow, ev *baton.Event) bool {
-	var v eventView
-	switch {
-	case baton.IsStreamType(ev.Type):
-		v.Agent = ev.Metadata.TriggerAgentName
-	case baton.IsChatType(ev.Type):
-		v = viewOf(ev.Payload)
-	default:
+	if !baton.IsStreamType(ev.Type) && !baton.IsChatType(ev.Type) {
 		return false
 	}
+	v := ev.View()
 	return visible(wf, ev, &v)
 }
 
@@ -175,44 +146,17 @@ func (f *frame) recycle() {
 	framePool.Put(f)
 }
 
-// appendEnvelope applies the filter to ev and appends its envelope to dst
-// (growing it, if need be, to the envelope's size at once); false when the
-// filter hides it.
+// appendEnvelope applies the filter to ev and appends its envelope
+// (baton.Event.AppendEnvelope) to dst; false when the filter hides it.
 func appendEnvelope(dst []byte, wf *workflow.Workflow, ev *baton.Event) ([]byte, bool) {
 	if !baton.IsChatType(ev.Type) && !baton.IsStreamType(ev.Type) {
 		return dst, false
 	}
-	var v eventView
-	stream := baton.IsStreamType(ev.Type)
-	if stream {
-		// Stream deltas are the bulk of the traffic: their agent is in the
-		// metadata (llm.StreamEvent), so the payload is not parsed.
-		v.Agent = ev.Metadata.TriggerAgentName
-	} else {
-		v = viewOf(ev.Payload)
-	}
+	v := ev.View()
 	if !visible(wf, ev, &v) {
 		return dst, false
 	}
-	payload := bytes.TrimSpace(ev.Payload)
-	if ev.Type == baton.TypeChatContextUpdated {
-		payload = withoutReserved(payload)
-	}
-	b := dst
-	if need := len(b) + len(payload) + len(ev.Type) + len(ev.ChatID()) + envelopeOverhead; cap(b) < need {
-		b = append(make([]byte, 0, need), b...) // one allocation of the right size
-	}
-	b = append(b, `{"type":`...)
-	b = appendJSONString(b, ev.Type)
-	b = append(b, `,"data":`...)
-	if len(payload) < 2 || payload[0] != '{' {
-		b = append(b, '{')
-	} else {
-		b = append(b, payload[:len(payload)-1]...)
-		if len(bytes.TrimSpace(payload[1:len(payload)-1])) > 0 {
-			b = append(b, ',')
-		}
-	}
+	var flags baton.AgentFlags
 	if baton.IsChatType(ev.Type) {
 		agent := v.Agent
 		if agent == "" {
@@ -222,80 +166,13 @@ func appendEnvelope(dst []byte, wf *workflow.Workflow, ev *baton.Event) ([]byte,
 		if wf != nil {
 			a = wf.Agent(agent)
 		}
-		b = append(b, `"is_visual":`...)
-		b = strconv.AppendBool(b, wf != nil && wf.IsVisual(agent))
-		b = append(b, `,"is_structured_capable":`...)
-		b = strconv.AppendBool(b, a != nil && a.IsStructuredCapable())
-		b = append(b, `,"is_tool_agent":`...)
-		b = strconv.AppendBool(b, a != nil && a.IsToolAgent())
-		b = append(b, `,"sequence":`...)
-		b = strconv.AppendInt(b, ev.Sequence, 10)
-	} else {
-		b = append(b, `"chat_id":`...)
-		b = appendJSONString(b, ev.ChatID())
-	}
-	b = append(b, `},"timestamp":"`...)
-	b = time.UnixMilli(ev.Timestamp).UTC().AppendFormat(b, timestampLayout)
-	b = append(b, `"}`...)
-	// A payload that is not a JSON object is never sent half-formed. Stream
-	// payloads are built by llm.StreamEvent and always are objects.
-	if !stream && !json.Valid(b[len(dst):]) {
-		return dst, false
-	}
-	return b, true
-}
-
-// appendJSONString appends s as a JSON string. Event types and chat ids are
-// plain ASCII (baton.ValidateType, the stores' ids), which is copied as it
-// is; anything else goes through encoding/json's escaping.
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s)
-			return append(b, q...)
+		flags = baton.AgentFlags{
+			Visual:            wf != nil && wf.IsVisual(agent),
+			StructuredCapable: a != nil && a.IsStructuredCapable(),
+			ToolAgent:         a != nil && a.IsToolAgent(),
 		}
 	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
-}
-
-// envelopeOverhead is what appendEnvelope adds to a payload, its type and its
-// chat id (plain ASCII): the fixed keys, three booleans, a sequence and a
-// timestamp.
-const envelopeOverhead = len(`{"type":"","data":{,"is_visual":false,"is_structured_capable":false,"is_tool_agent":false,"sequence":-9223372036854775808},"timestamp":"+275760-09-13T00:00:00.000Z"}`) + 8
-
-// timestampLayout is the envelope's timestamp: RFC 3339 in UTC, milliseconds.
-const timestampLayout = "2006-01-02T15:04:05.000Z07:00"
-
-// withoutReserved removes context variables whose names start with "__"
-// (the sealed __secrets and any other runtime-reserved variable) from a
-// chat.context_updated payload.
-func withoutReserved(payload []byte) []byte {
-	var p map[string]json.RawMessage
-	if json.Unmarshal(payload, &p) != nil {
-		return payload
-	}
-	var vars map[string]json.RawMessage
-	if json.Unmarshal(p["variables"], &vars) != nil || vars == nil {
-		return payload
-	}
-	changed := false
-	for k := range vars {
-		if strings.HasPrefix(k, "__") {
-			delete(vars, k)
-			changed = true
-		}
-	}
-	if !changed {
-		return payload
-	}
-	p["variables"], _ = json.Marshal(vars)
-	out, err := json.Marshal(p)
-	if err != nil {
-		return payload
-	}
-	return out
+	return ev.AppendEnvelope(dst, flags)
 }
 
 // clientContext returns the context snapshot a client may see: every
@@ -305,7 +182,7 @@ func clientContext(raw json.RawMessage) map[string]json.RawMessage {
 	_ = json.Unmarshal(raw, &vars)
 	out := make(map[string]json.RawMessage, len(vars))
 	for k, v := range vars {
-		if !strings.HasPrefix(k, "__") {
+		if !baton.IsReservedVariable(k) {
 			out[k] = v
 		}
 	}

@@ -116,17 +116,6 @@ func TestEnvelopeFilter(t *testing.T) {
 	}
 }
 
-// TestAppendJSONString: the envelope's type and chat id are JSON strings
-// whatever they hold.
-func TestAppendJSONString(t *testing.T) {
-	for _, s := range []string{"", "chat.text", "0193c2a1-7f3e-7b4a-9c1d-2e8f5a6b7c8d", `a"b\c`, "tab\there", "\x00\x1f\x7f", "<script>&", "héllo ✓", "\xff\xfe"} {
-		want, _ := json.Marshal(s)
-		if got := appendJSONString([]byte("x"), s); string(got) != "x"+string(want) {
-			t.Errorf("%q: got %s, want x%s", s, got, want)
-		}
-	}
-}
-
 // BenchmarkEncodeFrame is the hub's cost per event before fan-out: a
 // stream delta (the bulk of the traffic) and a recorded agent text.
 func BenchmarkEncodeFrame(b *testing.B) {

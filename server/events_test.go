@@ -33,7 +33,7 @@ func TestBackgroundTask_WebSocketSeesTheWokenAgent(t *testing.T) {
 	defer c.CloseNow()
 
 	payload, _ := json.Marshal(map[string]any{"taskId": "t-1", "task": "report", "result": map[string]int{"pages": 12}})
-	ev := engine.InputEvent(scopeAda, baton.TypeBackgroundTaskCompleted, id, payload)
+	ev := baton.NewInput(scopeAda, baton.TypeBackgroundTaskCompleted, id, payload)
 	ev.Metadata.Source = baton.SourceTool
 	if err := e.bus.Publish(ctx, ev); err != nil {
 		t.Fatal(err)
@@ -95,7 +95,7 @@ func TestExternalEvent_ReservedMetadata(t *testing.T) {
 		field string
 	}{
 		{map[string]any{bus.OriginKey: "instance-b"}, "metadata.origin"},
-		{map[string]any{engine.InboxKey: true}, "metadata.inbox"},
+		{map[string]any{baton.InboxKey: true}, "metadata.inbox"},
 		{map[string]any{"source": "system"}, "metadata.source"},
 		{map[string]any{"source": "llm"}, "metadata.source"},
 		{map[string]any{"source": "user"}, "metadata.source"},

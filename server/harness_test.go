@@ -197,7 +197,10 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		}
 	}
 	cfg := e.cfg
-	cfg.Store, cfg.Keys, cfg.Bus, cfg.Engine, cfg.Logger = st, st, e.bus, e.eng, log
+	cfg.Store, cfg.Keys, cfg.Bus, cfg.Logger = st, st, e.bus, log
+	if e.eng != nil { // a nil *engine.Engine would be a non-nil Runner
+		cfg.Engine = e.eng
+	}
 	if e.wrapStore != nil {
 		cfg.Store = e.wrapStore(st)
 	}

@@ -20,6 +20,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -32,19 +33,51 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
-	"github.com/batonhq/baton/engine"
 	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/workflow"
 )
+
+// Runner runs chats: what the server asks of the engine (*engine.Engine is
+// one). The server depends on this interface, not on package engine, so
+// that it can be built and tested without the engine's internals.
+type Runner interface {
+	// Workflows returns the workflows chats can be started of.
+	Workflows() []*workflow.Workflow
+	// Workflow returns the named workflow, or nil.
+	Workflow(name string) *workflow.Workflow
+	// Start creates a chat in scope and starts its run.
+	Start(ctx context.Context, scope baton.Scope, workflow string, opts baton.StartOptions) (baton.Chat, error)
+	// StartOnce is Start under an idempotency key: created is false when
+	// the key started the chat before.
+	StartOnce(ctx context.Context, scope baton.Scope, workflow, key string, opts baton.StartOptions) (chat baton.Chat, created bool, err error)
+	// Resume goes on with a chat after an error.
+	Resume(ctx context.Context, scope baton.Scope, chatID string) error
+	// Cancel asks the chat's run in progress to stop (run.cancel).
+	Cancel(ctx context.Context, scope baton.Scope, chatID string) error
+	// SubmitOnce keeps a person's message in the chat's inbox and
+	// publishes it; eventID (empty: a fresh one) makes retries one input.
+	SubmitOnce(ctx context.Context, scope baton.Scope, chatID, eventID, content, source string) error
+	// RespondUI answers a UI tool or form the chat waits for.
+	RespondUI(ctx context.Context, scope baton.Scope, chatID, uiEventID, status string, data json.RawMessage) error
+	// RespondUIOnce is RespondUI under the response's event id.
+	RespondUIOnce(ctx context.Context, scope baton.Scope, chatID, eventID, uiEventID, status string, data json.RawMessage) error
+	// PublishInput keeps an input event in its chat's inbox and publishes it.
+	PublishInput(ctx context.Context, scope baton.Scope, ev baton.Event) error
+	// PublishEvent publishes an environment event for a chat (kept in the
+	// inbox first when an event-handler agent observes it).
+	PublishEvent(ctx context.Context, scope baton.Scope, ev baton.Event) error
+}
 
 // Config is what a Server is made of. Store, Keys and Bus are required;
 // without Engine the server reads and streams chats but cannot run them
 // (start, input and prompt answer 503).
 type Config struct {
-	Store  baton.Store
-	Keys   baton.KeyStore
-	Bus    *bus.Bus
-	Engine *engine.Engine
+	Store baton.Store
+	Keys  baton.KeyStore
+	Bus   *bus.Bus
+	// Engine runs chats; nil (an untyped nil: not a nil *engine.Engine)
+	// for a server that only reads and streams them.
+	Engine Runner
 	Logger *slog.Logger
 
 	// Dev allows requests without a key, as user "dev" of the app the URL

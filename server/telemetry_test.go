@@ -25,7 +25,7 @@ func TestHTTPTelemetry(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans), sdktrace.WithIDGenerator(metrics.IDGenerator()))
 	t.Cleanup(func() { _ = tp.Shutdown(t.Context()) })
 	e := newEnv(t, withMetrics(), withConfig(func(c *Config) { c.TracerProvider = tp }))
-	inputs, err := e.bus.Subscribe([]string{engine.TypeRunStart}, bus.Buffer(16))
+	inputs, err := e.bus.Subscribe([]string{baton.TypeRunStart}, bus.Buffer(16))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/engine"
 	"github.com/batonhq/baton/llm"
 	"github.com/coder/websocket"
 )
@@ -266,7 +265,7 @@ func TestWS_TwoClientsSameSequence(t *testing.T) {
 	e := newEnv(t, withWorkflows(benchDir))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	chat, err := e.eng.Start(ctx, scopeAda, "bench", engine.StartOptions{})
+	chat, err := e.eng.Start(ctx, scopeAda, "bench", baton.StartOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

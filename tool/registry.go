@@ -671,16 +671,16 @@ func (r *Registry) publish(ctx context.Context, e *entry, cc *baton.CallContext,
 		return
 	}
 	payload, _ := json.Marshal(p) // plain strings and numbers always marshal
-	// The chat's tenant goes with the event, under the keys engine.InputEvent
-	// uses, so that a rule routing tool.error to the event-handler agent
-	// finds the chat (engine.ScopeOf); without it the event is of no chat.
-	app, _ := json.Marshal(cc.App)
-	user, _ := json.Marshal(cc.User)
+	// The chat's tenant goes with the event, as with an input
+	// (baton.NewInput), so that a rule routing tool.error to the
+	// event-handler agent finds the chat (Metadata.Scope); without it the
+	// event is of no chat.
 	ev := baton.NewEvent(typ, baton.Metadata{
 		TriggerSessionID: cc.ChatID,
 		TriggerAgentName: cc.Agent,
 		Source:           baton.SourceTool,
-		Extra:            map[string]json.RawMessage{"app": app, "user": user},
+		App:              cc.App,
+		User:             cc.User,
 	}, payload)
 	// Events never fail or hold up the call (invariant 9): a short, detached
 	// deadline bounds a full bus.

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/engine"
 	"github.com/batonhq/baton/internal/testenv"
 )
 
@@ -28,7 +27,7 @@ func TestCancel_ReachesTheOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer deltas.Close()
-	chat, err := a.eng.Start(ctx, devScope, "slowtalk", engine.StartOptions{})
+	chat, err := a.eng.Start(ctx, devScope, "slowtalk", baton.StartOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ var devScope = baton.Scope{App: "acme", User: server.DevUser}
 // retrying a request would send it again.
 func input(chatID, id, content string) baton.Event {
 	payload, _ := json.Marshal(map[string]string{"content": content, "source": "api"})
-	ev := engine.InputEvent(devScope, baton.TypeUserQuery, chatID, payload)
+	ev := baton.NewInput(devScope, baton.TypeUserQuery, chatID, payload)
 	ev.ID = id
 	return ev
 }
@@ -107,7 +107,7 @@ func TestInputs_RoutedToTheOwnerAndDeduplicated(t *testing.T) {
 	b := newInstanceIn(t, "B", stores[1], natsURL, echoDir)
 	c := newInstanceIn(t, "C", stores[2], natsURL, echoDir)
 	ctx := context.Background()
-	chat, err := a.eng.Start(ctx, devScope, "echo", engine.StartOptions{})
+	chat, err := a.eng.Start(ctx, devScope, "echo", baton.StartOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func TestInputs_DeadOwnersInputsDrained(t *testing.T) {
 	a := newInstanceIn(t, "A", stores[0], natsURL, echoDir)
 	b := newInstanceIn(t, "B", stores[1], natsURL, echoDir)
 	ctx := context.Background()
-	chat, err := b.eng.Start(ctx, devScope, "echo", engine.StartOptions{})
+	chat, err := b.eng.Start(ctx, devScope, "echo", baton.StartOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +200,7 @@ func TestInputs_NATSDownHandledLocally(t *testing.T) {
 	stores := pgStores(t, 1)
 	a := newInstanceIn(t, "A", stores[0], ns.ClientURL(), echoDir)
 	ctx := context.Background()
-	chat, err := a.eng.Start(ctx, devScope, "echo", engine.StartOptions{})
+	chat, err := a.eng.Start(ctx, devScope, "echo", baton.StartOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -354,7 +354,7 @@ func TestBridge_ClientOnAnotherInstance(t *testing.T) {
 	chatID := baton.NewID()
 	// The client connects to B before the chat exists on A's side of the
 	// world; it must be created first so that B can authorise the stream.
-	c, err := a.eng.Start(ctx, scope, "hello", engine.StartOptions{ChatID: chatID})
+	c, err := a.eng.Start(ctx, scope, "hello", baton.StartOptions{ChatID: chatID})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus/natsbridge"
-	"github.com/batonhq/baton/engine"
 	"github.com/batonhq/baton/internal/testenv"
 	"github.com/batonhq/baton/workflow"
 )
@@ -45,7 +44,7 @@ func TestInstances_TakeoverWaitsForAQueuedStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := engine.InputEvent(devScope, engine.TypeRunStart, chat.ID, json.RawMessage(`{"message":"hello"}`))
+	start := baton.NewInput(devScope, baton.TypeRunStart, chat.ID, json.RawMessage(`{"message":"hello"}`))
 	data, err := json.Marshal(start)
 	if err != nil {
 		t.Fatal(err)

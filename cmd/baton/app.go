@@ -56,7 +56,7 @@ type runtimeConfig struct {
 type runtime struct {
 	store     baton.Store
 	bus       *bus.Bus
-	recorder  engine.Recorder
+	recorder  baton.Recorder
 	engine    *engine.Engine
 	metrics   *metrics.Collector
 	tracer    *metrics.Tracer          // nil unless OTEL_EXPORTER_OTLP_ENDPOINT is set

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,7 +19,6 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
-	"github.com/batonhq/baton/engine"
 	"github.com/batonhq/baton/server"
 	"github.com/batonhq/baton/workflow"
 )
@@ -116,7 +116,7 @@ func runChat(ctx context.Context, o chatOptions, workflowName string, stdout io.
 	} else {
 		c.wf = workflowName
 		c.def = rt.engine.Workflow(c.wf)
-		if _, err := rt.engine.Start(ctx, scope, c.wf, engine.StartOptions{ChatID: chatID}); err != nil {
+		if _, err := rt.engine.Start(ctx, scope, c.wf, baton.StartOptions{ChatID: chatID}); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "chat %s of %s (resume with: baton chat --resume %s; log: %s)\n", chatID, c.wf, chatID, logFile.Name())
@@ -265,22 +265,23 @@ func (c *chatUI) structured(agent string) bool {
 
 // showRecorded prints a recorded event the person may see (the server's
 // envelope filter decides, so an internal agent's text, tool calls and
-// handoffs stay out, as in the web UI); true means the chat ended.
+// handoffs stay out, as in the web UI); true means the chat ended. A
+// payload of another shape prints with empty fields.
 func (c *chatUI) showRecorded(ev baton.Event) (bool, error) {
-	var p map[string]any
-	_ = json.Unmarshal(ev.Payload, &p)
-	str := func(k string) string { s, _ := p[k].(string); return s }
 	if !server.Visible(c.def, &ev) {
-		if ev.Type == baton.TypeChatText && c.streaming == str("agent_message_id") {
-			c.streaming = ""
+		if ev.Type == baton.TypeChatText {
+			if p, _ := baton.DecodePayload[baton.TextPayload](&ev); c.streaming == p.AgentMessageID {
+				c.streaming = ""
+			}
 		}
 		return false, nil
 	}
 	switch ev.Type {
 	case baton.TypeChatText:
-		streamed := c.streaming == str("agent_message_id") && c.streaming != ""
+		p, _ := baton.DecodePayload[baton.TextPayload](&ev)
+		streamed := c.streaming == p.AgentMessageID && c.streaming != ""
 		c.streaming = ""
-		if p["ui_hidden"] == true || p["tool_only"] == true || str("agent") == "user" {
+		if p.UIHidden || p.ToolOnly || p.Agent == "user" {
 			if streamed {
 				fmt.Fprintln(c.out)
 			}
@@ -289,43 +290,53 @@ func (c *chatUI) showRecorded(ev baton.Event) (bool, error) {
 		switch {
 		case streamed:
 			fmt.Fprintln(c.out)
-		case c.structured(str("agent")) && isJSONObject(str("content")):
-			fmt.Fprintf(c.out, "\n%s:\n", str("agent"))
-			writeFields(c.out, json.RawMessage(str("content")), "  ")
+		case c.structured(p.Agent) && isJSONObject(p.Content):
+			fmt.Fprintf(c.out, "\n%s:\n", p.Agent)
+			writeFields(c.out, json.RawMessage(p.Content), "  ")
 		default:
-			fmt.Fprintf(c.out, "\n%s: %s\n", str("agent"), str("content"))
+			fmt.Fprintf(c.out, "\n%s: %s\n", p.Agent, p.Content)
 		}
 	case baton.TypeChatToolCall:
-		if str("interaction_type") == "auto_tool" {
-			// An auto-tool's arguments are the agent's structured output.
-			var call struct {
-				Arguments json.RawMessage `json:"arguments"`
-			}
-			_ = json.Unmarshal(ev.Payload, &call) // the raw arguments keep the model's field order
-			fmt.Fprintf(c.out, "\n%s (%s):\n", str("agent"), str("tool_name"))
-			writeFields(c.out, call.Arguments, "  ")
+		p, _ := baton.DecodePayload[baton.ToolCallPayload](&ev)
+		if p.InteractionType == "auto_tool" {
+			// An auto-tool's arguments are the agent's structured output
+			// (raw, so they keep the model's field order).
+			fmt.Fprintf(c.out, "\n%s (%s):\n", p.Agent, p.ToolName)
+			writeFields(c.out, p.Arguments, "  ")
 			return false, nil
 		}
-		args, _ := json.Marshal(p["arguments"])
-		fmt.Fprintf(c.out, "  → %s %s\n", str("tool_name"), args)
+		fmt.Fprintf(c.out, "  → %s %s\n", p.ToolName, compactJSON(p.Arguments))
 	case baton.TypeChatToolResponse:
-		fmt.Fprintf(c.out, "  ← %s: %s\n", str("status"), oneLine(str("content"), 200))
+		p, _ := baton.DecodePayload[baton.ToolResponsePayload](&ev)
+		fmt.Fprintf(c.out, "  ← %s: %s\n", p.Status, oneLine(p.Content, 200))
 	case baton.TypeChatHandoff:
-		if to := str("to"); to != "" && str("from") != "user" {
-			fmt.Fprintf(c.out, "  (%s hands over to %s)\n", str("from"), to)
-		}
-	case baton.TypeChatNotice:
-		if m := str("message"); m != "" {
-			fmt.Fprintf(c.out, "  … %s\n", m)
+		p, _ := baton.DecodePayload[baton.HandoffPayload](&ev)
+		if p.To != "" && p.From != "user" {
+			fmt.Fprintf(c.out, "  (%s hands over to %s)\n", p.From, p.To)
 		}
 	case baton.TypeChatError:
-		fmt.Fprintf(c.out, "\n! error: %s\n", str("message"))
+		p, _ := baton.DecodePayload[baton.ErrorPayload](&ev)
+		fmt.Fprintf(c.out, "\n! error: %s\n", p.Message)
+	case baton.TypeChatNotice:
+		p, _ := baton.DecodePayload[baton.NoticePayload](&ev)
+		fmt.Fprintf(c.out, "  … %s\n", p.Message)
 	case baton.TypeChatRunComplete:
-		fmt.Fprintf(c.out, "\n✓ chat complete (%s: %s)\n", str("status"), str("reason"))
+		p, _ := baton.DecodePayload[baton.RunCompletePayload](&ev)
+		fmt.Fprintf(c.out, "\n✓ chat complete (%s: %s)\n", p.Status, p.Reason)
 		c.printUsage()
 		return true, nil
 	}
 	return false, nil
+}
+
+// compactJSON prints a tool call's arguments on one line ("null" when
+// there are none).
+func compactJSON(raw json.RawMessage) string {
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return "null"
+	}
+	return b.String()
 }
 
 // prompt asks the person for what the chat waits for.

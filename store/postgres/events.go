@@ -59,7 +59,7 @@ func (s *Store) Append(ctx context.Context, scope baton.Scope, chatID string, ev
 	ts, extras, payloads := make([]int64, n), make([]*string, n), make([]*string, n)
 	for i, e := range evs {
 		md := &e.Metadata
-		x, err := encodeExtra(md.Extra)
+		x, err := md.ExtraJSON()
 		if err != nil {
 			return nil, baton.Errorf(baton.EINVALID, "events[%d].metadata: %w", i, err)
 		}
@@ -267,7 +267,7 @@ func (s *Store) Events(ctx context.Context, scope baton.Scope, chatID string, af
 			return nil, s.dbErr("events", err)
 		}
 		if len(extra) > 0 {
-			if err := json.Unmarshal(extra, &md.Extra); err != nil {
+			if err := md.SetExtraJSON(extra); err != nil {
 				return nil, s.dbErr("events metadata", err)
 			}
 		}
@@ -286,37 +286,4 @@ func (s *Store) Events(ctx context.Context, scope baton.Scope, chatID string, af
 		}
 	}
 	return out, nil
-}
-
-// encodeExtra returns the metadata keys beyond the named ones as a JSON
-// object, or nil when there are none.
-func encodeExtra(extra map[string]json.RawMessage) ([]byte, error) {
-	n := 0
-	for k := range extra {
-		if !namedMetadataKey(k) {
-			n++
-		}
-	}
-	if n == 0 {
-		return nil, nil
-	}
-	m := make(map[string]json.RawMessage, n)
-	for k, v := range extra {
-		if namedMetadataKey(k) {
-			continue
-		}
-		if len(v) == 0 {
-			v = json.RawMessage("null")
-		}
-		m[k] = v
-	}
-	return json.Marshal(m)
-}
-
-func namedMetadataKey(k string) bool {
-	switch k {
-	case "trigger_session_id", "trigger_agent_id", "trigger_agent_name", "env_name", "source":
-		return true
-	}
-	return false
 }

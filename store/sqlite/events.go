@@ -30,7 +30,7 @@ func (s *Store) Append(ctx context.Context, scope baton.Scope, chatID string, ev
 	}
 	extras := make([]any, len(evs))
 	for i, e := range evs {
-		x, err := encodeExtra(e.Metadata.Extra)
+		x, err := e.Metadata.ExtraJSON()
 		if err != nil {
 			return nil, baton.Errorf(baton.EINVALID, "events[%d].metadata: %w", i, err)
 		}
@@ -167,7 +167,7 @@ func unpackEvents(out []baton.Event, p, chatID string) ([]baton.Event, error) {
 			return out, storeErr("events", err)
 		}
 		if extra != "" {
-			if err := json.Unmarshal([]byte(extra), &e.Metadata.Extra); err != nil {
+			if err := e.Metadata.SetExtraJSON([]byte(extra)); err != nil {
 				return out, storeErr("events metadata", err)
 			}
 		}
@@ -241,37 +241,4 @@ func unpackEvent(p string, e *baton.Event) (rest, extra string, err error) {
 	}
 	p = p[n[8]:]
 	return p[n[9]:], p[:n[9]], nil
-}
-
-// encodeExtra returns the metadata keys beyond the named ones as a JSON
-// object, or nil when there are none.
-func encodeExtra(extra map[string]json.RawMessage) ([]byte, error) {
-	n := 0
-	for k := range extra {
-		if !namedMetadataKey(k) {
-			n++
-		}
-	}
-	if n == 0 {
-		return nil, nil
-	}
-	m := make(map[string]json.RawMessage, n)
-	for k, v := range extra {
-		if namedMetadataKey(k) {
-			continue
-		}
-		if len(v) == 0 {
-			v = json.RawMessage("null")
-		}
-		m[k] = v
-	}
-	return json.Marshal(m)
-}
-
-func namedMetadataKey(k string) bool {
-	switch k {
-	case "trigger_session_id", "trigger_agent_id", "trigger_agent_name", "env_name", "source":
-		return true
-	}
-	return false
 }

@@ -13,7 +13,7 @@ import (
 func inputEvent(chatID, content string) baton.Event {
 	p, _ := json.Marshal(map[string]string{"content": content, "source": "http"})
 	return baton.NewEvent(baton.TypeUserQuery, baton.Metadata{TriggerSessionID: chatID, Source: baton.SourceUser,
-		Extra: map[string]json.RawMessage{"app": json.RawMessage(`"a"`)}}, p)
+		App: "a", Extra: map[string]json.RawMessage{"inbox": json.RawMessage(`true`)}}, p)
 }
 
 // testInbox checks the chat inbox: inputs kept in the order accepted, a
@@ -43,7 +43,7 @@ func testInbox(t *testing.T, s baton.Store) {
 		t.Fatalf("Inputs: %+v err=%v, want [one two]", waiting, err)
 	}
 	got := waiting[0].Event
-	if got.Type != baton.TypeUserQuery || got.ChatID() != chat.ID || string(got.Metadata.Extra["app"]) != `"a"` || got.Timestamp != first.Timestamp {
+	if got.Type != baton.TypeUserQuery || got.ChatID() != chat.ID || got.Metadata.App != "a" || string(got.Metadata.Extra["inbox"]) != "true" || got.Timestamp != first.Timestamp {
 		t.Errorf("stored input event %+v, want %+v", got, first)
 	}
 	found := false

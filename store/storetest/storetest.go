@@ -774,7 +774,7 @@ func testLargeAndUnicode(t *testing.T, s baton.Store) {
 	if len(payload) < 1<<20 {
 		t.Fatalf("payload only %d bytes", len(payload))
 	}
-	e1 := baton.NewEvent(baton.TypeChatText, baton.Metadata{TriggerAgentName: "Agënt 🤖", Extra: map[string]json.RawMessage{"ui_hidden": json.RawMessage(`true`)}}, payload)
+	e1 := baton.NewEvent(baton.TypeChatText, baton.Metadata{TriggerAgentName: "Agënt 🤖", App: "äpp", User: "üser", Extra: map[string]json.RawMessage{"ui_hidden": json.RawMessage(`true`)}}, payload)
 	uni := json.RawMessage(`{"kind":"text","content":"مرحبا — こんにちは — \u0000 — 𝄞","agent":"Ünï"}`)
 	e2 := baton.NewEvent(baton.TypeChatText, baton.Metadata{}, uni)
 	e3 := baton.NewEvent(baton.TypeChatRunComplete, baton.Metadata{}, nil)
@@ -790,7 +790,7 @@ func testLargeAndUnicode(t *testing.T, s baton.Store) {
 	if !bytes.Equal(evs[0].Payload, payload) {
 		t.Fatalf("1 MiB payload changed (len %d, want %d)", len(evs[0].Payload), len(payload))
 	}
-	if evs[0].Metadata.TriggerAgentName != "Agënt 🤖" || string(evs[0].Metadata.Extra["ui_hidden"]) != "true" {
+	if md := evs[0].Metadata; md.TriggerAgentName != "Agënt 🤖" || md.App != "äpp" || md.User != "üser" || string(md.Extra["ui_hidden"]) != "true" || len(md.Extra) != 1 {
 		t.Fatalf("metadata = %+v", evs[0].Metadata)
 	}
 	if !bytes.Equal(evs[1].Payload, uni) {
