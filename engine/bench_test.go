@@ -111,7 +111,7 @@ func memEngine(b *testing.B) (*engine.Engine, *bus.Bus) {
 	}
 	eng, err := engine.New(engine.Config{
 		Store: st, Recorder: recorder.New(st, engine.ObserverPublisher{Bus: bs}), Bus: bs,
-		Workflows: wfs, WorkflowRoot: loopDir, ToolOptions: []tool.Option{lookupTool},
+		Workflows: wfs, WorkflowRoot: loopDir, ToolOptions: stubFuncs(wfs, lookupTool),
 		Providers: func(*workflow.Workflow) (baton.Provider, error) { return fakeProvider(turnModel), nil },
 		Logger:    log, SecretKey: []byte("0123456789abcdef0123456789abcdef"), TimeoutSweep: 20 * time.Millisecond,
 	})
