@@ -146,13 +146,12 @@ func TestStalledWriterDoesNotDelayTheRun(t *testing.T) {
 	}
 	// The writer is stuck in its first write and the queue (1) is full:
 	// later flushes are counted as drops while the run went on.
-	deadline := time.Now().Add(5 * time.Second)
-	for gathered(t, h.col.Registry(), "baton_metrics_rollup_queue_full_total") == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no full-queue drop was counted while the writer was blocked")
+	testenv.Eventually(t, 5*time.Second, "a full-queue drop to be counted while the writer is blocked", func() error {
+		if gathered(t, h.col.Registry(), "baton_metrics_rollup_queue_full_total") == 0 {
+			return errors.New("none counted")
 		}
-		time.Sleep(time.Millisecond) // polling the counter with a deadline
-	}
+		return nil
+	})
 	if !strings.Contains(h.logs.String(), "rollup queue full") {
 		t.Error("the full queue was not logged")
 	}
@@ -381,20 +380,16 @@ func TestBudgets(t *testing.T) {
 	// (598 in all), its second is refused by the app's budget.
 	id2 := h.start("generator")
 	h.waitStatus(id2, baton.ChatWaitingInput)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testenv.Eventually(t, 5*time.Second, "the app's totals to reach 598 tokens", func() error {
 		app, err := h.col.AppTotals(ctx, testScope.App)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if app.TotalTokens() == 598 {
-			break
+		if n := app.TotalTokens(); n != 598 {
+			return fmt.Errorf("app totals %d tokens", n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("app totals %d tokens, want 598", app.TotalTokens())
-		}
-		time.Sleep(time.Millisecond) // polling the collector with a deadline
-	}
+		return nil
+	})
 	if err := h.eng.Submit(ctx, testScope, id2, "Another newsletter.", "ws"); err != nil {
 		t.Fatal(err)
 	}
