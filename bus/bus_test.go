@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -739,9 +738,13 @@ func TestClose_DuringPublishingLosesNothing(t *testing.T) {
 		}()
 	}
 	close(start)
-	for deadline := time.Now().Add(5 * time.Second); b.Stats().Published < 200 && time.Now().Before(deadline); {
-		runtime.Gosched() // let publishing get going; Close must cope with any moment
-	}
+	// Close while publishing is in full swing; Close must cope with any moment.
+	testenv.Eventually(t, 10*time.Second, "the publishers to get going (200 events accepted)", func() error {
+		if n := b.Stats().Published; n < 200 {
+			return fmt.Errorf("%d accepted", n)
+		}
+		return nil
+	})
 	if err := b.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -999,19 +1002,14 @@ func TestRouter_TakesEventsAndPublishLocalBypassesIt(t *testing.T) {
 	if ok, err := b.PublishLocal(ctx, odd); ok || err != nil {
 		t.Fatalf("PublishLocal of a duplicate = %v, %v; want not accepted", ok, err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testenv.Eventually(t, 5*time.Second, "the handled hook to run for both events", func() error {
 		mu.Lock()
-		n := len(hooked)
-		mu.Unlock()
-		if n == 2 {
-			break
+		defer mu.Unlock()
+		if len(hooked) != 2 {
+			return fmt.Errorf("it ran for %v", hooked)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("handled hook ran for %v, want both events", hooked)
-		}
-		time.Sleep(time.Millisecond) // polling with a deadline
-	}
+		return nil
+	})
 }
 
 // TestHandledHook_GetsTheOutcomeAndPublishAgainRetries: the handled hook
@@ -1094,15 +1092,13 @@ func TestClose_DrainAcceptsWhatHandlersPublish(t *testing.T) {
 	closed := make(chan error, 1)
 	go func() { closed <- b.Close(context.Background()) }()
 	// Wait until Close has begun: a publish from outside a handler is refused.
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if err := b.Publish(context.Background(), event("probe", "c2")); errors.Is(err, baton.ErrClosed) {
-			break
+	testenv.Eventually(t, 10*time.Second, "Close to begin (a publish from outside a handler refused)", func() error {
+		err := b.Publish(context.Background(), event("probe", "c2"))
+		if errors.Is(err, baton.ErrClosed) {
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("Close did not begin")
-		}
-		runtime.Gosched() // polling with a deadline
-	}
+		return fmt.Errorf("publish = %v", err)
+	})
 	close(finish)
 	if err := <-published; err != nil {
 		t.Fatalf("tool.executed published during the drain: %v", err)

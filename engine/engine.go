@@ -49,13 +49,19 @@ import (
 	"github.com/google/uuid"
 )
 
-// Store is what the engine reads and writes besides recording events.
+// Store is what the engine reads and writes besides recording events. It
+// declares all of it, so that a store lacking a part fails to compile where
+// the Config is built, not at the first background task or lease: tasks
+// back StartTask and RecoverTasks, leases back Config.InstanceID (several
+// instances on one store). Every baton.Store is one.
 type Store interface {
 	baton.ChatStore
 	baton.EventStore
 	baton.UsageStore
 	baton.EffectLedger
 	baton.InboxStore
+	baton.TaskStore
+	baton.LeaseStore
 }
 
 // Broadcaster sends transient events (stream.*) to observers; *bus.Bus is one.
@@ -161,7 +167,6 @@ type Engine struct {
 	holder      baton.EffectHolder // names this process in the effect ledger's claims
 	leaseTTL    time.Duration
 	startGrace  time.Duration
-	leases      leaseStore
 	takeovers   atomic.Int64
 	leaseLosses atomic.Int64
 	born        time.Time // when New made the engine: tasks created since are this process's
@@ -221,11 +226,6 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e.tasks.init(e, cfg.Tasks, cfg.MaxTasks)
 	if e.instance != "" {
-		ls, ok := cfg.Store.(leaseStore)
-		if !ok {
-			return nil, fmt.Errorf("engine: InstanceID needs a store with leases")
-		}
-		e.leases = ls
 		if e.leaseTTL <= 0 {
 			e.leaseTTL = DefaultLeaseTTL
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
 	"github.com/batonhq/baton/engine"
+	"github.com/batonhq/baton/internal/testenv"
 )
 
 // envHarness is a harness on the assistant workflow with the default rules
@@ -432,19 +433,14 @@ func TestCoalescing_BurstWakesTheAgentOnce(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		eh.publish(t, "sensor.reading", id, fmt.Sprintf(`{"n":%d}`, i))
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testenv.Eventually(t, 10*time.Second, "the burst to wake the agent (a model call)", func() error {
 		eh.mu.Lock()
-		n := len(eh.requests) - calls
-		eh.mu.Unlock()
-		if n >= 1 {
-			break
+		defer eh.mu.Unlock()
+		if len(eh.requests) == calls {
+			return errors.New("no model call since the burst")
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the burst never woke the agent")
-		}
-		time.Sleep(5 * time.Millisecond) // polling for the model call with a deadline
-	}
+		return nil
+	})
 	eh.waitStatus(id, baton.ChatWaitingInput)
 	eh.mu.Lock()
 	defer eh.mu.Unlock()

@@ -221,17 +221,18 @@ func (h *harness) waitStatus(chatID string, want ...baton.ChatStatus) baton.Chat
 
 func (h *harness) waitStatusFor(d time.Duration, chatID string, want ...baton.ChatStatus) baton.Chat {
 	h.t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		c, err := h.store.GetChat(context.Background(), testScope, chatID)
-		if err == nil && slices.Contains(want, c.Status) && h.settled() {
-			return c
+	var c baton.Chat
+	testenv.Eventually(h.t, d, fmt.Sprintf("chat %s to reach one of %v with the bus settled", chatID, want), func() error {
+		var err error
+		if c, err = h.store.GetChat(context.Background(), testScope, chatID); err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			h.t.Fatalf("chat %s: status %q (err %v), want one of %v", chatID, c.Status, err, want)
+		if !slices.Contains(want, c.Status) || !h.settled() {
+			return fmt.Errorf("status %q, settled %v", c.Status, h.settled())
 		}
-		time.Sleep(2 * time.Millisecond) // polling the store with a deadline
-	}
+		return nil
+	})
+	return c
 }
 
 // events returns every recorded event of a chat.
@@ -350,11 +351,10 @@ func (h *harness) settled() bool {
 // settle waits until the harness's bus has handled everything published.
 func (h *harness) settle() {
 	h.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !h.settled() {
-		if time.Now().After(deadline) {
-			h.t.Fatal("bus did not settle")
+	testenv.Eventually(h.t, 10*time.Second, "the bus to handle everything published and no run to be active", func() error {
+		if !h.settled() {
+			return fmt.Errorf("bus stats %+v, %d runs active", h.bus.Stats(), h.eng.Active())
 		}
-		time.Sleep(2 * time.Millisecond) // polling the bus with a deadline
-	}
+		return nil
+	})
 }

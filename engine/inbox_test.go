@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"iter"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/testenv"
 	"github.com/batonhq/baton/workflow"
 )
 
@@ -87,17 +89,16 @@ func texts(evs []baton.Event, agent string) (contents []string, payloads []map[s
 // has handled everything.
 func (h *harness) waitInboxEmpty(chatID string) {
 	h.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testenv.Eventually(h.t, 10*time.Second, fmt.Sprintf("chat %s's inbox to empty and the bus to settle", chatID), func() error {
 		ins, err := h.store.Inputs(context.Background(), testScope, chatID)
-		if err == nil && len(ins) == 0 && h.settled() {
-			return
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			h.t.Fatalf("chat %s: %d inputs still waiting (err %v)", chatID, len(ins), err)
+		if len(ins) != 0 || !h.settled() {
+			return fmt.Errorf("%d inputs still waiting, settled %v", len(ins), h.settled())
 		}
-		time.Sleep(2 * time.Millisecond) // polling the store with a deadline
-	}
+		return nil
+	})
 }
 
 func startWith(t *testing.T, h *harness, wf, message string) string {

@@ -128,17 +128,18 @@ func (s *stallingStore) RenewLease(ctx context.Context, chatID, instanceID strin
 
 func waitChat(t *testing.T, st baton.Store, id string, want baton.ChatStatus, d time.Duration) baton.Chat {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		c, err := st.GetChat(context.Background(), testScope, id)
-		if err == nil && c.Status == want {
-			return c
+	var c baton.Chat
+	testenv.Eventually(t, d, fmt.Sprintf("chat %s to be %s", id, want), func() error {
+		var err error
+		if c, err = st.GetChat(context.Background(), testScope, id); err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("chat %s: status %q (%v), want %s", id, c.Status, err, want)
+		if c.Status != want {
+			return fmt.Errorf("status %q", c.Status)
 		}
-		time.Sleep(5 * time.Millisecond) // polling the store with a deadline
-	}
+		return nil
+	})
+	return c
 }
 
 // TestInstances_FencingAndTakeover: instance A runs a chat and stalls (its
@@ -161,23 +162,24 @@ func TestInstances_FencingAndTakeover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for aCalls.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond) // waiting for A to be mid-turn
-	}
+	testenv.Eventually(t, 10*time.Second, "A to be mid-turn (its model called)", func() error {
+		if aCalls.Load() == 0 {
+			return errors.New("A's model not called")
+		}
+		return nil
+	})
 	// B's sweeper finds the chat running with an expired lease and takes over.
 	waitChat(t, b.store, c.ID, baton.ChatCompleted, 15*time.Second)
 	if b.eng.Takeovers() < 1 {
 		t.Fatalf("B took over %d chats", b.eng.Takeovers())
 	}
 	close(wake) // A wakes up and tries to record its reply
-	deadline = time.Now().Add(10 * time.Second)
-	for (a.eng.LeaseLosses() == 0 || !a.settled()) && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond) // waiting for A's run to fail and its event to be handled again
-	}
-	if a.eng.LeaseLosses() == 0 {
-		t.Fatal("A's stale run did not fail")
-	}
+	testenv.Eventually(t, 10*time.Second, "A's stale run to fail and its event to be handled again", func() error {
+		if n := a.eng.LeaseLosses(); n == 0 || !a.settled() {
+			return fmt.Errorf("%d lease losses, settled %v", n, a.settled())
+		}
+		return nil
+	})
 	// Handled again under a new lease, A's run.start found the chat done.
 	if a.eng.Active() != 0 || a.bus.Stats().HandlerErrors != 0 {
 		t.Fatalf("A: %d runs still active, %d handler errors", a.eng.Active(), a.bus.Stats().HandlerErrors)
@@ -284,13 +286,12 @@ func TestInstances_EventAgentRetriesAfterLosingTheLease(t *testing.T) {
 	if err := a.bus.Publish(ctx, ev); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for prov.calls.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond) // waiting for A's agent to be mid-call
-	}
-	if prov.calls.Load() == 0 {
-		t.Fatal("A's event-handler agent never called the model")
-	}
+	testenv.Eventually(t, 10*time.Second, "A's event-handler agent to call the model", func() error {
+		if prov.calls.Load() == 0 {
+			return errors.New("no model call")
+		}
+		return nil
+	})
 	// B's sweeper finds the chat running with an expired lease, takes it
 	// over and answers.
 	waitChat(t, b.store, c.ID, baton.ChatWaitingInput, 15*time.Second)
@@ -298,21 +299,19 @@ func TestInstances_EventAgentRetriesAfterLosingTheLease(t *testing.T) {
 		t.Fatalf("B took over %d chats", b.eng.Takeovers())
 	}
 	close(renewals) // A's next renewal finds the lease taken, which stops A's run
-	deadline = time.Now().Add(10 * time.Second)
-	for counter.refused.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond) // waiting for A's renewal to be refused
-	}
-	if counter.refused.Load() == 0 {
-		t.Fatal("A's lease renewal was never refused")
-	}
+	testenv.Eventually(t, 10*time.Second, "A's lease renewal to be refused", func() error {
+		if counter.refused.Load() == 0 {
+			return errors.New("no renewal refused")
+		}
+		return nil
+	})
 	release() // A's model call returns into a stopped run
-	deadline = time.Now().Add(10 * time.Second)
-	for (a.eng.LeaseLosses() == 0 || !a.settled()) && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond) // waiting for the agent's second handling
-	}
-	if a.eng.LeaseLosses() == 0 {
-		t.Fatal("A's event-handler agent did not handle the event again after losing the lease")
-	}
+	testenv.Eventually(t, 10*time.Second, "A's event-handler agent to handle the event again after losing the lease", func() error {
+		if n := a.eng.LeaseLosses(); n == 0 || !a.settled() {
+			return fmt.Errorf("%d lease losses, settled %v", n, a.settled())
+		}
+		return nil
+	})
 	if a.eng.Active() != 0 {
 		t.Fatalf("A: %d runs still active", a.eng.Active())
 	}
@@ -374,10 +373,12 @@ func TestInstances_OneOwnerAtATime(t *testing.T) {
 		waitChat(t, a.store, id, baton.ChatCompleted, 20*time.Second)
 	}
 	for _, inst := range []*instance{a, b} {
-		deadline := time.Now().Add(10 * time.Second)
-		for s := inst.bus.Stats(); s.Published != s.Handled+s.Unmatched && time.Now().Before(deadline); s = inst.bus.Stats() {
-			time.Sleep(5 * time.Millisecond) // let B's resumes finish
-		}
+		testenv.Eventually(t, 10*time.Second, "every resume to be handled", func() error {
+			if s := inst.bus.Stats(); s.Published != s.Handled+s.Unmatched {
+				return fmt.Errorf("bus stats %+v", s)
+			}
+			return nil
+		})
 	}
 	for _, id := range ids {
 		evs, err := a.store.Events(context.Background(), testScope, id, 0, 0)
@@ -519,14 +520,16 @@ func TestInstances_TransientRenewalFailureKeepsTheRun(t *testing.T) {
 	if err := h.eng.Submit(context.Background(), testScope, id, "take your time", "api"); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for c := first; c.LastSequence == first.LastSequence || c.Status != baton.ChatWaitingInput || !h.settled(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("the answer was not recorded: %+v", c)
+	testenv.Eventually(t, 10*time.Second, "the answer to be recorded", func() error {
+		c, err := h.store.GetChat(context.Background(), testScope, id)
+		if err != nil {
+			return err
 		}
-		time.Sleep(5 * time.Millisecond) // polling the store with a deadline
-		c, _ = h.store.GetChat(context.Background(), testScope, id)
-	}
+		if c.LastSequence == first.LastSequence || c.Status != baton.ChatWaitingInput || !h.settled() {
+			return fmt.Errorf("last sequence %d (%d before), status %s, settled %v", c.LastSequence, first.LastSequence, c.Status, h.settled())
+		}
+		return nil
+	})
 	if flaky.failed.Load() < 2 {
 		t.Fatalf("%d renewals: the run was not long enough to test a failed one", flaky.failed.Load())
 	}

@@ -34,12 +34,6 @@ const DefaultLeaseTTL = 15 * time.Second
 // then up to 30 s AckWait for what it had pulled).
 const DefaultStartGrace = 90 * time.Second
 
-// leaseStore is the part of the store leases need.
-type leaseStore interface {
-	baton.LeaseStore
-	ChatsByStatus(ctx context.Context, status baton.ChatStatus, limit int) ([]baton.Chat, error)
-}
-
 // held is a lease a run holds, with its renewal goroutine.
 type held struct {
 	token int64
@@ -51,12 +45,11 @@ type held struct {
 // live instance holds it, and renews it until release. lost is cancelled if
 // a renewal finds the lease taken over: the run must stop.
 func (e *Engine) acquire(ctx context.Context, chatID string) (*held, context.Context, error) {
-	ls := e.leases
 	backoff := 10 * time.Millisecond
 	var lease baton.Lease
 	for {
 		var err error
-		lease, err = ls.AcquireLease(ctx, chatID, e.instance, e.leaseTTL)
+		lease, err = e.store.AcquireLease(ctx, chatID, e.instance, e.leaseTTL)
 		if err == nil {
 			break
 		}
@@ -85,7 +78,7 @@ func (e *Engine) acquire(ctx context.Context, chatID string) (*held, context.Con
 			case <-runCtx.Done():
 				return
 			case <-tick.C:
-				_, err := ls.RenewLease(runCtx, chatID, e.instance, h.token, e.leaseTTL)
+				_, err := e.store.RenewLease(runCtx, chatID, e.instance, h.token, e.leaseTTL)
 				switch {
 				case err == nil:
 					renewed = time.Now()
@@ -145,7 +138,7 @@ func (e *Engine) release(chatID string, h *held) {
 	e.runningMu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := e.leases.ReleaseLease(ctx, chatID, e.instance, h.token); err != nil && !errors.Is(err, baton.ErrConflict) {
+	if err := e.store.ReleaseLease(ctx, chatID, e.instance, h.token); err != nil && !errors.Is(err, baton.ErrConflict) {
 		e.log.Warn("engine: release lease", "chat_id", chatID, "err", err)
 	}
 }
@@ -166,7 +159,7 @@ func (e *Engine) release(chatID string, h *held) {
 // in running may be resumed twice: the bus runs a chat's inputs one at a
 // time, so the second finds the work done.)
 func (e *Engine) sweepTakeovers(ctx context.Context) error {
-	chats, err := e.leases.ChatsByStatus(ctx, baton.ChatRunning, 10000)
+	chats, err := e.store.ChatsByStatus(ctx, baton.ChatRunning, 10000)
 	if err != nil {
 		return err
 	}
@@ -184,7 +177,7 @@ func (e *Engine) sweepTakeovers(ctx context.Context) error {
 			// would start the chat without that message.
 			continue
 		}
-		lease, err := e.leases.GetLease(ctx, c.ID)
+		lease, err := e.store.GetLease(ctx, c.ID)
 		if err != nil {
 			return err
 		}

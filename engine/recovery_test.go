@@ -88,17 +88,16 @@ func recoveryTest(t *testing.T, dir string, env []string, open func(context.Cont
 // waitToolPID waits until the slow tool runs and returns its pid.
 func waitToolPID(t *testing.T, effects string) int {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var pid int
+	testenv.Eventually(t, 30*time.Second, "the tool to start (its pid file)", func() error {
 		raw, err := os.ReadFile(effects + ".pid")
-		if n, perr := strconv.Atoi(strings.TrimSpace(string(raw))); err == nil && perr == nil {
-			return n
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the tool did not start")
-		}
-		time.Sleep(5 * time.Millisecond) // polling the tool's pid file with a deadline
-	}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(raw)))
+		return err
+	})
+	return pid
 }
 
 // checkRecovered checks a chat of slowfx whose process was killed while

@@ -137,17 +137,17 @@ func restartTest(t *testing.T, messages []string, ackWait time.Duration) {
 	first := startInstanceChild(t, firstEnv)
 	// Kill A once Echo's turn has begun (its select_speaker recorded, the
 	// answer streaming: it takes seconds) and the lease is A's.
-	for deadline := time.Now().Add(30 * time.Second); ; {
+	testenv.Eventually(t, 30*time.Second, "Echo's turn to begin on A", func() error {
 		evs, err := st.Events(context.Background(), testScope, restartChatID, 0, 0)
+		if err != nil {
+			return err
+		}
 		l, _ := st.GetLease(context.Background(), restartChatID)
-		if err == nil && countType(evs, baton.TypeChatSelectSpeaker) > 0 && evs[len(evs)-1].Type == baton.TypeChatSelectSpeaker && l.Owner == "A" {
-			break
+		if countType(evs, baton.TypeChatSelectSpeaker) == 0 || evs[len(evs)-1].Type != baton.TypeChatSelectSpeaker || l.Owner != "A" {
+			return fmt.Errorf("%d events, lease owner %q", len(evs), l.Owner)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Echo's turn did not begin (%d events, err %v)", len(evs), err)
-		}
-		time.Sleep(5 * time.Millisecond) // polling the store with a deadline
-	}
+		return nil
+	})
 	_ = first.cmd.Process.Signal(syscall.SIGKILL)
 	_ = first.cmd.Wait()
 	killed := time.Now()

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/testenv"
 	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/tool"
 )
@@ -48,16 +50,13 @@ func TestShutdown_ToolFinishingDuringDrainIsCounted(t *testing.T) {
 	closed := make(chan error, 1)
 	go func() { closed <- h.bus.Close(ctx) }()
 	// Wait until the drain has begun: an input from outside is refused.
-	for {
+	testenv.Eventually(t, 20*time.Second, "the drain to begin (an input from outside refused)", func() error {
 		err := h.bus.Publish(ctx, baton.NewInput(testScope, "probe.shutdown", "probe-chat", nil))
 		if errors.Is(err, baton.ErrClosed) {
-			break
+			return nil
 		}
-		if ctx.Err() != nil {
-			t.Fatal("the drain did not begin")
-		}
-		time.Sleep(time.Millisecond) // polling with a deadline
-	}
+		return fmt.Errorf("publish = %v", err)
+	})
 	close(finish)
 	if err := <-closed; err != nil {
 		t.Fatalf("bus close: %v", err)

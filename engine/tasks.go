@@ -93,19 +93,15 @@ func (e *Engine) startTask(ctx context.Context, scope baton.Scope, chatID, name 
 	if len(input) == 0 {
 		input = json.RawMessage(`{}`)
 	}
-	tasks, ok := e.store.(baton.TaskStore)
-	if !ok {
-		return baton.Task{}, baton.Errorf(baton.EUNAVAILABLE, "background tasks: the store keeps no tasks")
-	}
 	task := baton.Task{ID: id, ChatID: chatID, Kind: name, Status: baton.TaskQueued, Input: input}
 	if e.instance != "" {
 		task.Owner, task.Expires = e.instance, time.Now().Add(e.leaseTTL)
 	}
-	t, err := tasks.CreateTask(ctx, scope, task)
+	t, err := e.store.CreateTask(ctx, scope, task)
 	if id != "" && errors.Is(err, baton.ErrConflict) {
 		// Started by an earlier run of the same call: it runs, or ran,
 		// where it was started (a dead owner's is reported failed).
-		if t, err := tasks.GetTask(ctx, scope, id); err == nil {
+		if t, err := e.store.GetTask(ctx, scope, id); err == nil {
 			e.log.Info("task: already started by an earlier run of its call; not started again", "task_id", id, "chat_id", chatID)
 			return t, nil
 		}
@@ -123,13 +119,13 @@ func (e *Engine) startTask(ctx context.Context, scope baton.Scope, chatID, name 
 			return
 		}
 		defer func() { <-tr.slots }()
-		e.runTask(tr.ctx, tasks, scope, t, fn)
+		e.runTask(tr.ctx, scope, t, fn)
 	}()
 	return t, nil
 }
 
-func (e *Engine) runTask(ctx context.Context, tasks baton.TaskStore, scope baton.Scope, t baton.Task, fn TaskFunc) {
-	if _, err := tasks.UpdateTask(ctx, scope, t.ID, baton.TaskRunning, nil, ""); errors.Is(err, baton.ErrConflict) {
+func (e *Engine) runTask(ctx context.Context, scope baton.Scope, t baton.Task, fn TaskFunc) {
+	if _, err := e.store.UpdateTask(ctx, scope, t.ID, baton.TaskRunning, nil, ""); errors.Is(err, baton.ErrConflict) {
 		return // already ended: reported failed by another instance while it waited
 	} else if err != nil {
 		e.log.Warn("task: mark running", "task_id", t.ID, "err", err)
@@ -142,21 +138,21 @@ func (e *Engine) runTask(ctx context.Context, tasks baton.TaskStore, scope baton
 	rctx, cancel := context.WithTimeout(context.Background(), defaultRecordTimeout)
 	defer cancel()
 	if err != nil {
-		e.finishTask(rctx, tasks, scope, t, nil, err.Error())
+		e.finishTask(rctx, scope, t, nil, err.Error())
 		return
 	}
-	e.finishTask(rctx, tasks, scope, t, result, "")
+	e.finishTask(rctx, scope, t, result, "")
 }
 
 // finishTask records a task's outcome and publishes its event.
-func (e *Engine) finishTask(ctx context.Context, tasks baton.TaskStore, scope baton.Scope, t baton.Task, result json.RawMessage, errMsg string) {
+func (e *Engine) finishTask(ctx context.Context, scope baton.Scope, t baton.Task, result json.RawMessage, errMsg string) {
 	status, typ := baton.TaskCompleted, baton.TypeBackgroundTaskCompleted
 	payload := map[string]any{"taskId": t.ID, "task": t.Kind, "result": result}
 	if errMsg != "" {
 		status, typ = baton.TaskFailed, baton.TypeBackgroundTaskFailed
 		payload = map[string]any{"taskId": t.ID, "task": t.Kind, "error": errMsg}
 	}
-	if _, err := tasks.UpdateTask(ctx, scope, t.ID, status, result, errMsg); errors.Is(err, baton.ErrConflict) {
+	if _, err := e.store.UpdateTask(ctx, scope, t.ID, status, result, errMsg); errors.Is(err, baton.ErrConflict) {
 		// Its outcome is recorded already — another instance reported it
 		// failed while this one was late to renew it: report nothing more.
 		e.log.Info("task: outcome already recorded; not reported again", "task_id", t.ID, "err", err)
@@ -186,13 +182,9 @@ func (e *Engine) RecoverTasks(ctx context.Context) (int, error) {
 // with an instance id, those whose owner's renewal lapsed, and this
 // instance's own when own is set (it just started, so they are dead).
 func (e *Engine) failTasks(ctx context.Context, now time.Time, own bool, why string) (int, error) {
-	tasks, ok := e.store.(baton.TaskStore)
-	if !ok {
-		return 0, nil
-	}
 	n := 0
 	for _, status := range []baton.TaskStatus{baton.TaskRunning, baton.TaskQueued} {
-		list, err := tasks.TasksByStatus(ctx, status, 100000)
+		list, err := e.store.TasksByStatus(ctx, status, 100000)
 		if err != nil {
 			return n, fmt.Errorf("recover tasks: %w", err)
 		}
@@ -208,7 +200,7 @@ func (e *Engine) failTasks(ctx context.Context, now time.Time, own bool, why str
 					continue // running here, a live instance's, or a single process's of an older setup
 				}
 			}
-			e.finishTask(ctx, tasks, baton.Scope{App: t.App, User: t.User}, t, nil, "interrupted: "+why+" while the task was "+string(status))
+			e.finishTask(ctx, baton.Scope{App: t.App, User: t.User}, t, nil, "interrupted: "+why+" while the task was "+string(status))
 			n++
 		}
 	}
@@ -218,11 +210,7 @@ func (e *Engine) failTasks(ctx context.Context, now time.Time, own bool, why str
 // renewTasks extends this instance's unfinished tasks and reports other
 // instances' orphaned ones. Engine.Run calls it every lease TTL/3.
 func (e *Engine) renewTasks(ctx context.Context, now time.Time) error {
-	tasks, ok := e.store.(baton.TaskStore)
-	if !ok {
-		return nil
-	}
-	if _, err := tasks.TouchTasks(ctx, e.instance, e.leaseTTL); err != nil {
+	if _, err := e.store.TouchTasks(ctx, e.instance, e.leaseTTL); err != nil {
 		return fmt.Errorf("renew tasks: %w", err)
 	}
 	n, err := e.failTasks(ctx, now, false, "its instance stopped")

@@ -2,12 +2,14 @@ package engine_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/testenv"
 )
 
 // runEngine runs h's engine background loop until the returned stop is called.
@@ -51,33 +53,34 @@ func TestBackgroundTask_DeadInstanceReported(t *testing.T) {
 	// a dies: its engine stops renewing, its task is cut off unrecorded.
 	stopA()
 	a.close()
-	deadline := time.Now().Add(10 * time.Second)
 	var failed []baton.Task
-	for len(failed) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the dead instance's task was never reported")
+	testenv.Eventually(t, 10*time.Second, "the dead instance's task to be reported failed", func() error {
+		var err error
+		if failed, err = b.store.TasksByStatus(context.Background(), baton.TaskFailed, 10); err != nil {
+			return err
 		}
-		time.Sleep(10 * time.Millisecond) // polling the store with a deadline
-		failed, _ = b.store.TasksByStatus(context.Background(), baton.TaskFailed, 10)
-	}
+		if len(failed) == 0 {
+			return errors.New("no failed task")
+		}
+		return nil
+	})
 	if len(failed) != 1 || !strings.Contains(failed[0].Error, "its instance stopped") {
 		t.Fatalf("failed tasks: %+v", failed)
 	}
 	b.waitStatus(id, baton.ChatWaitingInput)
-	deadline = time.Now().Add(10 * time.Second)
-	for {
+	testenv.Eventually(t, 10*time.Second, "the chat to be told once that the task failed", func() error {
 		told := 0
 		for _, ev := range b.events(id) {
 			if p := payloadOf(t, ev); ev.Type == baton.TypeChatText && strings.Contains(fmt.Sprint(p["content"]), "Observed event: background_task.failed") {
 				told++
 			}
 		}
-		if told == 1 {
-			break
-		}
-		if told > 1 || time.Now().After(deadline) {
+		if told > 1 {
 			t.Fatalf("the chat was told %d times that the task failed, want once", told)
 		}
-		time.Sleep(10 * time.Millisecond) // polling the store with a deadline
-	}
+		if told == 0 {
+			return errors.New("not told")
+		}
+		return nil
+	})
 }

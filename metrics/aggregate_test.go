@@ -2,6 +2,7 @@ package metrics_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/testenv"
 )
 
 // aggregate asks the collector's /metrics/perf/aggregate handler as the
@@ -82,13 +84,12 @@ func TestAggregateActiveChats(t *testing.T) {
 	gate := make(chan struct{})
 	h := newHarness(t, config{gate: gate, engine: true})
 	id := h.start("hello")
-	deadline := time.Now().Add(10 * time.Second)
-	for h.eng.Active() != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the run never started: %d active", h.eng.Active())
+	testenv.Eventually(t, 10*time.Second, "the run to start", func() error {
+		if n := h.eng.Active(); n != 1 {
+			return fmt.Errorf("%d runs active", n)
 		}
-		time.Sleep(time.Millisecond) // polling the engine with a deadline
-	}
+		return nil
+	})
 	if got, g := aggregate(t, h, testScope.App).ActiveChats, gauge(t, h, "baton_active_chats"); got != 1 || g != 1 {
 		t.Errorf("during the run: active_chats %d, baton_active_chats %v; want 1 and 1", got, g)
 	}

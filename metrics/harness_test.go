@@ -3,6 +3,7 @@ package metrics_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"iter"
 	"log/slog"
 	"os"
@@ -59,6 +60,7 @@ type config struct {
 	gate    chan struct{}            // when set, every model call waits for a receive from it
 	engine  bool                     // the collector counts runs in progress with the engine (Active, ActiveIn)
 	stats   func(baton.StatsStore) baton.StatsStore
+	chats   func(metrics.ChatLookup) metrics.ChatLookup // wraps the collector's chat lookup
 }
 
 func newHarness(t *testing.T, cfg config) *harness {
@@ -84,6 +86,9 @@ func newHarness(t *testing.T, cfg config) *harness {
 	}
 	o := cfg.opts
 	o.Bus, o.Stats, o.Chats, o.Usage, o.Logger = h.bus, h.stats, st.GetChat, st, log
+	if cfg.chats != nil {
+		o.Chats = cfg.chats(o.Chats)
+	}
 	if cfg.engine {
 		o.Active = func() int64 { return h.eng.Active() }
 		o.ActiveIn = func(s baton.Scope) int64 { return h.eng.ActiveIn(s) } // h.eng is made after the collector
@@ -169,17 +174,19 @@ func (h *harness) start(wf string) string {
 // of the statuses and the engine is idle.
 func (h *harness) waitStatus(chatID string, want ...baton.ChatStatus) baton.Chat {
 	h.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := h.store.GetChat(context.Background(), testScope, chatID)
-		if err == nil && slices.Contains(want, c.Status) && h.bus.Pending() == 0 && h.eng.Active() == 0 {
-			return c
+	var c baton.Chat
+	testenv.Eventually(h.t, 10*time.Second, fmt.Sprintf("chat %s to reach one of %v with the engine idle", chatID, want), func() error {
+		var err error
+		c, err = h.store.GetChat(context.Background(), testScope, chatID)
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			h.t.Fatalf("chat %s: status %q (err %v), want one of %v", chatID, c.Status, err, want)
+		if !slices.Contains(want, c.Status) || h.bus.Pending() != 0 || h.eng.Active() != 0 {
+			return fmt.Errorf("status %q, %d events pending on the bus, %d runs active", c.Status, h.bus.Pending(), h.eng.Active())
 		}
-		time.Sleep(2 * time.Millisecond) // polling the store with a deadline
-	}
+		return nil
+	})
+	return c
 }
 
 func (h *harness) pending(chatID, kind string) baton.PendingRequest {
@@ -228,13 +235,12 @@ func (h *harness) driveGenerator() string {
 // every event of those runs has been observed.
 func (h *harness) waitObserved(n float64) {
 	h.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for gathered(h.t, h.col.Registry(), "baton_runs_ended_total") < n {
-		if time.Now().After(deadline) {
-			h.t.Fatalf("the collector observed %v ended runs, want %v", gathered(h.t, h.col.Registry(), "baton_runs_ended_total"), n)
+	testenv.Eventually(h.t, 10*time.Second, fmt.Sprintf("the collector to count %v ended runs", n), func() error {
+		if got := gathered(h.t, h.col.Registry(), "baton_runs_ended_total"); got < n {
+			return fmt.Errorf("the collector observed %v ended runs", got)
 		}
-		time.Sleep(time.Millisecond) // polling the collector with a deadline
-	}
+		return nil
+	})
 }
 
 // gathered sums every series of a counter family.

@@ -3,10 +3,13 @@ package metrics_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +18,7 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
+	"github.com/batonhq/baton/internal/testenv"
 	"github.com/batonhq/baton/llm"
 	"github.com/batonhq/baton/metrics"
 )
@@ -141,13 +145,12 @@ func TestStalledWriterDoesNotDelayTheRun(t *testing.T) {
 	}
 	// The writer is stuck in its first write and the queue (1) is full:
 	// later flushes are counted as drops while the run went on.
-	deadline := time.Now().Add(5 * time.Second)
-	for gathered(t, h.col.Registry(), "baton_metrics_rollup_queue_full_total") == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no full-queue drop was counted while the writer was blocked")
+	testenv.Eventually(t, 5*time.Second, "a full-queue drop to be counted while the writer is blocked", func() error {
+		if gathered(t, h.col.Registry(), "baton_metrics_rollup_queue_full_total") == 0 {
+			return errors.New("none counted")
 		}
-		time.Sleep(time.Millisecond) // polling the counter with a deadline
-	}
+		return nil
+	})
 	if !strings.Contains(h.logs.String(), "rollup queue full") {
 		t.Error("the full queue was not logged")
 	}
@@ -376,20 +379,16 @@ func TestBudgets(t *testing.T) {
 	// (598 in all), its second is refused by the app's budget.
 	id2 := h.start("generator")
 	h.waitStatus(id2, baton.ChatWaitingInput)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testenv.Eventually(t, 5*time.Second, "the app's totals to reach 598 tokens", func() error {
 		app, err := h.col.AppTotals(ctx, testScope.App)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if app.TotalTokens() == 598 {
-			break
+		if n := app.TotalTokens(); n != 598 {
+			return fmt.Errorf("app totals %d tokens", n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("app totals %d tokens, want 598", app.TotalTokens())
-		}
-		time.Sleep(time.Millisecond) // polling the collector with a deadline
-	}
+		return nil
+	})
 	if err := h.eng.Submit(ctx, testScope, id2, "Another newsletter.", "ws"); err != nil {
 		t.Fatal(err)
 	}
@@ -420,24 +419,85 @@ func lastReason(t *testing.T, h *harness, id string) string {
 	return s
 }
 
-// TestSubscriptionDropIsCountedAndReplaced fills the collector's tiny
-// buffer while its goroutine is busy, so the bus drops the subscription:
-// the drop is counted and logged, and the collector observes again.
+// TestSubscriptionDropIsCountedAndReplaced holds the collector's goroutine
+// in a chat lookup and overflows its buffer meanwhile, so the bus drops the
+// subscription: the drop is counted and logged, and the collector observes
+// again.
+//
+// It waits on sync points only: the lookup says when the goroutine is held,
+// the bus's drop counter says when the subscription is gone, and a probe
+// event the collector counts says when the new subscription is in place.
+// (Flooding a one-event buffer instead depended on the scheduler: under load
+// the collector kept up and was never dropped, or the next run began before
+// it had subscribed again, or its one-event buffer overflowed again during
+// the run, and the run's end was missed.)
 func TestSubscriptionDropIsCountedAndReplaced(t *testing.T) {
-	h := newHarness(t, config{opts: metrics.Options{Buffer: 1}})
-	for i := 0; gathered(t, h.col.Registry(), "baton_metrics_subscription_drops_total") == 0; i++ {
-		if i > 100000 {
-			t.Fatal("the subscription was never dropped")
-		}
-		_ = h.bus.Broadcast(baton.NewEvent(baton.TypeStreamStart, baton.Metadata{TriggerSessionID: "c"}, json.RawMessage(`{"message_id":"m","agent":"a"}`)))
+	const buffer = 256 // more than a hello run sends, so only the overflow below drops
+	held, release := make(chan struct{}), make(chan struct{})
+	var holdOnce, releaseOnce sync.Once
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) }) // never leave the collector held
+	h := newHarness(t, config{
+		opts: metrics.Options{Buffer: buffer},
+		chats: func(next metrics.ChatLookup) metrics.ChatLookup {
+			return func(ctx context.Context, scope baton.Scope, chatID string) (baton.Chat, error) {
+				if chatID == "held" {
+					holdOnce.Do(func() { close(held) })
+					<-release // the collector's goroutine waits here, its buffer filling
+				}
+				return next(ctx, scope, chatID)
+			}
+		},
+	})
+	// A run start of a scoped chat makes the collector look the chat up.
+	if err := h.bus.Broadcast(baton.NewInput(testScope, baton.TypeRunStart, "held", nil)); err != nil {
+		t.Fatal(err)
 	}
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the collector never looked the chat up")
+	}
+	probe := func() error {
+		return h.bus.Broadcast(baton.NewEvent(baton.TypeStreamStart, baton.Metadata{TriggerSessionID: "c"}, json.RawMessage(`{"message_id":"m","agent":"a"}`)))
+	}
+	for range buffer + 1 {
+		if err := probe(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if drops := h.bus.Stats().ObserverDrops; drops != 1 {
+		t.Fatalf("the bus dropped %d subscriptions after overflowing the held collector's buffer, want 1", drops)
+	}
+	releaseOnce.Do(func() { close(release) })
+
+	testenv.Eventually(t, 10*time.Second, "the collector to count the drop", func() error {
+		if n := gathered(t, h.col.Registry(), "baton_metrics_subscription_drops_total"); n != 1 {
+			return fmt.Errorf("%v drops counted", n)
+		}
+		return nil
+	})
 	if !strings.Contains(h.logs.String(), "subscribing again") {
 		t.Error("the drop was not logged")
 	}
-	// After the drop it observes again: a run is counted.
+	// The drop is counted before the collector subscribes again: a probe
+	// sent before that is missed, so send one per poll until one is seen.
+	base := gathered(t, h.col.Registry(), "baton_metrics_events_observed_total")
+	testenv.Eventually(t, 10*time.Second, "the collector to observe a probe on its new subscription", func() error {
+		if n := gathered(t, h.col.Registry(), "baton_metrics_events_observed_total"); n > base {
+			return nil
+		}
+		if err := probe(); err != nil {
+			return err
+		}
+		return errors.New("no probe observed since the drop")
+	})
+	// It observes again: a whole run is counted.
 	id := h.start("hello")
 	h.waitStatus(id, baton.ChatCompleted, baton.ChatFailed)
 	h.waitObserved(1)
+	if drops := h.bus.Stats().ObserverDrops; drops != 1 {
+		t.Errorf("the bus dropped %d subscriptions, want only the one the test caused", drops)
+	}
 }
 
 // TestBudgetStoreErrorLetsTheCallGoAhead: the budget hook reports a store

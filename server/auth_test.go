@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/testenv"
 	"github.com/coder/websocket"
 )
 
@@ -269,29 +271,24 @@ func TestStreamCaps(t *testing.T) {
 		t.Fatalf("another key: %d", r.status)
 	}
 	c1.Close(websocket.StatusNormalClosure, "")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testenv.Eventually(t, 10*time.Second, "the closed stream's slot to come back (the server ends the closed stream)", func() error {
 		c3, err := e.tryDial(ctx, chat.ID, 0, e.keys[scopeAda])
-		if err == nil {
-			c3.CloseNow()
-			break
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the closed stream's slot never came back: %v", err)
-		}
-		time.Sleep(5 * time.Millisecond) // polling with a deadline: the server ends the closed stream
-	}
+		c3.CloseNow()
+		return nil
+	})
 
 	// One socket waits for its auth message; the next is refused.
 	waiter := e.dial(ctx, t, chat.ID, 0, "")
 	defer waiter.CloseNow()
-	deadline = time.Now().Add(10 * time.Second)
-	for e.srv.pendingAuth.Load() < 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the first socket is not waiting for its auth message")
+	testenv.Eventually(t, 10*time.Second, "the first socket to wait for its auth message", func() error {
+		if n := e.srv.pendingAuth.Load(); n < 1 {
+			return fmt.Errorf("%d sockets waiting for auth", n)
 		}
-		time.Sleep(time.Millisecond) // polling with a deadline
-	}
+		return nil
+	})
 	_, hresp, err = websocket.Dial(ctx, "ws"+strings.TrimPrefix(e.ts.URL, "http")+"/ws/acme/"+chat.ID, nil)
 	if err == nil || hresp == nil || hresp.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("a second socket waiting for auth: %v %v, want 429", err, hresp)

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/testenv"
 	"github.com/coder/websocket"
 )
 
@@ -127,7 +128,12 @@ func benchWS(b *testing.B, workflowName string, stagger time.Duration) {
 		// waits for a busy scheduler's poll (up to 10 ms), which no real
 		// client costs the server.
 		clients := startLoadClients(b, e, ids)
-		waitFor(b, func() bool { return e.srv.Streams() >= chats })
+		testenv.Eventually(b, 60*time.Second, "every chat's stream to open", func() error {
+			if n := e.srv.Streams(); n < chats {
+				return fmt.Errorf("%d streams open", n)
+			}
+			return nil
+		})
 
 		schedBefore := schedLatencies()
 		cpuBefore := cpuTime()
@@ -353,25 +359,25 @@ func idleServerMemory(b *testing.B, e *env, ids []string) float64 {
 	if err != nil || !strings.HasPrefix(line, "ready") {
 		b.Fatalf("idle clients: %q %v", line, err)
 	}
-	waitFor(b, func() bool { return e.srv.Streams() >= len(ids) })
+	testenv.Eventually(b, 60*time.Second, "every idle client's stream to open", func() error {
+		if n := e.srv.Streams(); n < len(ids) {
+			return fmt.Errorf("%d streams open", n)
+		}
+		return nil
+	})
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	stdin.Close() // the child closes its connections and exits
 	if err := cmd.Wait(); err != nil {
 		b.Fatalf("idle clients: %v", err)
 	}
-	waitFor(b, func() bool { return e.srv.Streams() == 0 })
-	return float64(int64(after.HeapInuse+after.StackInuse)-int64(before.HeapInuse+before.StackInuse)) / float64(len(ids))
-}
-
-func waitFor(b *testing.B, ok func() bool) {
-	deadline := time.Now().Add(60 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			b.Fatal("timed out")
+	testenv.Eventually(b, 60*time.Second, "every idle client's stream to close", func() error {
+		if n := e.srv.Streams(); n != 0 {
+			return fmt.Errorf("%d streams open", n)
 		}
-		time.Sleep(time.Millisecond) // polling with a deadline
-	}
+		return nil
+	})
+	return float64(int64(after.HeapInuse+after.StackInuse)-int64(before.HeapInuse+before.StackInuse)) / float64(len(ids))
 }
 
 type idleClients struct {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,6 +22,7 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
 	"github.com/batonhq/baton/engine"
+	"github.com/batonhq/baton/internal/testenv"
 	"github.com/batonhq/baton/llm/scripted"
 	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/recorder"
@@ -324,21 +327,19 @@ func (e *env) start(t testing.TB, wf string, body any) string {
 // the bus is idle.
 func (e *env) waitStatus(t testing.TB, chatID string, want ...baton.ChatStatus) baton.Chat {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		c, err := e.store.GetChat(context.Background(), scopeAda, chatID)
-		if st := e.bus.Stats(); err == nil && st.Published == st.Handled+st.Unmatched && e.eng.Active() == 0 {
-			for _, w := range want {
-				if c.Status == w {
-					return c
-				}
-			}
+	var c baton.Chat
+	testenv.Eventually(t, 20*time.Second, fmt.Sprintf("chat %s to reach one of %v with the bus idle", chatID, want), func() error {
+		var err error
+		if c, err = e.store.GetChat(context.Background(), scopeAda, chatID); err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("chat %s: status %q (err %v), want %v", chatID, c.Status, err, want)
+		st := e.bus.Stats()
+		if !slices.Contains(want, c.Status) || st.Published != st.Handled+st.Unmatched || e.eng.Active() != 0 {
+			return fmt.Errorf("status %q, bus stats %+v, %d runs active", c.Status, st, e.eng.Active())
 		}
-		time.Sleep(2 * time.Millisecond) // polling the store with a deadline
-	}
+		return nil
+	})
+	return c
 }
 
 // history returns the chat's envelopes from the events endpoint.

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/testenv"
 	"github.com/coder/websocket"
 )
 
@@ -222,13 +224,12 @@ func TestMetricsAggregate_TenantScoped(t *testing.T) {
 		}
 		return r.json(t)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for agg(e.keys[scopeAda])["total_turns"] == 0.0 {
-		if time.Now().After(deadline) {
-			t.Fatal("ada's turns never reached the metrics")
+	testenv.Eventually(t, 10*time.Second, "ada's turns to reach the metrics (the collector reads the bus)", func() error {
+		if a := agg(e.keys[scopeAda]); a["total_turns"] == 0.0 {
+			return fmt.Errorf("aggregate %v", a)
 		}
-		time.Sleep(5 * time.Millisecond) // polling with a deadline: the collector reads the bus
-	}
+		return nil
+	})
 	if b := agg(e.keys[scopeBob]); b["total_turns"] != 0.0 || b["total_tokens"] != 0.0 || b["active_chats"] != 0.0 {
 		t.Errorf("bob sees ada's usage: %v", b)
 	}

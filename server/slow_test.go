@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/testenv"
 	"github.com/batonhq/baton/llm"
 	"github.com/coder/websocket"
 )
@@ -27,15 +29,14 @@ func (e *env) hubSubscriber(chatID string) *subscriber {
 }
 
 // waitUntil polls cond until it holds; the deadline only catches a hang.
-func waitUntil(t *testing.T, what string, cond func() bool) {
+func waitUntil(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	testenv.Eventually(t, 30*time.Second, what, func() error {
+		if !cond() {
+			return errors.New("not yet")
 		}
-		time.Sleep(time.Millisecond) // polling with a deadline
-	}
+		return nil
+	})
 }
 
 // replyDeltas is the length of pausedReply's reply.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/testenv"
 	"github.com/batonhq/baton/llm"
 	"github.com/coder/websocket"
 )
@@ -416,26 +418,28 @@ func TestWS_StalledClientTimesOut(t *testing.T) {
 			t.Fatalf("delta %d: %v", i, err)
 		}
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for e.srv.Streams() > 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the stalled stream is still open")
+	testenv.Eventually(t, 30*time.Second, "the stalled stream to be closed", func() error {
+		if n := e.srv.Streams(); n > 0 {
+			return fmt.Errorf("%d streams open", n)
 		}
-		time.Sleep(time.Millisecond) // polling with a deadline
-	}
+		return nil
+	})
 }
 
 // waitStreams waits until the server has n streams open; n < 0 waits until
 // at most one is left.
 func waitStreams(t *testing.T, e *env, n int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for (n >= 0 && e.srv.Streams() < n) || (n < 0 && e.srv.Streams() > 1) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d streams, want %d", e.srv.Streams(), n)
-		}
-		time.Sleep(time.Millisecond) // polling with a deadline
+	what := fmt.Sprintf("%d streams open", n)
+	if n < 0 {
+		what = "at most one stream open"
 	}
+	testenv.Eventually(t, 30*time.Second, what, func() error {
+		if s := e.srv.Streams(); (n >= 0 && s < n) || (n < 0 && s > 1) {
+			return fmt.Errorf("%d streams", s)
+		}
+		return nil
+	})
 }
 
 // TestWS_ResumeMessage: a resume message replays exactly the events after

@@ -20,6 +20,7 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
+	"github.com/batonhq/baton/internal/testenv"
 	"github.com/batonhq/baton/tool"
 	"go.uber.org/goleak"
 )
@@ -241,13 +242,12 @@ func TestConcurrencyLimit(t *testing.T) {
 			results <- res
 		})
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for running.Load() < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("two calls never ran at once")
+	testenv.Eventually(t, 5*time.Second, "two calls to run at once", func() error {
+		if n := running.Load(); n < 2 {
+			return fmt.Errorf("%d running", n)
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 	close(release)
 	wg.Wait()
 	close(results)
@@ -334,15 +334,14 @@ func TestCommandToolTimeoutKillsProcessGroup(t *testing.T) {
 	if len(pids) != 4 {
 		t.Fatalf("pid file = %q, want 4 pids (script, child, subshell, grandchild)", raw)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for _, p := range pids {
-		for alive(p) {
-			if time.Now().After(deadline) {
-				t.Fatalf("process %s still runs after the timeout", p)
+	testenv.Eventually(t, 5*time.Second, "every process of the timed-out call to end", func() error {
+		for _, p := range pids {
+			if alive(p) {
+				return fmt.Errorf("process %s still runs", p)
 			}
-			time.Sleep(10 * time.Millisecond)
 		}
-	}
+		return nil
+	})
 }
 
 // TestCommandToolExitKillsLeftovers checks that a command that exits and
@@ -361,13 +360,12 @@ func TestCommandToolExitKillsLeftovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := strings.TrimSpace(string(raw))
-	deadline := time.Now().Add(5 * time.Second)
-	for alive(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the command's child %s outlived the call", pid)
+	testenv.Eventually(t, 5*time.Second, "the command's child to end with the call", func() error {
+		if alive(pid) {
+			return fmt.Errorf("child %s still runs", pid)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // alive reports whether pid is a live (not zombie) process.

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -57,18 +59,17 @@ func userMessages(t *testing.T, in *instance, chatID string) []string {
 // is waiting for the next.
 func waitMessages(t *testing.T, in *instance, chatID string, want []string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("chat %s to record the user messages %q and wait for input", chatID, want), func() error {
 		got := userMessages(t, in, chatID)
 		c, err := in.store.GetChat(context.Background(), devScope, chatID)
-		if strings.Join(got, "|") == strings.Join(want, "|") && err == nil && c.Status == baton.ChatWaitingInput {
-			return
-		}
-		if len(got) > len(want) || time.Now().After(deadline) {
+		if len(got) > len(want) {
 			t.Fatalf("chat %s: user messages %q (status %s), want %q", chatID, got, c.Status, want)
 		}
-		time.Sleep(10 * time.Millisecond) // polling the store with a deadline
-	}
+		if strings.Join(got, "|") != strings.Join(want, "|") || err != nil || c.Status != baton.ChatWaitingInput {
+			return fmt.Errorf("user messages %q, status %s (err %v)", got, c.Status, err)
+		}
+		return nil
+	})
 }
 
 // quiesce waits until every input routed has been delivered and handled
@@ -76,8 +77,7 @@ func waitMessages(t *testing.T, in *instance, chatID string, want []string) {
 // not released under it by a late run of that instance.
 func quiesce(t *testing.T, ins ...*instance) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.Eventually(t, 30*time.Second, "the instances to settle", func() error {
 		var routed, delivered, dup, active int64
 		for _, in := range ins {
 			st := in.bridge.InputStats()
@@ -87,13 +87,10 @@ func quiesce(t *testing.T, ins ...*instance) {
 			active += in.eng.Active() + int64(in.bus.Pending())
 		}
 		if delivered >= routed-dup && active == 0 {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("instances never settled: %d inputs routed, %d duplicates, %d delivered, %d active", routed, dup, delivered, active)
-		}
-		time.Sleep(10 * time.Millisecond) // polling with a deadline
-	}
+		return fmt.Errorf("%d inputs routed, %d duplicates, %d delivered, %d active", routed, dup, delivered, active)
+	})
 }
 
 // TestInputs_RoutedToTheOwnerAndDeduplicated: instance A holds a chat's
@@ -304,23 +301,15 @@ func TestInputs_FailedInputHandledByAConsumerMadeAnew(t *testing.T) {
 	// NATS removes B's consumer, as it does one it takes for idle (a
 	// partition, a lane blocked past the pull expiry); B makes it anew.
 	js := jetStream(t, ns.ClientURL())
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		err := js.DeleteConsumer(context.Background(), natsbridge.InputStream(""), "inputs-B")
-		if err == nil {
-			break
+	testenv.Eventually(t, 5*time.Second, "B's input consumer to be deleted (the NAK may still be on its way)", func() error {
+		return js.DeleteConsumer(context.Background(), natsbridge.InputStream(""), "inputs-B")
+	})
+	testenv.Eventually(t, 15*time.Second, "the failed input to be handled twice (the failure, then the retry)", func() error {
+		if n := calls.Load(); n < 2 {
+			return fmt.Errorf("handled %d times; stats %+v", n, br.InputStats())
 		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(10 * time.Millisecond) // the NAK may still be on its way
-	}
-	for deadline := time.Now().Add(15 * time.Second); calls.Load() < 2; {
-		if time.Now().After(deadline) {
-			t.Fatalf("the failed input was handled %d times, want 2 (the failure, then the retry); stats %+v", calls.Load(), br.InputStats())
-		}
-		time.Sleep(10 * time.Millisecond) // polling with a deadline
-	}
+		return nil
+	})
 }
 
 // TestInputs_SameIDInTwoChats: two chats' inputs with the same event id (a
@@ -353,14 +342,16 @@ func TestInputs_SameIDInTwoChats(t *testing.T) {
 	if err := b.Publish(context.Background(), input("chat-2", "evt-42", "hi")); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); calls[1].Load() == 0; {
-		if time.Now().After(deadline) {
-			close(release)
-			t.Fatalf("chat-2's input was never handled; stats %+v", br.InputStats())
+	var releaseOnce sync.Once
+	releaseHandler := func() { releaseOnce.Do(func() { close(release) }) }
+	defer releaseHandler() // a failed wait must not leave the handler blocked
+	testenv.Eventually(t, 10*time.Second, "chat-2's input to be handled", func() error {
+		if calls[1].Load() == 0 {
+			return fmt.Errorf("not handled; stats %+v", br.InputStats())
 		}
-		time.Sleep(10 * time.Millisecond) // polling with a deadline
-	}
-	close(release)
+		return nil
+	})
+	releaseHandler()
 	if calls[0].Load() != 1 || calls[1].Load() != 1 {
 		t.Fatalf("handled %d and %d times, want once each", calls[0].Load(), calls[1].Load())
 	}

@@ -338,15 +338,14 @@ func withLast(ctx context.Context, n int64) context.Context {
 
 func waitStatus(t *testing.T, in *instance, id string, want baton.ChatStatus) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testenv.Eventually(t, 20*time.Second, fmt.Sprintf("chat %s to be %s", id, want), func() error {
 		c, err := in.eng.Inspect(context.Background(), baton.Scope{App: "acme", User: server.DevUser}, id)
-		if err == nil && c.Chat.Status == want {
-			return
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("chat %s: %s, want %s", id, c.Chat.Status, want)
+		if c.Chat.Status != want {
+			return fmt.Errorf("status %s", c.Chat.Status)
 		}
-		time.Sleep(5 * time.Millisecond) // polling the store with a deadline
-	}
+		return nil
+	})
 }

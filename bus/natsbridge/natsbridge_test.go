@@ -3,6 +3,7 @@ package natsbridge_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -26,6 +27,7 @@ import (
 	"github.com/batonhq/baton/bus"
 	"github.com/batonhq/baton/bus/natsbridge"
 	"github.com/batonhq/baton/engine"
+	"github.com/batonhq/baton/internal/testenv"
 	"github.com/batonhq/baton/llm/scripted"
 	"github.com/batonhq/baton/recorder"
 	"github.com/batonhq/baton/server"
@@ -147,16 +149,16 @@ func TestBridge_CarriesEventsBetweenInstances(t *testing.T) {
 	}
 	// The bridge counts a publish after NATS took it: A may hold the marker
 	// a moment before B's count moves.
-	for {
+	testenv.Eventually(t, 10*time.Second, "B's bridge to count 1 event sent (the marker) and 2 received", func() error {
 		sent, received := brB.Stats()
-		if sent == 1 && received == 2 {
-			break
-		}
-		if sent > 1 || received > 2 || ctx.Err() != nil {
+		if sent > 1 || received > 2 {
 			t.Fatalf("B's bridge sent %d and received %d, want 1 (the marker) and 2", sent, received)
 		}
-		time.Sleep(5 * time.Millisecond) // polling with the test's deadline
-	}
+		if sent != 1 || received != 2 {
+			return fmt.Errorf("sent %d, received %d", sent, received)
+		}
+		return nil
+	})
 }
 
 // TestBridge_PerChatReceivesOnlyWatchedChats: with PerChat, an instance
@@ -224,13 +226,12 @@ func TestBridge_ReconnectAfterNATSRestart(t *testing.T) {
 	ns.Shutdown()
 	ns.WaitForShutdown()
 	runNATS(t, portOf(url), t.TempDir())
-	deadline := time.Now().Add(10 * time.Second)
-	for reconnects.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond) // polling for the reconnect with a deadline
-	}
-	if reconnects.Load() == 0 {
-		t.Fatal("no reconnect after NATS came back")
-	}
+	testenv.Eventually(t, 10*time.Second, "a reconnect after NATS came back", func() error {
+		if reconnects.Load() == 0 {
+			return errors.New("no reconnect yet")
+		}
+		return nil
+	})
 }
 
 func portOf(url string) int {
@@ -418,13 +419,12 @@ func TestBridge_FallsBehindSubscribesAgainAndAsksForResync(t *testing.T) {
 	}
 	// A bound on a hang, not a measure: under -race on a busy 2-core
 	// machine the burst and its drain take 10 s and more.
-	deadline := time.Now().Add(60 * time.Second)
-	for resyncs.Load() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the other instance was not asked to resync")
+	testenv.Eventually(t, 60*time.Second, "the other instance to be asked to resync", func() error {
+		if resyncs.Load() == 0 {
+			return errors.New("no resync yet")
 		}
-		time.Sleep(10 * time.Millisecond) // polling with a deadline
-	}
+		return nil
+	})
 	// One more recorded event, after the bridge fell behind, must still
 	// reach the other instance, whatever of the backlog is still on its way.
 	onB, err := b.Subscribe([]string{"chat.*"}, bus.Buffer(16))
@@ -435,7 +435,7 @@ func TestBridge_FallsBehindSubscribesAgainAndAsksForResync(t *testing.T) {
 	ev := baton.NewEvent(baton.TypeChatText, baton.Metadata{TriggerSessionID: "c2", Source: baton.SourceSystem}, json.RawMessage(`{"kind":"text","agent":"A1","content":"later"}`))
 	ev.Sequence = 1
 	_ = a.Broadcast(ev)
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if _, err := onB.Wait(ctx, func(got baton.Event) bool { return got.ID == ev.ID }); err != nil {
 		t.Fatalf("a recorded event after the bridge fell behind did not reach the other instance: %v", err)

@@ -3,6 +3,7 @@ package natsbridge_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -58,7 +59,7 @@ func TestInstances_TakeoverWaitsForAQueuedStart(t *testing.T) {
 
 	// The chat's lease expires after 300 ms, A's consumer after 2 s; B
 	// drains A's subject a little later.
-	for deadline := time.Now().Add(20 * time.Second); ; {
+	testenv.Eventually(t, 20*time.Second, "the queued run.start to be handled", func() error {
 		evs, err := st.Events(ctx, devScope, chat.ID, 0, 1000)
 		if err != nil {
 			t.Fatal(err)
@@ -74,14 +75,11 @@ func TestInstances_TakeoverWaitsForAQueuedStart(t *testing.T) {
 			if len(msgs) != 1 || msgs[0] != "hello" {
 				t.Fatalf("the person's messages: %q, want the first message once", msgs)
 			}
-			return
+			return nil
 		}
 		if len(evs) > 0 && eng.Takeovers() > 0 {
 			t.Fatalf("a takeover started the chat without its first message (%d events recorded)", len(evs))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the queued run.start was never handled; input stats %+v", br.InputStats())
-		}
-		time.Sleep(20 * time.Millisecond) // polling the store with a deadline
-	}
+		return fmt.Errorf("no message of the person recorded; input stats %+v", br.InputStats())
+	})
 }

@@ -91,12 +91,8 @@ func runKeys(ctx context.Context, sub string, o keysOptions, stdout, stderr io.W
 		return fmt.Errorf("open store: %w", err)
 	}
 	defer st.Close()
-	ks, ok := st.(baton.KeyStore)
-	if !ok {
-		return fmt.Errorf("store %T keeps no API keys", st)
-	}
 	if sub == "revoke" {
-		if err := ks.RevokeKey(ctx, hash); err != nil {
+		if err := st.RevokeKey(ctx, hash); err != nil {
 			return err
 		}
 		fmt.Fprintln(stdout, "revoked")
@@ -106,7 +102,7 @@ func runKeys(ctx context.Context, sub string, o keysOptions, stdout, stderr io.W
 	if err != nil {
 		return fmt.Errorf("make key: %w", err)
 	}
-	if _, err := ks.CreateKey(ctx, baton.APIKey{Hash: newHash, App: app, User: user, Name: name}); err != nil {
+	if _, err := st.CreateKey(ctx, baton.APIKey{Hash: newHash, App: app, User: user, Name: name}); err != nil {
 		return err
 	}
 	fmt.Fprintf(stderr, "API key for app %q, user %q (shown once; baton keeps only its hash %s):\n", app, user, newHash)

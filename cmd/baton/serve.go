@@ -15,7 +15,6 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/server"
 	"github.com/batonhq/baton/web"
 )
@@ -91,11 +90,6 @@ func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) er
 		return err
 	}
 
-	keys, ok := rt.store.(baton.KeyStore)
-	if !ok {
-		_ = closeRuntime(context.Background())
-		return fmt.Errorf("store %T keeps no API keys", rt.store)
-	}
 	var origins []string
 	for _, o := range strings.Split(cfg.allowedOrigins, ",") {
 		if o = strings.TrimSpace(o); o != "" {
@@ -107,7 +101,7 @@ func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) er
 		tracing = rt.traces
 	}
 	api, err := server.New(server.Config{
-		Store: rt.store, Keys: keys, Bus: rt.bus, Engine: rt.engine, Logger: log,
+		Store: rt.store, Keys: rt.store, Bus: rt.bus, Engine: rt.engine, Logger: log,
 		Dev: cfg.dev, AllowedOrigins: origins, MaxBody: cfg.maxBody, MaxMessage: cfg.maxMessage,
 		RateLimit: cfg.rateLimit, RateBurst: cfg.rateBurst, UI: web.Handler(), Metrics: rt.metrics, MetricsToken: metricsToken,
 		Health: rt.health, Watch: rt.watch(), TracerProvider: tracing,

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -67,8 +68,7 @@ func TestServe_DevSmoke(t *testing.T) {
 	if resp.StatusCode != 201 || started.ChatID == "" {
 		t.Fatalf("start: %d", resp.StatusCode)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testenv.Eventually(t, 20*time.Second, "the hello chat to complete", func() error {
 		resp, err := http.Get(base + "/api/chats/local/" + started.ChatID)
 		if err != nil {
 			t.Fatal(err)
@@ -78,14 +78,11 @@ func TestServe_DevSmoke(t *testing.T) {
 		}
 		_ = json.NewDecoder(resp.Body).Decode(&c)
 		resp.Body.Close()
-		if c.Status == "completed" {
-			break
+		if c.Status != "completed" {
+			return fmt.Errorf("status %q", c.Status)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("hello chat: status %q", c.Status)
-		}
-		time.Sleep(10 * time.Millisecond) // polling the server with a deadline
-	}
+		return nil
+	})
 	cancel()
 	select {
 	case code := <-done:

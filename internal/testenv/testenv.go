@@ -3,6 +3,10 @@
 // not configured is skipped; in CI (CI=true) it fails, so that such tests
 // never silently skip there. .ci/run starts the servers and sets the
 // variables.
+//
+// It also holds what tests share to wait and to watch: Eventually, the one
+// way a test polls for a condition (it fails at its deadline, never ends
+// silently), and LogBuffer.
 package testenv
 
 import (

@@ -2,12 +2,14 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/testenv"
 	"github.com/batonhq/baton/store/postgres"
 	"github.com/batonhq/baton/store/storetest"
 	"github.com/jackc/pgx/v5"
@@ -74,19 +76,15 @@ func endSessions(t *testing.T, dsn, name string) {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	for {
+	testenv.Eventually(t, 30*time.Second, "the crashed child's database sessions to end", func() error {
 		var left int
 		err := conn.QueryRow(ctx, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1) AS ended`, name).Scan(&left)
 		if err != nil {
 			t.Fatalf("end the crashed child's sessions: %v", err)
 		}
-		if left == 0 {
-			return
+		if left > 0 {
+			return fmt.Errorf("%d sessions left", left)
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("the crashed child's %d database sessions did not end", left)
-		case <-time.After(10 * time.Millisecond): // polling the server, with the deadline above
-		}
-	}
+		return nil
+	})
 }
