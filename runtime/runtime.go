@@ -128,6 +128,14 @@ type Config struct {
 	// TracesFromEnv exports OpenTelemetry traces when
 	// OTEL_EXPORTER_OTLP_ENDPOINT is set (metrics.OTLPFromEnv).
 	TracesFromEnv bool
+	// TracerProvider, when set, is the provider the runtime's tracer makes
+	// spans with, instead of one from the environment. It belongs to the
+	// caller: Close leaves it to the caller to shut down.
+	TracerProvider *sdktrace.TracerProvider
+	// Metrics, when set, edits the collector's options just before
+	// metrics.New (flush interval, registry, a wrapped StatsStore); the
+	// bus, the store's parts and the engine's counters are already in.
+	Metrics func(*metrics.Options)
 
 	// WrapRecorder, when set, wraps the recorder the engine records
 	// through (a test's faulty recorder, say). The recorder it is given
@@ -155,6 +163,7 @@ type Runtime struct {
 	metrics   *metrics.Collector
 	tracer    *metrics.Tracer          // nil unless tracing is on
 	traces    *sdktrace.TracerProvider // likewise
+	ownTraces bool                     // made here: Close shuts it down
 	workflows []*workflow.Workflow
 	root      string
 	log       *slog.Logger
@@ -236,9 +245,13 @@ func Open(ctx context.Context, cfg Config) (_ *Runtime, err error) {
 	// Metrics observe the bus (never the run path); the recorder is timed.
 	// The engine does not exist yet: Active and ActiveIn read it when asked.
 	stats, _ := st.(baton.StatsStore)
-	col, err := metrics.New(metrics.Options{Bus: rt.bus, Stats: stats, Chats: st.GetChat, Usage: st, Logger: log,
+	opts := metrics.Options{Bus: rt.bus, Stats: stats, Chats: st.GetChat, Usage: st, Logger: log,
 		Active: func() int64 { return rt.engine.Active() }, ActiveIn: func(s baton.Scope) int64 { return rt.engine.ActiveIn(s) },
-		MaxChats: cfg.MaxChats})
+		MaxChats: cfg.MaxChats}
+	if cfg.Metrics != nil {
+		cfg.Metrics(&opts)
+	}
+	col, err := metrics.New(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -255,18 +268,23 @@ func Open(ctx context.Context, cfg Config) (_ *Runtime, err error) {
 	if err := step("tracing"); err != nil {
 		return nil, err
 	}
-	if cfg.TracesFromEnv {
+	switch {
+	case cfg.TracerProvider != nil:
+		rt.traces = cfg.TracerProvider
+	case cfg.TracesFromEnv:
 		tp, err := metrics.OTLPFromEnv(ctx, metrics.ReadBuildInfo().ServiceVersion()) // nil unless OTEL_EXPORTER_OTLP_ENDPOINT is set
 		if err != nil {
 			return nil, fmt.Errorf("tracing: %w", err)
 		}
-		rt.traces = tp
+		rt.traces, rt.ownTraces = tp, tp != nil
 	}
 	toolOpts := []tool.Option{tool.WithFuncs(cfg.Funcs...)}
-	if rt.traces != nil {
+	if rt.ownTraces {
 		// The SDK reports export failures through otel's one error
 		// handler; they go to the log like every other line.
 		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("tracing: export failed", "err", err) }))
+	}
+	if rt.traces != nil {
 		// HTTP and MCP tools get the traceparent of their call's span.
 		toolOpts = append(toolOpts, tool.WithTraceContext(metrics.ToolSpanContext))
 	}
@@ -549,7 +567,7 @@ func (rt *Runtime) close(ctx context.Context) error {
 	if rt.tracer != nil {
 		rt.tracer.Close()
 	}
-	if rt.traces != nil {
+	if rt.traces != nil && rt.ownTraces {
 		errs = append(errs, rt.traces.Shutdown(ctx))
 	}
 	if rt.metrics != nil {
