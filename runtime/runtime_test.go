@@ -106,6 +106,48 @@ func TestOpenClose(t *testing.T) {
 	}
 }
 
+// TestOpenCloseOverNATS opens an instance of a deployment (PostgreSQL
+// shared, events carried over NATS), runs hello on it, and closes it: the
+// NATS bridge, its inputs queue and the lease sweeper leave no goroutine.
+func TestOpenCloseOverNATS(t *testing.T) {
+	dsn, natsURL := os.Getenv("BATON_TEST_POSTGRES_DSN"), os.Getenv("BATON_TEST_NATS_URL")
+	if dsn == "" || natsURL == "" {
+		t.Skip("needs BATON_TEST_POSTGRES_DSN and BATON_TEST_NATS_URL")
+	}
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ns := "rt" + strings.ReplaceAll(baton.NewID(), "-", "")[:12] // this test's own subjects and stream
+	rt, err := Open(context.Background(), Config{
+		StoreURL: dsn, DataDir: t.TempDir(), Logger: quiet(),
+		BusURL: natsURL, BusNamespace: ns, InstanceID: "a-" + ns,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rt.Watch() == nil || rt.Health()["instance"] != "a-"+ns {
+		t.Errorf("an instance over NATS has no Watch or no instance in its Health: %v", rt.Health())
+	}
+	runHello(t, rt)
+	if err := rt.Close(context.Background()); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+
+	// A step failing after the bridge connected closes the bridge too.
+	injected := errors.New("injected after the bridge")
+	_, err = Open(context.Background(), Config{
+		StoreURL: dsn, DataDir: t.TempDir(), Logger: quiet(),
+		BusURL: natsURL, BusNamespace: ns, InstanceID: "b-" + ns,
+		fail: func(step string) error {
+			if step == "run" {
+				return injected
+			}
+			return nil
+		},
+	})
+	if !errors.Is(err, injected) {
+		t.Fatalf("Open: %v, want the injected error", err)
+	}
+}
+
 // TestOpenFailureClosesWhatWasOpened fails each step of Open in turn: Open
 // returns that step's error, the store is closed once if it was opened, and
 // no goroutine of the bus, the collector, the tracer, the engine or its
