@@ -137,6 +137,11 @@ type Config struct {
 	// bus, the store's parts and the engine's counters are already in.
 	Metrics func(*metrics.Options)
 
+	// WrapPublisher, when set, wraps what the recorder publishes recorded
+	// events through (engine.ObserverPublisher on the bus): a test stamps
+	// when each event was persisted, say. The wrapper must pass every
+	// event on, or no subscriber sees it.
+	WrapPublisher func(recorder.Publisher) recorder.Publisher
 	// WrapRecorder, when set, wraps the recorder the engine records
 	// through (a test's faulty recorder, say). The recorder it is given
 	// appends to the store and then publishes on the bus.
@@ -259,7 +264,11 @@ func Open(ctx context.Context, cfg Config) (_ *Runtime, err error) {
 	if err := col.RegisterRuntime(); err != nil {
 		return nil, err
 	}
-	var rec engine.Recorder = metrics.TimedRecorder{Next: recorder.New(st, engine.ObserverPublisher{Bus: rt.bus}), Collector: col}
+	var pub recorder.Publisher = engine.ObserverPublisher{Bus: rt.bus}
+	if cfg.WrapPublisher != nil {
+		pub = cfg.WrapPublisher(pub)
+	}
+	var rec engine.Recorder = metrics.TimedRecorder{Next: recorder.New(st, pub), Collector: col}
 	if cfg.WrapRecorder != nil {
 		rec = cfg.WrapRecorder(rec)
 	}
