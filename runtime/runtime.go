@@ -112,6 +112,9 @@ type Config struct {
 	// are leased, appends fenced, dead instances' chats taken over. It
 	// needs a store the instances share (postgres://…).
 	InstanceID string
+	// Bridge, when set, edits the NATS bridge's configuration just before
+	// natsbridge.Start (timings of the inputs queue, say).
+	Bridge func(*natsbridge.Config)
 	// LeaseTTL is how long a chat's lease lasts without renewal (default
 	// engine.DefaultLeaseTTL).
 	LeaseTTL time.Duration
@@ -432,7 +435,7 @@ func (rt *Runtime) startBridge(cfg Config, st baton.Store) error {
 	if !ok {
 		return fmt.Errorf("nats: store %T keeps no chat leases", st)
 	}
-	br, err := natsbridge.Start(natsbridge.Config{URL: cfg.BusURL, Bus: rt.bus, Instance: cfg.InstanceID, Logger: rt.log,
+	bcfg := natsbridge.Config{URL: cfg.BusURL, Bus: rt.bus, Instance: cfg.InstanceID, Logger: rt.log,
 		Namespace: cfg.BusNamespace,
 		PerChat:   true, // receive the chats this instance's clients follow (server.Config.Watch)
 		// Inputs go to the chat's owner through a JetStream work queue,
@@ -443,7 +446,11 @@ func (rt *Runtime) startBridge(cfg Config, st baton.Store) error {
 			if f := rt.reconnect.Load(); f != nil {
 				(*f)() // streams replay what NATS may have lost
 			}
-		}})
+		}}
+	if cfg.Bridge != nil {
+		cfg.Bridge(&bcfg)
+	}
+	br, err := natsbridge.Start(bcfg)
 	if err != nil {
 		return err
 	}
@@ -498,6 +505,9 @@ func (rt *Runtime) Watch() func(chatID string) func() {
 	}
 	return rt.bridge.Watch
 }
+
+// Bridge returns the NATS bridge, or nil without Config.BusURL.
+func (rt *Runtime) Bridge() *natsbridge.Bridge { return rt.bridge }
 
 // OnReconnect sets what runs when the NATS connection comes back (a
 // server's Resync: streams replay what NATS may have lost).
