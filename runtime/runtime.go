@@ -3,14 +3,15 @@
 // recorder with its publisher, the metrics collector, the tracer, the
 // workflows and their model providers, and Go function tools.
 //
-// Open opens the parts in that order and Close closes them in reverse, so a
-// program that embeds baton (a custom server with Go tools, a batch job, a
-// test) wires nothing by hand. When any step of Open fails, everything it
+// Open opens the parts one after the other, each after those it needs, and
+// Close closes them in reverse (the bus drains first, so that running turns
+// reach a recorded point), so a program that embeds baton (a custom server
+// with Go tools, a batch job, a test) wires nothing by hand. When any step of Open fails, everything it
 // had already opened is closed before it returns the error.
 //
 // The recorder is always built with the bus's observer publisher
-// (engine.ObserverPublisher): without it no subscriber would ever see a
-// recorded chat.* event.
+// (engine.ObserverPublisher; Config.WrapPublisher may wrap it, never drop
+// it): without it no subscriber would ever see a recorded chat.* event.
 package runtime
 
 import (
