@@ -20,8 +20,7 @@ import (
 	"github.com/batonhq/baton/bus"
 	"github.com/batonhq/baton/engine"
 	"github.com/batonhq/baton/llm/scripted"
-	"github.com/batonhq/baton/metrics"
-	"github.com/batonhq/baton/recorder"
+	"github.com/batonhq/baton/runtime"
 	"github.com/batonhq/baton/server"
 	"github.com/batonhq/baton/store/sqlite"
 	"github.com/batonhq/baton/tool"
@@ -32,41 +31,32 @@ import (
 // app is the tenant the page acts for (its default; dev mode needs no key).
 const app = "default"
 
-// backend is one life of the real server: store, bus, recorder, engine and
-// API with the UI, listening on addr. kill ends it abruptly, as a crash
-// would: every connection is cut before anything is shut down.
+// backend is one life of the real server: the runtime (store, bus,
+// recorder, engine, metrics) and the API with the UI, listening on addr.
+// kill ends it abruptly, as a crash would: every connection is cut before
+// anything is shut down.
 type backend struct {
-	addr    string
-	ln      *trackingListener
-	hs      *http.Server
-	api     *server.Server
-	eng     *engine.Engine
-	bus     *bus.Bus
-	st      *sqlite.Store
-	col     *metrics.Collector // nil without withMetrics
-	stopRun context.CancelFunc
-	runDone chan struct{}
-	served  chan struct{}
-	once    sync.Once
+	addr   string
+	ln     *trackingListener
+	hs     *http.Server
+	api    *server.Server
+	eng    *engine.Engine
+	bus    *bus.Bus
+	st     *sqlite.Store
+	rt     *runtime.Runtime
+	served chan struct{}
+	once   sync.Once
 }
 
-// loadWorkflows loads the examples generator and hello (the real ones) and
-// this package's test workflows.
-func loadWorkflows(t *testing.T) []*workflow.Workflow {
+// testWorkflows loads this package's test workflows (the examples come
+// from ../workflows).
+func testWorkflows(t *testing.T) []*workflow.Workflow {
 	t.Helper()
-	var wfs []*workflow.Workflow
-	for _, name := range []string{"generator", "hello"} {
-		wf, err := workflow.Load(os.DirFS("../workflows"), name)
-		if err != nil {
-			t.Fatalf("load %s: %v", name, err)
-		}
-		wfs = append(wfs, wf)
-	}
 	own, err := workflow.LoadAll(os.DirFS("testdata/workflows"))
 	if err != nil {
 		t.Fatalf("load testdata workflows: %v", err)
 	}
-	return append(wfs, own...)
+	return own
 }
 
 // reportLine is one line of long_report's result; the result has 40.
@@ -109,32 +99,23 @@ func startBackend(t *testing.T, dbPath, addr string, opts ...option) *backend {
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
-	b := &backend{st: st, runDone: make(chan struct{}), served: make(chan struct{})}
-	b.bus = bus.New(bus.WithLogger(log))
-	rec := recorder.New(st, engine.ObserverPublisher{Bus: b.bus})
-	b.eng, err = engine.New(engine.Config{
-		Store: st, Recorder: rec, Bus: b.bus, Workflows: loadWorkflows(t), WorkflowRoot: "../workflows",
+	b := &backend{st: st, served: make(chan struct{})}
+	// The runtime's standard wiring on this test's store: the examples
+	// generator and hello, this package's workflows, the long_report tool.
+	b.rt, err = runtime.Open(ctx, runtime.Config{
+		Store: st, WorkflowsDir: "../workflows", Workflows: testWorkflows(t), Logger: log,
 		Providers: func(wf *workflow.Workflow) (baton.Provider, error) {
 			return scripted.Load(wf.FS, path.Join(wf.Dir, "scripted.json"))
 		},
-		Logger: log, SecretKey: []byte("0123456789abcdef0123456789abcdef"),
-		ToolOptions: []tool.Option{tool.WithFuncs(tool.MustFunc("long_report", "Return a long report about a topic.", longReport))},
+		SecretKey: []byte("0123456789abcdef0123456789abcdef"),
+		Funcs:     []baton.Tool{tool.MustFunc("long_report", "Return a long report about a topic.", longReport)},
 	})
 	if err != nil {
 		_ = st.Close()
-		t.Fatalf("engine: %v", err)
+		t.Fatalf("runtime: %v", err)
 	}
-	var runCtx context.Context
-	runCtx, b.stopRun = context.WithCancel(context.Background())
-	go func() {
-		defer close(b.runDone)
-		_ = b.eng.Run(runCtx)
-	}()
-	running, err := st.ChatsByStatus(ctx, baton.ChatRunning, 1000)
-	if err != nil {
-		t.Fatalf("running chats: %v", err)
-	}
-	if _, err := b.eng.Recover(ctx, running); err != nil {
+	b.eng, b.bus = b.rt.Engine(), b.rt.Bus()
+	if err := b.rt.Recover(ctx); err != nil {
 		t.Fatalf("recover: %v", err)
 	}
 	su := setup{dev: true}
@@ -143,14 +124,7 @@ func startBackend(t *testing.T, dbPath, addr string, opts ...option) *backend {
 	}
 	cfg := server.Config{Store: st, Keys: st, Bus: b.bus, Engine: b.eng, Logger: log, Dev: su.dev, UI: web.Handler()}
 	if su.metrics {
-		b.col, err = metrics.New(metrics.Options{Bus: b.bus, Chats: st.GetChat, Usage: st, Logger: log})
-		if err == nil {
-			err = b.col.Start()
-		}
-		if err != nil {
-			t.Fatalf("metrics: %v", err)
-		}
-		cfg.Metrics = b.col
+		cfg.Metrics = b.rt.Metrics()
 	}
 	b.api, err = server.New(cfg)
 	if err != nil {
@@ -201,15 +175,9 @@ func (b *backend) kill() {
 		_ = b.hs.Close()
 		<-b.served
 		b.api.Close()
-		b.stopRun()
-		<-b.runDone
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_ = b.bus.Close(ctx)
-		if b.col != nil {
-			_ = b.col.Close(ctx)
-		}
-		_ = b.eng.Close()
+		_ = b.rt.Close(ctx) // the bus drains, then the collector and the engine close
 		_ = b.st.Close()
 	})
 }

@@ -24,7 +24,7 @@ import (
 	"github.com/batonhq/baton/internal/testenv"
 	"github.com/batonhq/baton/llm/scripted"
 	"github.com/batonhq/baton/metrics"
-	"github.com/batonhq/baton/recorder"
+	"github.com/batonhq/baton/runtime"
 	"github.com/batonhq/baton/store/sqlite"
 	"github.com/batonhq/baton/workflow"
 )
@@ -33,17 +33,17 @@ const workflowsDir = "../workflows"
 
 var testScope = baton.Scope{App: "acme", User: "ada"}
 
-// harness is the engine with the scripted provider on a real SQLite file,
+// harness is the runtime with the scripted provider on a real SQLite file:
 // a real bus, and a metrics collector (and, when asked, a tracer) watching.
 type harness struct {
 	t     *testing.T
+	rt    *runtime.Runtime
 	logs  *testenv.LogBuffer
 	store *sqlite.Store
 	stats baton.StatsStore // what the collector writes rollups to
 	bus   *bus.Bus
 	eng   *engine.Engine
 	col   *metrics.Collector
-	tr    *metrics.Tracer
 	spans *tracetest.InMemoryExporter
 	tp    *sdktrace.TracerProvider
 	// inputCtx is the context inputs are given with (default Background):
@@ -69,38 +69,8 @@ func newHarness(t *testing.T, cfg config) *harness {
 	if cfg.db == "" {
 		cfg.db = filepath.Join(t.TempDir(), "baton.db")
 	}
-	st, err := sqlite.Open(ctx, cfg.db)
-	if err != nil {
-		t.Fatalf("open store: %v", err)
-	}
-	h := &harness{t: t, store: st, logs: &testenv.LogBuffer{}, inputCtx: context.Background()}
+	h := &harness{t: t, logs: &testenv.LogBuffer{}, inputCtx: context.Background()}
 	log := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	h.bus = bus.New(bus.WithLogger(log))
-	wfs, err := workflow.LoadAll(os.DirFS(workflowsDir))
-	if err != nil {
-		t.Fatalf("load workflows: %v", err)
-	}
-	h.stats = st
-	if cfg.stats != nil {
-		h.stats = cfg.stats(st)
-	}
-	o := cfg.opts
-	o.Bus, o.Stats, o.Chats, o.Usage, o.Logger = h.bus, h.stats, st.GetChat, st, log
-	if cfg.chats != nil {
-		o.Chats = cfg.chats(o.Chats)
-	}
-	if cfg.engine {
-		o.Active = func() int64 { return h.eng.Active() }
-		o.ActiveIn = func(s baton.Scope) int64 { return h.eng.ActiveIn(s) } // h.eng is made after the collector
-	}
-	col, err := metrics.New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.col = col
-	if err := col.Start(); err != nil {
-		t.Fatal(err)
-	}
 	if cfg.tracing || cfg.tp != nil {
 		h.tp = cfg.tp
 		if h.tp == nil {
@@ -109,18 +79,26 @@ func newHarness(t *testing.T, cfg config) *harness {
 		}
 		tp := h.tp
 		t.Cleanup(func() { _ = tp.Shutdown(context.Background()) }) // after the test read the spans
-		h.tr = metrics.NewTracer(h.bus, h.tp, log)
-		if err := h.tr.Start(); err != nil {
-			t.Fatal(err)
-		}
 	}
-	var budget engine.BudgetFunc
-	if cfg.budget != nil {
-		budget = col.Budget(*cfg.budget)
-	}
-	rec := metrics.TimedRecorder{Next: recorder.New(st, engine.ObserverPublisher{Bus: h.bus}), Collector: col}
-	eng, err := engine.New(engine.Config{
-		Store: st, Recorder: rec, Bus: h.bus, Workflows: wfs, WorkflowRoot: workflowsDir,
+	rt, err := runtime.Open(ctx, runtime.Config{
+		StoreURL: "sqlite:" + cfg.db, WorkflowsDir: workflowsDir, Logger: log,
+		SecretKey: []byte("0123456789abcdef0123456789abcdef"), TracerProvider: h.tp,
+		Metrics: func(o *metrics.Options) {
+			opts := cfg.opts
+			opts.Bus, opts.Chats, opts.Usage, opts.Logger = o.Bus, o.Chats, o.Usage, o.Logger
+			if cfg.chats != nil {
+				opts.Chats = cfg.chats(opts.Chats)
+			}
+			opts.Stats = o.Stats
+			if cfg.stats != nil {
+				opts.Stats = cfg.stats(o.Stats)
+			}
+			h.stats = opts.Stats
+			if cfg.engine {
+				opts.Active, opts.ActiveIn = o.Active, o.ActiveIn
+			}
+			*o = opts
+		},
 		Providers: func(wf *workflow.Workflow) (baton.Provider, error) {
 			p, err := scripted.Load(wf.FS, path.Join(wf.Dir, "scripted.json"))
 			if err != nil || cfg.gate == nil {
@@ -128,37 +106,36 @@ func newHarness(t *testing.T, cfg config) *harness {
 			}
 			return gated{p, cfg.gate}, nil
 		},
-		Logger: log, SecretKey: []byte("0123456789abcdef0123456789abcdef"), Budget: budget,
+		Budget: budgetOf(cfg.budget),
 	})
 	if err != nil {
-		t.Fatalf("engine: %v", err)
+		t.Fatalf("open runtime: %v", err)
 	}
-	h.eng = eng
+	h.rt, h.store, h.bus, h.eng, h.col = rt, rt.Store().(*sqlite.Store), rt.Bus(), rt.Engine(), rt.Metrics()
 	t.Cleanup(h.close)
 	return h
 }
 
-// close stops the bus, the engine, the tracer, the collector and the store.
+// close closes the runtime: the bus drains, then the tracer, the collector,
+// the engine and the store close.
 func (h *harness) close() {
-	if h.bus == nil {
+	if h.rt == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := h.bus.Close(ctx); err != nil {
-		h.t.Errorf("bus close: %v", err)
+	if err := h.rt.Close(ctx); err != nil {
+		h.t.Errorf("runtime close: %v", err)
 	}
-	_ = h.eng.Close()
-	if h.tr != nil {
-		h.tr.Close()
+	h.rt = nil
+}
+
+// budgetOf is the budget a test asks for, or none.
+func budgetOf(b *metrics.BudgetConfig) metrics.BudgetConfig {
+	if b == nil {
+		return metrics.BudgetConfig{}
 	}
-	if err := h.col.Close(ctx); err != nil {
-		h.t.Errorf("collector close: %v", err)
-	}
-	if err := h.store.Close(); err != nil {
-		h.t.Errorf("store close: %v", err)
-	}
-	h.bus = nil
+	return *b
 }
 
 func (h *harness) start(wf string) string {

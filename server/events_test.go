@@ -19,12 +19,7 @@ import (
 // the event-handler agent records the event in the chat and runs its agent;
 // the client connected before sees the agent's answer, live and in order.
 func TestBackgroundTask_WebSocketSeesTheWokenAgent(t *testing.T) {
-	e := newEnv(t, withWorkflows("testdata/workflows"))
-	for _, r := range e.eng.DefaultRules() {
-		if err := e.bus.RegisterRule(r); err != nil {
-			t.Fatal(err)
-		}
-	}
+	e := newEnv(t, withWorkflows("testdata/workflows")) // the runtime registers the default rules
 	id := e.start(t, "notify", nil)
 	e.waitStatus(t, id, baton.ChatWaitingInput)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)

@@ -26,6 +26,7 @@ import (
 	"github.com/batonhq/baton/llm/scripted"
 	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/recorder"
+	"github.com/batonhq/baton/runtime"
 	"github.com/batonhq/baton/store/sqlite"
 	"github.com/batonhq/baton/workflow"
 	"github.com/coder/websocket"
@@ -53,7 +54,8 @@ type env struct {
 	store  *sqlite.Store
 	bus    *bus.Bus
 	eng    *engine.Engine
-	rec    *recorder.Recorder
+	rt     *runtime.Runtime // nil withoutEngine
+	rec    baton.Recorder
 	srv    *Server
 	ts     *httptest.Server
 	keys   map[baton.Scope]string
@@ -66,7 +68,8 @@ type env struct {
 	// wrapStore, if set, wraps the store the server reads (not the
 	// engine's, nor the key store).
 	wrapStore func(baton.Store) baton.Store
-	// metrics gives the server a metrics collector (not started).
+	// metrics gives the server the runtime's metrics collector (withoutEngine:
+	// one not started).
 	metrics bool
 	// sndBuf, if set, is the send buffer of the server's connections:
 	// small, a client that stops reading blocks the server's writes at
@@ -174,30 +177,27 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	}
 	e.store = st
 	log := quietLogger()
-	e.bus = bus.New(bus.WithLogger(log))
-	e.rec = recorder.New(st, engine.ObserverPublisher{Bus: e.bus})
-	if e.stamp != nil {
-		e.stamp.next = engine.ObserverPublisher{Bus: e.bus}
-		e.rec = recorder.New(st, e.stamp)
-	}
-	if !e.noEng {
-		wfs, err := workflow.LoadAll(os.DirFS(e.wfRoot))
-		if err != nil {
-			t.Fatalf("load workflows: %v", err)
-		}
+	if e.noEng {
+		e.bus = bus.New(bus.WithLogger(log))
+		e.rec = recorder.New(st, engine.ObserverPublisher{Bus: e.bus})
+	} else {
 		prov := e.prov
 		if prov == nil {
 			prov = func(wf *workflow.Workflow) (baton.Provider, error) {
 				return scripted.Load(wf.FS, path.Join(wf.Dir, "scripted.json"))
 			}
 		}
-		e.eng, err = engine.New(engine.Config{
-			Store: st, Recorder: e.rec, Bus: e.bus, Workflows: wfs, WorkflowRoot: e.wfRoot, Providers: prov,
-			Logger: log, SecretKey: []byte("0123456789abcdef0123456789abcdef"),
-		})
-		if err != nil {
-			t.Fatalf("engine: %v", err)
+		rc := runtime.Config{
+			Store: st, WorkflowsDir: e.wfRoot, Providers: prov, Logger: log,
+			SecretKey: []byte("0123456789abcdef0123456789abcdef"),
 		}
+		if e.stamp != nil {
+			rc.WrapPublisher = func(next recorder.Publisher) recorder.Publisher { e.stamp.next = next; return e.stamp }
+		}
+		if e.rt, err = runtime.Open(ctx, rc); err != nil {
+			t.Fatalf("runtime: %v", err)
+		}
+		e.bus, e.eng, e.rec = e.rt.Bus(), e.rt.Engine(), e.rt.Recorder()
 	}
 	cfg := e.cfg
 	cfg.Store, cfg.Keys, cfg.Bus, cfg.Logger = st, st, e.bus, log
@@ -208,7 +208,9 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		cfg.Store = e.wrapStore(st)
 	}
 	if e.metrics {
-		if cfg.Metrics, err = metrics.New(metrics.Options{Bus: e.bus, Chats: st.GetChat, Usage: st, Logger: log}); err != nil {
+		if e.rt != nil {
+			cfg.Metrics = e.rt.Metrics()
+		} else if cfg.Metrics, err = metrics.New(metrics.Options{Bus: e.bus, Chats: st.GetChat, Usage: st, Logger: log}); err != nil {
 			t.Fatalf("metrics: %v", err)
 		}
 	}
@@ -238,9 +240,10 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		e.srv.Close()
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_ = e.bus.Close(cctx)
-		if e.eng != nil {
-			_ = e.eng.Close()
+		if e.rt != nil {
+			_ = e.rt.Close(cctx) // the bus drains, then the collector and the engine close
+		} else {
+			_ = e.bus.Close(cctx)
 		}
 		_ = st.Close()
 	})

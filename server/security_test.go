@@ -209,11 +209,7 @@ func TestDevMode_AppNamesValidated(t *testing.T) {
 // its own tenant's usage (app and user): bob, of ada's app, sees none of
 // ada's turns; the operator's metrics token sees every app's.
 func TestMetricsAggregate_TenantScoped(t *testing.T) {
-	e := newEnv(t, withMetrics(), withConfig(func(c *Config) { c.MetricsToken = testMetricsToken }))
-	if err := e.srv.cfg.Metrics.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.srv.cfg.Metrics.Close(context.Background()) })
+	e := newEnv(t, withMetrics(), withConfig(func(c *Config) { c.MetricsToken = testMetricsToken })) // the runtime's collector, started
 	id := e.start(t, "hello", nil)
 	e.waitStatus(t, id, baton.ChatCompleted)
 	agg := func(bearer string) map[string]any {

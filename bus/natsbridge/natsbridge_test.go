@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http/httptest"
-	"os"
 	"path"
 	"path/filepath"
 	"strings"
@@ -29,7 +28,7 @@ import (
 	"github.com/batonhq/baton/engine"
 	"github.com/batonhq/baton/internal/testenv"
 	"github.com/batonhq/baton/llm/scripted"
-	"github.com/batonhq/baton/recorder"
+	"github.com/batonhq/baton/runtime"
 	"github.com/batonhq/baton/server"
 	"github.com/batonhq/baton/store/sqlite"
 	"github.com/batonhq/baton/workflow"
@@ -290,49 +289,32 @@ type instanceOptions struct {
 // newInstanceWith is newInstanceIn with the timings of opts.
 func newInstanceWith(t testing.TB, id string, st baton.Store, natsURL, dir string, opts instanceOptions) *instance {
 	t.Helper()
-	wfs, err := workflow.LoadAll(os.DirFS(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := bus.New(bus.WithLogger(quiet()))
-	eng, err := engine.New(engine.Config{
-		Store: st, Recorder: recorder.New(st, engine.ObserverPublisher{Bus: b}), Bus: b, Workflows: wfs, WorkflowRoot: dir,
+	rt, err := runtime.Open(context.Background(), runtime.Config{
+		Store: st, WorkflowsDir: dir, Logger: quiet(),
 		Providers: func(wf *workflow.Workflow) (baton.Provider, error) {
 			return scripted.Load(wf.FS, path.Join(wf.Dir, "scripted.json"))
 		},
-		Logger: quiet(), InstanceID: id, LeaseTTL: opts.leaseTTL,
+		SecretKey:  []byte("0123456789abcdef0123456789abcdef"),
+		InstanceID: id, LeaseTTL: opts.leaseTTL, BusURL: natsURL, BusNamespace: namespace(t, natsURL),
+		Bridge: func(c *natsbridge.Config) { c.Inputs.InactiveAfter = opts.inactiveAfter },
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var br *natsbridge.Bridge // set before any stream connects
-	srv, err := server.New(server.Config{Store: st, Keys: st, Bus: b, Engine: eng, Logger: quiet(), Dev: true,
-		Watch: func(chatID string) func() { return br.Watch(chatID) }})
+	srv, err := server.New(server.Config{Store: st, Keys: st, Bus: rt.Bus(), Engine: rt.Engine(), Logger: quiet(), Dev: true,
+		Watch: rt.Watch()})
 	if err != nil {
+		_ = rt.Close(context.Background())
 		t.Fatal(err)
 	}
-	in := &instance{id: id, store: st, bus: b, eng: eng, srv: srv, ts: httptest.NewServer(srv.Handler())}
-	br, err = natsbridge.Start(natsbridge.Config{URL: natsURL, Bus: b, Instance: id, Logger: quiet(), OnReconnect: srv.Resync,
-		Namespace: namespace(t, natsURL), PerChat: true,
-		Inputs: &natsbridge.InputsConfig{Leases: st, IsInput: engine.IsInput, InactiveAfter: opts.inactiveAfter}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	in.bridge = br
-	runCtx, stopRun := context.WithCancel(context.Background())
-	runDone := make(chan struct{})
-	go func() { defer close(runDone); _ = eng.Run(runCtx) }()
+	rt.OnReconnect(srv.Resync)
+	in := &instance{id: id, store: st, bus: rt.Bus(), eng: rt.Engine(), srv: srv, ts: httptest.NewServer(srv.Handler()), bridge: rt.Bridge()}
 	var once sync.Once
 	in.kill = func() {
 		once.Do(func() {
-			stopRun()
-			<-runDone
 			in.ts.Close()
 			srv.Close()
-			br.StopInputs()
-			_ = b.Close(context.Background())
-			_ = br.Close(context.Background())
-			_ = eng.Close()
+			_ = rt.Close(context.Background()) // inputs stop, the bus drains, the bridge and the engine close
 			_ = st.Close()
 		})
 	}

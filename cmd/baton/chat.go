@@ -19,6 +19,7 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
+	"github.com/batonhq/baton/runtime"
 	"github.com/batonhq/baton/server"
 	"github.com/batonhq/baton/workflow"
 )
@@ -94,19 +95,19 @@ func runChat(ctx context.Context, o chatOptions, workflowName string, stdout io.
 	if chatID == "" {
 		chatID = baton.NewID()
 	}
-	sub, err := rt.bus.Subscribe([]string{"chat.*", "stream.*"}, bus.ForChat(chatID), bus.Buffer(4096))
+	sub, err := rt.Bus().Subscribe([]string{"chat.*", "stream.*"}, bus.ForChat(chatID), bus.Buffer(4096))
 	if err != nil {
 		return err
 	}
 	defer sub.Close()
 	c := &chatUI{rt: rt, scope: scope, chatID: chatID, out: stdout, in: bufio.NewReader(os.Stdin)}
 	if resume != "" {
-		chat, err := rt.store.GetChat(ctx, scope, resume)
+		chat, err := rt.Store().GetChat(ctx, scope, resume)
 		if err != nil {
 			return fmt.Errorf("resume %s: %w", resume, err)
 		}
 		c.wf = chat.Workflow
-		c.def = rt.engine.Workflow(c.wf)
+		c.def = rt.Engine().Workflow(c.wf)
 		if err := c.replay(ctx); err != nil {
 			return err
 		}
@@ -115,8 +116,8 @@ func runChat(ctx context.Context, o chatOptions, workflowName string, stdout io.
 		}
 	} else {
 		c.wf = workflowName
-		c.def = rt.engine.Workflow(c.wf)
-		if _, err := rt.engine.Start(ctx, scope, c.wf, baton.StartOptions{ChatID: chatID}); err != nil {
+		c.def = rt.Engine().Workflow(c.wf)
+		if _, err := rt.Engine().Start(ctx, scope, c.wf, baton.StartOptions{ChatID: chatID}); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "chat %s of %s (resume with: baton chat --resume %s; log: %s)\n", chatID, c.wf, chatID, logFile.Name())
@@ -172,7 +173,7 @@ func openChatLog(dataDir string) (*os.File, error) {
 
 // chatUI prints a chat's events and answers its requests.
 type chatUI struct {
-	rt        *runtime
+	rt        *runtime.Runtime
 	scope     baton.Scope
 	chatID    string
 	wf        string
@@ -184,7 +185,7 @@ type chatUI struct {
 
 // replay prints what the chat recorded before this process joined it.
 func (c *chatUI) replay(ctx context.Context) error {
-	evs, err := c.rt.store.Events(ctx, c.scope, c.chatID, 0, 0)
+	evs, err := c.rt.Store().Events(ctx, c.scope, c.chatID, 0, 0)
 	if err != nil {
 		return err
 	}
@@ -242,7 +243,7 @@ func (c *chatUI) show(ctx context.Context, ev baton.Event) (bool, error) {
 	}
 	switch ev.Type {
 	case baton.TypeChatInputRequest, baton.TypeChatToolCall, baton.TypeChatError:
-		chat, err := c.rt.store.GetChat(ctx, c.scope, c.chatID)
+		chat, err := c.rt.Store().GetChat(ctx, c.scope, c.chatID)
 		if err != nil {
 			return false, err
 		}
@@ -349,7 +350,7 @@ func (c *chatUI) prompt(ctx context.Context, chat baton.Chat) error {
 		if _, err := c.ask(ctx, "press Enter to retry, or write a message: "); err != nil {
 			return err
 		}
-		return c.rt.engine.Resume(ctx, c.scope, c.chatID)
+		return c.rt.Engine().Resume(ctx, c.scope, c.chatID)
 	case baton.ChatWaitingInput:
 		// An empty message is no message: the engine would drop it and the
 		// chat would wait on, so ask again.
@@ -360,7 +361,7 @@ func (c *chatUI) prompt(ctx context.Context, chat baton.Chat) error {
 		if err != nil {
 			return err
 		}
-		return c.rt.engine.Submit(ctx, c.scope, c.chatID, line, "api")
+		return c.rt.Engine().Submit(ctx, c.scope, c.chatID, line, "api")
 	}
 	for _, p := range chat.Pending {
 		switch p.Kind {
@@ -381,7 +382,7 @@ func (c *chatUI) prompt(ctx context.Context, chat baton.Chat) error {
 				}
 			}
 			data, _ := json.Marshal(form)
-			return c.rt.engine.RespondUI(ctx, c.scope, c.chatID, p.UIEventID, "success", data)
+			return c.rt.Engine().RespondUI(ctx, c.scope, c.chatID, p.UIEventID, "success", data)
 		case baton.PendingUITool:
 			line, err := c.ask(ctx, fmt.Sprintf("\n%s waits for you: type JSON for its data, \"approve\" or \"cancel\": ", p.ToolName))
 			if err != nil {
@@ -400,7 +401,7 @@ func (c *chatUI) prompt(ctx context.Context, chat baton.Chat) error {
 					data = json.RawMessage(line)
 				}
 			}
-			return c.rt.engine.RespondUI(ctx, c.scope, c.chatID, p.UIEventID, status, data)
+			return c.rt.Engine().RespondUI(ctx, c.scope, c.chatID, p.UIEventID, status, data)
 		}
 	}
 	return nil
@@ -409,7 +410,7 @@ func (c *chatUI) prompt(ctx context.Context, chat baton.Chat) error {
 // secretNames are the names the chat's workflow's masked form tool asks
 // for, or nil when the workflow or the tool is not loaded here.
 func (c *chatUI) secretNames(tool string) []string {
-	for _, wf := range c.rt.workflows {
+	for _, wf := range c.rt.Workflows() {
 		if wf.Name == c.wf {
 			if t := wf.Tool(tool); t != nil {
 				return t.SecretNames
@@ -493,7 +494,7 @@ func interruptible(ctx context.Context, read func() (string, error)) (string, er
 }
 
 func (c *chatUI) printUsage() {
-	total, perAgent, err := c.rt.store.ChatUsage(context.Background(), c.scope, c.chatID)
+	total, perAgent, err := c.rt.Store().ChatUsage(context.Background(), c.scope, c.chatID)
 	if err != nil {
 		return
 	}

@@ -13,8 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/batonhq/baton/server"
 	"github.com/batonhq/baton/web"
 )
@@ -85,7 +83,7 @@ func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) er
 		return err
 	}
 	closeRuntime := func(ctx context.Context) error { return rt.Close(ctx) }
-	if err := rt.recover(ctx); err != nil {
+	if err := rt.Recover(ctx); err != nil {
 		_ = closeRuntime(context.Background())
 		return err
 	}
@@ -96,22 +94,17 @@ func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) er
 			origins = append(origins, o)
 		}
 	}
-	var tracing trace.TracerProvider // an interface: stays nil, not a nil *TracerProvider, when tracing is off
-	if rt.traces != nil {
-		tracing = rt.traces
-	}
 	api, err := server.New(server.Config{
-		Store: rt.store, Keys: rt.store, Bus: rt.bus, Engine: rt.engine, Logger: log,
+		Store: rt.Store(), Keys: rt.Store(), Bus: rt.Bus(), Engine: rt.Engine(), Logger: log,
 		Dev: cfg.dev, AllowedOrigins: origins, MaxBody: cfg.maxBody, MaxMessage: cfg.maxMessage,
-		RateLimit: cfg.rateLimit, RateBurst: cfg.rateBurst, UI: web.Handler(), Metrics: rt.metrics, MetricsToken: metricsToken,
-		Health: rt.health, Watch: rt.watch(), TracerProvider: tracing,
+		RateLimit: cfg.rateLimit, RateBurst: cfg.rateBurst, UI: web.Handler(), Metrics: rt.Metrics(), MetricsToken: metricsToken,
+		Health: rt.Health, Watch: rt.Watch(), TracerProvider: rt.TracerProvider(), // nil when tracing is off
 	})
 	if err != nil {
 		_ = closeRuntime(context.Background())
 		return err
 	}
-	resync := api.Resync
-	rt.resync.Store(&resync)
+	rt.OnReconnect(api.Resync)
 	if cfg.dev {
 		log.Warn("DEV MODE: requests WITHOUT an API key are accepted as user \"dev\" of the app in the URL; never expose this server", "addr", cfg.addr)
 		fmt.Fprintln(stderr, "WARNING: baton is running in --dev mode: no API key is needed. Use it only on this machine.")
