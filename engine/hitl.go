@@ -94,6 +94,8 @@ func (r *run) runLifecycle(ctx context.Context, wt *workflow.Tool, trigger, agen
 			AddPending: []baton.PendingRequest{{UIEventID: ui.UIEventID, Kind: kind, ToolCallID: callID, ToolName: wt.Name, Agent: agent}},
 		})
 	}
+	updates, note := r.toolUpdates(wt.Name, cc.Vars.Updates())
+	res.Content += note
 	events := []baton.Event{
 		baton.NewChatEvent(baton.TypeChatToolCall, r.st.chat.ID, agent, p),
 		baton.NewChatEvent(baton.TypeChatToolResponse, r.st.chat.ID, agent, baton.ToolResponsePayload{
@@ -101,7 +103,7 @@ func (r *run) runLifecycle(ctx context.Context, wt *workflow.Tool, trigger, agen
 			Status: res.Status, Success: res.OK(), Content: res.Content, InteractionType: interactionLifecycle,
 		}),
 	}
-	patch, ctxEv := r.toolDerived(agent, wt.Name, res.OK(), cc.Vars.Updates())
+	patch, ctxEv := r.toolDerived(agent, wt.Name, res.OK(), updates)
 	if ctxEv != nil {
 		events = append(events, *ctxEv)
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -1214,6 +1215,10 @@ func (r *run) runTool(ctx context.Context, oc openCall) error {
 			}
 			updates[k] = v
 		}
+		var note string
+		if updates, note = r.toolUpdates(oc.name, updates); note != "" {
+			res.Content += note
+		}
 		for k, v := range updates {
 			// A value the store cannot keep (a NUL character, say) would
 			// fail the append, and the call with it, on every retry: the
@@ -1385,6 +1390,30 @@ func (r *run) textDerived(agent, text string) (hidden bool, patch map[string]jso
 		ev = &e
 	}
 	return hidden, patch, ev
+}
+
+// toolUpdates keeps the context updates a tool may make: declared,
+// non-derived variables not named "__…", each of its declared type
+// (workflow.CheckToolUpdate). A tool's output can be steered by whoever
+// talks to the model, so it must not pass a derived gate or touch
+// __secrets. The others are dropped, logged once per call, and note says so
+// for the tool's result (what the model reads); note is "" when none was.
+func (r *run) toolUpdates(name string, updates map[string]json.RawMessage) (map[string]json.RawMessage, string) {
+	var refused []string
+	kept := make(map[string]json.RawMessage, len(updates))
+	for k, v := range updates {
+		if err := r.wf.CheckToolUpdate(k, v); err != nil {
+			refused = append(refused, baton.ErrorMessage(err))
+			continue
+		}
+		kept[k] = v
+	}
+	if len(refused) == 0 {
+		return updates, ""
+	}
+	slices.Sort(refused)
+	r.logger().Warn("engine: tool context updates ignored", "tool", name, "refused", refused)
+	return kept, "\n[context updates ignored: " + strings.Join(refused, "; ") + "]"
 }
 
 // toolDerived merges a tool's own variable updates with the tool_called

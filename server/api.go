@@ -689,6 +689,12 @@ func (s *Server) handleExternalEvent(w http.ResponseWriter, r *http.Request) {
 		if _, ok := ev.Metadata.Extra[baton.InboxKey]; ok {
 			return baton.Errorf(baton.EINVALID, "metadata.%s: reserved to the runtime", baton.InboxKey)
 		}
+		// The trace a run links to, and whose traceparent reaches tool
+		// endpoints, is the request's own span's (the server's, a child of
+		// the W3C traceparent header), never one named in the body.
+		if ev.Metadata.TraceParent != "" {
+			return baton.Errorf(baton.EINVALID, "metadata.traceparent: reserved to the runtime (send a W3C traceparent header instead)")
+		}
 		// The scope comes from the key, never from the client's metadata.
 		ev.Metadata.SetScope(p.scope)
 		switch ev.Metadata.Source {

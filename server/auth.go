@@ -89,22 +89,25 @@ func (s *Server) authenticate(ctx context.Context, r *http.Request, token, app s
 		return principal{scope: scope, limit: devLimitKey(r)}, nil
 	}
 	// Wrong keys cost their client address (clientAddr): once its bucket
-	// of failures is empty, it is refused before any lookup, so keys
-	// cannot be guessed at the rate requests arrive.
+	// of failures is empty, a wrong key is 429, so keys cannot be guessed
+	// at the rate requests arrive. A right key is always looked up and
+	// served: behind a reverse proxy every client shares one address, and
+	// one guesser must not lock every tenant out.
 	addr := clientAddr(r)
-	if !s.authFails.has(addr) {
-		return principal{}, errAuthFails
+	failed := func() error {
+		if !s.authFails.allow(addr) {
+			return errAuthFails
+		}
+		return errUnauthorized
 	}
 	if len(token) > 256 {
-		s.authFails.allow(addr)
-		return principal{}, errUnauthorized
+		return principal{}, failed()
 	}
 	hash := HashKey(token)
 	k, err := s.cfg.Keys.LookupKey(ctx, hash)
 	if err != nil {
 		if baton.ErrorCode(err) == baton.ENOTFOUND {
-			s.authFails.allow(addr)
-			return principal{}, errUnauthorized
+			return principal{}, failed()
 		}
 		return principal{}, err
 	}
@@ -282,17 +285,6 @@ func (l *limiter) allow(key string) bool {
 	}
 	l.mu.Unlock()
 	return b.Allow()
-}
-
-// has reports whether key's bucket holds a token, without taking it.
-func (l *limiter) has(key string) bool {
-	if l == nil {
-		return true
-	}
-	l.mu.Lock()
-	b := l.buckets[key]
-	l.mu.Unlock()
-	return b == nil || b.Tokens() >= 1
 }
 
 // originAllowed reports whether a request's Origin may use the API: no

@@ -65,7 +65,9 @@ func TestBackgroundTask_WebSocketSeesTheWokenAgent(t *testing.T) {
 
 // TestExternalEvent_ReservedMetadata: POST /api/events refuses what only the
 // runtime may claim — metadata.origin (the NATS bridge's mark of another
-// instance's event) and the user, llm and system sources — and publishes
+// instance's event), metadata.inbox, metadata.traceparent (the trace a run
+// joins and tools are sent is the request's own span's) and the user, llm
+// and system sources — and publishes
 // the rest with source env unless it says tool.
 func TestExternalEvent_ReservedMetadata(t *testing.T) {
 	e := newEnv(t, withWorkflows(benchDir))
@@ -91,6 +93,7 @@ func TestExternalEvent_ReservedMetadata(t *testing.T) {
 	}{
 		{map[string]any{bus.OriginKey: "instance-b"}, "metadata.origin"},
 		{map[string]any{baton.InboxKey: true}, "metadata.inbox"},
+		{map[string]any{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}, "metadata.traceparent"},
 		{map[string]any{"source": "system"}, "metadata.source"},
 		{map[string]any{"source": "llm"}, "metadata.source"},
 		{map[string]any{"source": "user"}, "metadata.source"},

@@ -57,7 +57,10 @@
 //     tool error. A panic in a Go tool is a tool error. Content is capped at
 //     [DefaultMaxOutput] bytes and marked as truncated beyond.
 //  5. Context-variable updates (CallContext.Vars.Set, or context_updates)
-//     are returned in ToolResult.Updates for the engine to apply.
+//     are returned in ToolResult.Updates for the engine to apply (only to
+//     declared, non-derived variables not named "__…", of their declared
+//     type). Secret values are redacted from the content, the updates and
+//     the ui object (JSON decoded, so any escaping of a secret is found).
 //  6. A tool.executed (status ok or pending) or tool.error event with the
 //     tool, agent, call id, status, duration_ms and whether the result was
 //     replayed is published to the [Publisher]; publishing never fails or

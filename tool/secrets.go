@@ -1,6 +1,7 @@
 package tool
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"slices"
@@ -131,27 +132,91 @@ func (r redactor) error(err error) error {
 	return err
 }
 
-// result redacts a tool result's content and the values of its context
-// updates (where a secret appears JSON-escaped).
+// result redacts a tool result's content (JSON content as JSON), the values of its context updates
+// and its ui object.
 func (r redactor) result(res baton.ToolResult) baton.ToolResult {
 	if len(r) == 0 {
 		return res
 	}
-	res.Content = r.string(res.Content)
+	if c := []byte(res.Content); json.Valid(c) {
+		// A JSON content (not a string) reaches the model as it is: its
+		// escaped secrets are secrets too.
+		res.Content = string(r.json(c))
+	} else {
+		res.Content = r.string(res.Content)
+	}
 	if strings.Contains(res.Content, truncatedMarker) {
 		res.Content = r.cutEnd(res.Content)
 	}
 	for k, raw := range res.Updates {
-		s := string(raw)
-		for _, v := range r {
-			enc, _ := json.Marshal(v) // a string always marshals
-			if inner := string(enc[1 : len(enc)-1]); strings.Contains(s, inner) {
-				s = strings.ReplaceAll(s, inner, redactedSecret)
-			}
-		}
-		if s != string(raw) {
-			res.Updates[k] = json.RawMessage(s)
-		}
+		res.Updates[k] = r.json(raw)
+	}
+	if len(res.UI) > 0 {
+		res.UI = r.json(res.UI)
 	}
 	return res
+}
+
+// json redacts secrets from a JSON value however its producer escaped them:
+// Python writes & raw and é as \u00e9, PHP writes / as \/, Go writes & as
+// \u0026 — so matching the encoded text alone misses some. The value is
+// decoded, every string (map keys too) redacted, and re-encoded; the
+// encoded text is then redacted as well, the raw secret and its Go
+// spelling. Text that is not JSON is redacted as text. raw is returned
+// unchanged when it held no secret.
+func (r redactor) json(raw json.RawMessage) json.RawMessage {
+	out := raw
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err == nil {
+		if red, changed := r.value(v); changed {
+			var buf bytes.Buffer
+			enc := json.NewEncoder(&buf)
+			enc.SetEscapeHTML(false)
+			if err := enc.Encode(red); err == nil {
+				out = json.RawMessage(bytes.TrimRight(buf.Bytes(), "\n"))
+			}
+		}
+	}
+	s := r.string(string(out))
+	for _, v := range r {
+		enc, _ := json.Marshal(v) // a string always marshals
+		if inner := string(enc[1 : len(enc)-1]); strings.Contains(s, inner) {
+			s = strings.ReplaceAll(s, inner, redactedSecret)
+		}
+	}
+	if s != string(out) {
+		out = json.RawMessage(s)
+	}
+	return out
+}
+
+// value redacts every string in a decoded JSON value, map keys included,
+// and reports whether anything changed.
+func (r redactor) value(v any) (any, bool) {
+	switch t := v.(type) {
+	case string:
+		red := r.string(t)
+		return red, red != t
+	case []any:
+		changed := false
+		for i, e := range t {
+			var c bool
+			t[i], c = r.value(e)
+			changed = changed || c
+		}
+		return t, changed
+	case map[string]any:
+		changed := false
+		out := make(map[string]any, len(t))
+		for k, e := range t {
+			red, c := r.value(e)
+			rk := r.string(k)
+			changed = changed || c || rk != k
+			out[rk] = red
+		}
+		return out, changed
+	}
+	return v, false
 }

@@ -102,3 +102,48 @@ func TestSecrets_CutOutputRedacted(t *testing.T) {
 
 // minPiece is the shortest piece of a secret the cut output must not show.
 const minPiece = 4
+
+// TestSecrets_UIAndUpdatesRedactedInAnyEncoding: a tool whose result object
+// echoes secrets in its ui and context_updates, encoded as Python (& and <
+// raw, é as \u00e9) or PHP (/ as \/) write them, and in a map key, keeps
+// none of them in the result.
+func TestSecrets_UIAndUpdatesRedactedInAnyEncoding(t *testing.T) {
+	secrets := map[string]string{"PW": "p&ss<w0rd>", "FR": "clé-secrète", "B64": "QUJD/REVG+SElK=="}
+	r := newRegistry(t, []tool.Spec{{Agent: "A", Name: "raw", File: "raw.sh", Env: []string{"PW", "FR", "B64"}}})
+	cc := callCtx("enc")
+	cc.Secrets = secrets
+	out := `{"content": {"note": "cl\u00e9-secr\u00e8te"}, ` +
+		`"ui": {"component": "card", "props": {"pw": "p&ss<w0rd>", "list": ["QUJD\/REVG+SElK=="], "cl\u00e9-secr\u00e8te": 1}}, ` +
+		`"context_updates": {"py": {"v": "cl\u00e9-secr\u00e8te", "pw": "p&ss<w0rd>"}, "php": "QUJD\/REVG+SElK==", "n": 7}}`
+	res := mustCall(t, lookup(t, r, "A", "raw"), cc, out)
+	all, _ := json.Marshal(res)
+	var decoded any
+	_ = json.Unmarshal(all, &decoded)
+	plain, _ := json.Marshal(decoded) // every string as Go spells it
+	var texts []string
+	var content any
+	if json.Unmarshal([]byte(res.Content), &content) == nil { // the content's strings as the model reads them
+		c, _ := json.Marshal(content)
+		texts = append(texts, string(c))
+	}
+	texts = append(texts, res.Content, string(res.UI), string(all))
+	for _, u := range res.Updates {
+		texts = append(texts, string(u))
+	}
+	for _, where := range texts {
+		for name, v := range secrets {
+			enc, _ := json.Marshal(v)
+			if strings.Contains(where, v) || strings.Contains(where, string(enc[1:len(enc)-1])) || strings.Contains(string(plain), v) {
+				t.Errorf("secret %s survives in %s", name, where)
+			}
+		}
+	}
+	if !strings.Contains(string(res.UI), `"pw":"[redacted]"`) || string(res.Updates["n"]) != "7" {
+		t.Errorf("ui %s, updates %v: the redaction lost the rest", res.UI, res.Updates)
+	}
+	for _, u := range res.Updates {
+		if !json.Valid(u) {
+			t.Errorf("update not JSON after redaction: %s", u)
+		}
+	}
+}

@@ -132,11 +132,36 @@ func (w *Workflow) CheckStartContext(vars map[string]json.RawMessage) error {
 	return nil
 }
 
-func (w *Workflow) checkStartVar(name string, raw json.RawMessage) error {
-	shown := name
-	if len(shown) > 64 {
-		shown = shown[:64] + "…"
+// CheckToolUpdate checks one context update a tool returns (its
+// context_updates, or CallContext.Vars.Set): only a declared, non-derived
+// variable whose name does not start with "__" may be set, with a value of
+// its declared type (or null). A tool's output is steerable by whoever talks
+// to the model, so it must not pass a derived gate (interview_complete) or
+// touch the engine's internal variables (__secrets). client_settable does
+// not matter here. The error is EINVALID and names the variable.
+func (w *Workflow) CheckToolUpdate(name string, raw json.RawMessage) error {
+	if strings.HasPrefix(name, "__") {
+		return baton.Errorf(baton.EINVALID, "context_updates.%s: an internal variable; no tool sets it", shortName(name))
 	}
+	return w.checkVar("context_updates", name, raw, false)
+}
+
+func shortName(name string) string {
+	if len(name) > 64 {
+		return name[:64] + "…"
+	}
+	return name
+}
+
+func (w *Workflow) checkStartVar(name string, raw json.RawMessage) error {
+	return w.checkVar("context", name, raw, true)
+}
+
+// checkVar checks a value for a declared variable; field names where it
+// came from in the error ("context" at start, "context_updates" from a
+// tool), atStart whether client_settable is required.
+func (w *Workflow) checkVar(field, name string, raw json.RawMessage, atStart bool) error {
+	shown := shortName(name)
 	var decl *Variable
 	for _, v := range w.Variables {
 		if v.Name == name {
@@ -146,19 +171,19 @@ func (w *Workflow) checkStartVar(name string, raw json.RawMessage) error {
 	}
 	if decl == nil {
 		if _, derived := w.varTypes[name]; derived {
-			return baton.Errorf(baton.EINVALID, "context.%s: a derived variable of workflow %s; only the chat sets it", shown, w.Name)
+			return baton.Errorf(baton.EINVALID, "%s.%s: a derived variable of workflow %s; only the chat sets it", field, shown, w.Name)
 		}
-		return baton.Errorf(baton.EINVALID, "context.%s: not a variable of workflow %s", shown, w.Name)
+		return baton.Errorf(baton.EINVALID, "%s.%s: not a variable of workflow %s", field, shown, w.Name)
 	}
-	if !decl.ClientSettable {
-		return baton.Errorf(baton.EINVALID, "context.%s: not client-settable in workflow %s (context_variables.json client_settable)", shown, w.Name)
+	if atStart && !decl.ClientSettable {
+		return baton.Errorf(baton.EINVALID, "%s.%s: not client-settable in workflow %s (context_variables.json client_settable)", field, shown, w.Name)
 	}
 	var v any
 	if err := json.Unmarshal(raw, &v); err != nil {
-		return baton.Errorf(baton.EINVALID, "context.%s: not valid JSON", shown)
+		return baton.Errorf(baton.EINVALID, "%s.%s: not valid JSON", field, shown)
 	}
 	if v != nil && !valueHasType(v, decl.Type) {
-		return baton.Errorf(baton.EINVALID, "context.%s: must be %s %s (or null)", shown, article(decl.Type), decl.Type)
+		return baton.Errorf(baton.EINVALID, "%s.%s: must be %s %s (or null)", field, shown, article(decl.Type), decl.Type)
 	}
 	return nil
 }

@@ -64,6 +64,12 @@ func serveFlags(fs *flag.FlagSet) runner {
 }
 
 func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error {
+	// Before anything reads a secret: command tools and stdio MCP servers
+	// run as this user and could otherwise read /proc/<pid>/environ (the
+	// secret key) and /proc/<pid>/mem.
+	if err := nonDumpable(); err != nil {
+		return err
+	}
 	// The metrics token comes from the environment only: a flag's value is
 	// on every process listing.
 	metricsToken := os.Getenv("BATON_METRICS_TOKEN")
