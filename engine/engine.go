@@ -440,13 +440,16 @@ const sessionPublishTimeout = time.Second
 
 // publishSession publishes session.created (a chat was started) or
 // session.updated (its recorded status changed from prev) for rules on
-// session.* to see. Its id is derived from the chat and its sequence, so a
-// republication of the same change is dropped by the bus. A failure is
+// session.* to see. Its id is derived from the chat, its sequence and the
+// change (previous and new status), so a republication of the same change is
+// dropped by the bus while a change recorded with no new event — a resume
+// turns failed into running in an append of no events, at the sequence the
+// failure had — is a new event. A failure is
 // logged, never returned: the chat goes on whether or not it was observed.
 func (e *Engine) publishSession(ctx context.Context, scope baton.Scope, typ string, chat baton.Chat, prev baton.ChatStatus) {
 	payload, _ := json.Marshal(sessionPayload{ChatID: chat.ID, Workflow: chat.Workflow, Status: chat.Status, PreviousStatus: prev, Sequence: chat.LastSequence})
 	ev := baton.NewInput(scope, typ, chat.ID, payload)
-	ev.ID = fmt.Sprintf("%s/%s/%d", typ, chat.ID, chat.LastSequence)
+	ev.ID = fmt.Sprintf("%s/%s/%d/%s-%s", typ, chat.ID, chat.LastSequence, prev, chat.Status)
 	ev.Metadata.Source = baton.SourceSystem
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sessionPublishTimeout)
 	defer cancel()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/batonhq/baton"
@@ -161,4 +162,49 @@ func (h *harness) dump(chatID string) string {
 		b.WriteString(ev.Type + " " + string(ev.Payload) + "\n")
 	}
 	return b.String()
+}
+
+// TestSessionRule_SeesRetryAfterFailure: a retry of a failed chat turns
+// failed into running in an append of no events, at the sequence of the
+// failure; its session.updated is still published (its id names the
+// change, not only the sequence), so a rule on session.* sees every change.
+func TestSessionRule_SeesRetryAfterFailure(t *testing.T) {
+	var calls atomic.Int64
+	h := newHarness(t, withWorkflows(loopDir), withTools(bumpTool(new(atomic.Int64))),
+		fake(func(req *baton.Request) ([]baton.Delta, error) {
+			if calls.Add(1) == 1 {
+				return nil, &baton.ProviderError{Kind: baton.ProviderRateLimit, Status: 429, Message: "slow down", Endpoint: "http://fake", Model: "m"}
+			}
+			return reply("ok"), nil
+		}))
+	var c capture
+	mustRule(t, h.bus, bus.Rule{Name: "session-watch", Types: []string{"session.*"}, Priority: 60, Handler: c.handle})
+	id := start(t, h, "loop")
+	h.waitStatus(id, baton.ChatFailed)
+	h.settle()
+	if err := h.eng.Resume(context.Background(), testScope, id); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus(id, baton.ChatCompleted)
+	h.settle()
+	var got []string
+	for _, ev := range c.events() {
+		var p struct {
+			Status string `json:"status"`
+			Prev   string `json:"previous_status"`
+		}
+		if err := json.Unmarshal(ev.Payload, &p); err != nil {
+			t.Fatalf("payload %s: %v", ev.Payload, err)
+		}
+		got = append(got, ev.Type+" "+p.Prev+">"+p.Status)
+	}
+	want := []string{
+		"session.created >running",
+		"session.updated running>failed",
+		"session.updated failed>running",
+		"session.updated running>completed",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("session events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
 }
