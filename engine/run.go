@@ -966,7 +966,7 @@ func (r *run) callModel(ctx context.Context) error {
 			return ctx.Err() // shutting down: nothing recorded, the turn resumes later
 		}
 		if errors.Is(context.Cause(callCtx), errInterrupted) {
-			return r.interrupted(agent.Name, msgID, t.key, &acc)
+			return r.interrupted(agent.Name, msgID, t.key, &acc, gate)
 		}
 		_ = r.e.cast.Broadcast(llm.StreamErrorEvent(st.chat.ID, agent.Name, msgID, streamErr, false))
 		return r.fail(ctx, agent.Name, streamErr)
@@ -1080,7 +1080,18 @@ func (r *run) retryNotice(agent string, rt *baton.Retry) baton.Event {
 // as the agent's (tool calls it had begun are dropped), marked interrupted,
 // and the turn hands over to the person, whose message the run takes next.
 // Nothing is recorded for a call stopped before its first token.
-func (r *run) interrupted(agent, msgID, key string, acc *llm.Accumulator) error {
+//
+// The partial text is hidden by the rules a whole one is (an auto-tool
+// agent's, a ui_hidden trigger it matches), and also while the gate still
+// holds it as a possible trigger (the generator cut at "NEX"): it never
+// streamed, and would have been hidden had it ended as the trigger. Its
+// chat.text retracts what streamed of a hidden one. A cut text sets no
+// derived variable: the agent did not finish saying it.
+//
+// The call's usage is recorded when the provider reported any before the
+// cut; most report it only at the end of a call, so an interrupted call's
+// tokens are usually not counted.
+func (r *run) interrupted(agent, msgID, key string, acc *llm.Accumulator, gate *textGate) error {
 	st := r.st
 	// The stream ends here, as a finished one does (its deltas stand: the
 	// text is recorded under the same message id), not as a failed one.
@@ -1088,18 +1099,36 @@ func (r *run) interrupted(agent, msgID, key string, acc *llm.Accumulator) error 
 		_ = r.e.cast.Broadcast(ev)
 	}
 	var events []baton.Event
+	var u baton.ChatUpdate
 	if text := acc.Text(); strings.TrimSpace(text) != "" {
+		hidden := r.isAutoToolAgent(agent) || gate.holding() || r.textHidden(agent, text)
 		events = append(events, r.synthetic(agent, text)...)
 		events = append(events, baton.NewChatEvent(baton.TypeChatText, st.chat.ID, agent, baton.TextPayload{
 			Kind: "text", Agent: agent, Content: text, Index: st.texts, AgentMessageID: msgID,
-			UIHidden: r.isAutoToolAgent(agent), TurnKey: key, Interrupted: true,
+			UIHidden: hidden, TurnKey: key, Interrupted: true, RetractMessageID: gate.retraction(hidden, msgID),
 		}))
+	}
+	if usage := acc.Usage(); usage != (baton.Usage{}) {
+		cfg := r.wf.LLMFor(agent)
+		cost := llm.Cost(cfg.Model, usage, pricing(r.wf))
+		events = append(events, baton.NewChatEvent(baton.TypeChatUsageSummary, st.chat.ID, agent, baton.UsageSummaryPayload{
+			Kind: "usage_summary", Agent: agent, Model: cfg.Model, AgentMessageID: msgID,
+			PromptTokens: usage.PromptTokens, CompletionTokens: usage.CompletionTokens, CachedTokens: usage.CachedTokens,
+			ReasoningTokens: usage.ReasoningTokens, TotalTokens: usage.PromptTokens + usage.CompletionTokens, Cost: cost,
+		}))
+		rec := baton.UsageRecord{ChatID: st.chat.ID, Workflow: r.wf.Name, Agent: agent, Model: cfg.Model, Usage: usage, Cost: cost}
+		if err := rec.Validate(); err != nil {
+			r.e.log.Warn("engine: record usage", "chat_id", rec.ChatID, "agent", rec.Agent, "err", err)
+		} else {
+			u.Usage = []baton.UsageRecord{rec}
+		}
 	}
 	events = append(events,
 		baton.NewChatEvent(baton.TypeChatHandoff, st.chat.ID, agent, baton.HandoffPayload{Kind: "handoff", From: agent, HandoffType: "interrupt", TransitionTarget: workflow.RevertToUserTarget}),
 		baton.NewChatEvent(baton.TypeChatInputRequest, st.chat.ID, agent, baton.InputRequestPayload{Kind: "input_request", Agent: agent, RequestID: "input_" + key + "_interrupt"}))
 	waiting := baton.ChatWaitingInput
-	r.stage(events, &baton.ChatUpdate{TurnAgent: &agent, Status: &waiting})
+	u.TurnAgent, u.Status = &agent, &waiting
+	r.stage(events, &u)
 	r.logger().Info("engine: model call interrupted by the person's message", "agent", agent, "message_id", msgID)
 	return nil
 }
@@ -1353,6 +1382,18 @@ func transferTarget(rule *workflow.HandoffRule) string {
 		return "the person"
 	}
 	return rule.TargetAgent
+}
+
+// textHidden reports whether a ui_hidden derived variable's trigger matches
+// an agent's text, setting nothing: for a text that sets no variables (an
+// interrupted one), hidden by the same rules as a final one.
+func (r *run) textHidden(agent, text string) bool {
+	for _, d := range r.wf.DerivedFor(agent) {
+		if d.UIHidden && d.Matches(text) {
+			return true
+		}
+	}
+	return false
 }
 
 // textDerived evaluates the derived variables an agent's final text sets.
