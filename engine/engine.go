@@ -469,9 +469,11 @@ func (e *Engine) publishSession(ctx context.Context, scope baton.Scope, typ stri
 // ECONFLICT naming the key, and changes nothing.
 //
 // The request's fingerprint is kept in the chat's effect ledger under
-// startKeyEffect, written right after the chat: a process that dies between
-// the two leaves a chat without one, and the next retry's request is then
-// taken as the first's (it is recorded as the fingerprint).
+// startKeyEffect, claimed and written right after the chat: a process that
+// dies before it leaves a chat without one, or with a pending claim, and the
+// next retry's request is then taken as the first's (it is recorded as the
+// fingerprint). A pending claim whose holder may still be writing it (this
+// process, less than startClaimAge ago) is EUNAVAILABLE: retry.
 func (e *Engine) StartOnce(ctx context.Context, scope baton.Scope, workflowName, key string, opts baton.StartOptions) (chat baton.Chat, created bool, err error) {
 	if opts.ChatID == "" || key == "" {
 		return baton.Chat{}, false, baton.Errorf(baton.EINVALID, "idempotent start: a chat id and a key are required")
@@ -515,6 +517,26 @@ func (e *Engine) StartOnce(ctx context.Context, scope baton.Scope, workflowName,
 		if err := e.store.RecordEffect(ctx, scope, chat.ID, startKeyEffect, fp); err != nil {
 			e.log.Warn("engine: record the start's idempotency fingerprint", "chat_id", chat.ID, "err", err)
 		}
+	case baton.EffectPending:
+		// The first start claimed the key and recorded no fingerprint: its
+		// process died between the two (or the record failed), or it is
+		// recording it right now. A claim held by a process that is gone, or
+		// older than startClaimAge, is taken over and this request is taken
+		// as the first's, as when there is no claim at all; otherwise the
+		// client is told to retry, so that its request is always checked.
+		if !e.holderGone(eff.Holder) && time.Since(eff.ClaimedAt) < startClaimAge {
+			return baton.Chat{}, false, baton.Errorf(baton.EUNAVAILABLE, "Idempotency-Key %q: the first start with this key is still being recorded; retry", key)
+		}
+		took, err := e.store.TakeOverEffect(ctx, scope, chat.ID, eff, e.holder)
+		if err != nil {
+			return baton.Chat{}, false, fmt.Errorf("start %s again: take over the key's claim: %w", workflowName, err)
+		}
+		if !took { // another retry took it over first: it decides
+			return baton.Chat{}, false, baton.Errorf(baton.EUNAVAILABLE, "Idempotency-Key %q: another request with this key is being recorded; retry", key)
+		}
+		if err := e.store.RecordEffect(ctx, scope, chat.ID, startKeyEffect, fp); err != nil {
+			return baton.Chat{}, false, fmt.Errorf("start %s again: record the key's request: %w", workflowName, err)
+		}
 	}
 	if chat.LastSequence == 0 && chat.Status == baton.ChatRunning {
 		payload, _ := json.Marshal(struct {
@@ -533,6 +555,12 @@ func (e *Engine) StartOnce(ctx context.Context, scope baton.Scope, workflowName,
 	}
 	return chat, false, nil
 }
+
+// startClaimAge is the age after which a pending claim of a start's key is
+// taken over even when its holder may still live: a start records its
+// fingerprint milliseconds after its claim, so an older pending claim is one
+// whose record failed.
+const startClaimAge = 10 * time.Second
 
 // startKeyEffect is the effect-ledger key under which an idempotent start
 // keeps its request's fingerprint.

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -206,5 +207,35 @@ func TestSessionRule_SeesRetryAfterFailure(t *testing.T) {
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("session events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestStartOnce_PendingClaimOfADeadProcess: a process that died between
+// claiming a start's key and recording its request left the claim pending.
+// The next retry is taken as the first (its request recorded), and a later
+// request with another message is a conflict — not a 200 whose message is
+// silently dropped.
+func TestStartOnce_PendingClaimOfADeadProcess(t *testing.T) {
+	h := newHarness(t, withWorkflows(loopDir))
+	ctx := context.Background()
+	chat, err := h.eng.Start(ctx, testScope, "assistant", baton.StartOptions{ChatID: "chat-key-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The dead process's claim: another boot of this instance.
+	if eff, err := h.store.ClaimEffect(ctx, testScope, chat.ID, "start.idempotency", baton.EffectHolder{Boot: "a-dead-boot"}); err != nil || eff.State != baton.EffectNew {
+		t.Fatalf("claim: %v %v", eff.State, err)
+	}
+	h.waitStatus(chat.ID, baton.ChatWaitingInput)
+	got, created, err := h.eng.StartOnce(ctx, testScope, "assistant", "key-1", baton.StartOptions{ChatID: chat.ID})
+	if err != nil || created || got.ID != chat.ID {
+		t.Fatalf("retry after the crash: %v created=%v chat=%s", err, created, got.ID)
+	}
+	if _, _, err := h.eng.StartOnce(ctx, testScope, "assistant", "key-1", baton.StartOptions{ChatID: chat.ID}); err != nil {
+		t.Fatalf("the same request again: %v", err)
+	}
+	_, _, err = h.eng.StartOnce(ctx, testScope, "assistant", "key-1", baton.StartOptions{ChatID: chat.ID, Message: "another"})
+	if !errors.Is(err, baton.ErrConflict) || !strings.Contains(err.Error(), "key-1") {
+		t.Fatalf("another request with the key: %v, want ECONFLICT naming the key", err)
 	}
 }
