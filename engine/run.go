@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -425,7 +426,16 @@ func (r *run) steps(ctx context.Context) error {
 			}
 			r.retry = took
 		case len(st.waitingUI()) > 0:
-			return nil // waiting for the person: a UI tool, a form, a secret
+			// Waiting for the person: a UI tool, a form, a secret. A
+			// response kept in the inbox whose first handling failed is
+			// taken now, by whatever event runs the chat (a resume, a
+			// redelivery), not only by its own bus event, which the
+			// client's retry with the same key does not bring back while
+			// the bus remembers its id.
+			var took bool
+			if took, err = r.takeUIResponse(ctx); err == nil && !took {
+				return nil
+			}
 		case st.terminating:
 			if lt := r.nextLifecycle(workflow.AfterChat, "", "chat"); lt != nil {
 				err = r.runLifecycle(ctx, lt, workflow.AfterChat, "", "chat")
@@ -658,6 +668,44 @@ func (r *run) takeInput(ctx context.Context) (bool, error) {
 			r.stage(nil, &baton.ChatUpdate{Status: &r.st.chat.Status, ConsumeInputs: []string{ev.ID}})
 			continue
 		}
+		return true, nil
+	}
+	return false, nil
+}
+
+// takeUIResponse records a ui.tool.response waiting in the inbox that
+// answers one of the chat's pending requests, consuming it in the same
+// append (uiResponse), and reports whether it took one. A kept response that
+// fits no pending request is left to its own event, which drops it.
+func (r *run) takeUIResponse(ctx context.Context) (bool, error) {
+	ins, err := r.e.store.Inputs(ctx, r.scope, r.st.chat.ID)
+	if err != nil {
+		return false, fmt.Errorf("read the inbox: %w", err)
+	}
+	waiting := r.st.waitingUI()
+	for _, in := range ins {
+		ev := in.Event
+		if ev.Type != baton.TypeUIToolResponse || r.staged.consumes(ev.ID) || r.st.inputs[ev.ID] {
+			continue
+		}
+		var p baton.UIToolResponsePayload
+		if json.Unmarshal(ev.Payload, &p) != nil {
+			continue
+		}
+		if !slices.ContainsFunc(waiting, func(c openCall) bool { return c.uiEventID == p.UIEventID }) {
+			continue
+		}
+		if err := r.uiResponse(ctx, ev); err != nil {
+			if !errors.Is(err, errIgnored) {
+				return false, err
+			}
+			if err := r.dropInput(ctx, ev, err); !errors.Is(err, errIgnored) {
+				return false, err
+			}
+			r.logger().Warn("engine: input dropped", "event_id", ev.ID, "reason", err.Error())
+			continue
+		}
+		r.logger().Info("engine: UI response taken from the inbox", "event_id", ev.ID, "ui_event_id", p.UIEventID)
 		return true, nil
 	}
 	return false, nil
