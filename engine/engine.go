@@ -166,7 +166,7 @@ type Engine struct {
 	leaseLosses atomic.Int64
 	born        time.Time // when New made the engine: tasks created since are this process's
 	runningMu   sync.Mutex
-	running     map[string]bool // chats this instance runs now (leases held)
+	running     map[string]int // chats this instance runs now: runs acquiring, holding or releasing their lease
 
 	synthMu   sync.Mutex
 	synthetic map[string]int64 // synthetic select_speaker events recorded, per workflow
@@ -209,7 +209,7 @@ func New(cfg Config) (*Engine, error) {
 		holder:     baton.EffectHolder{Instance: cfg.InstanceID, Boot: uuid.NewString()},
 		leaseTTL:   cfg.LeaseTTL,
 		startGrace: cfg.StartGrace,
-		running:    map[string]bool{},
+		running:    map[string]int{},
 		born:       time.Now(),
 		sweep:      cfg.TimeoutSweep,
 		provCache:  map[string]baton.Provider{},
