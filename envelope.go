@@ -69,7 +69,9 @@ func viewOf(payload []byte) EventView {
 // malformed: an envelope is never sent half-formed. (A payload that is
 // valid JSON but no object adds nothing to data.) Context variables
 // reserved to the runtime (a "__" prefix: the sealed __secrets) never
-// leave in an envelope of chat.context_updated.
+// leave in an envelope of chat.context_updated, and the prompt of a
+// chat.select_speaker (an event rule's system prompt, the workflow author's
+// instructions to the agent) never leaves in any.
 //
 // The encoder is written out by hand, not with encoding/json: the server
 // builds an envelope for every stream delta, 50,000 a second under load,
@@ -80,8 +82,11 @@ func (e *Event) AppendEnvelope(dst []byte, flags AgentFlags) ([]byte, bool) {
 		return dst, false
 	}
 	payload := bytes.TrimSpace(e.Payload)
-	if e.Type == TypeChatContextUpdated {
+	switch e.Type {
+	case TypeChatContextUpdated:
 		payload = withoutReserved(payload)
+	case TypeChatSelectSpeaker:
+		payload = withoutPrompt(payload)
 	}
 	b := dst
 	if need := len(b) + len(payload) + len(e.Type) + len(e.ChatID()) + envelopeOverhead; cap(b) < need {
@@ -149,6 +154,29 @@ const envelopeTimestamp = "2006-01-02T15:04:05.000Z07:00"
 // IsReservedVariable reports whether a context variable is the runtime's
 // own (a "__" prefix, like the sealed __secrets): no client ever sees it.
 func IsReservedVariable(name string) bool { return strings.HasPrefix(name, "__") }
+
+// withoutPrompt removes the prompt of a chat.select_speaker payload: it
+// carries an event rule's prompt, added to the agent's system message for
+// the turn, which is for the model, not for the people watching. The web UI
+// reads only the agent. A payload without one (nearly all) is not decoded.
+func withoutPrompt(payload []byte) []byte {
+	if !bytes.Contains(payload, []byte(`"prompt"`)) {
+		return payload
+	}
+	var p map[string]json.RawMessage
+	if json.Unmarshal(payload, &p) != nil {
+		return payload
+	}
+	if _, ok := p["prompt"]; !ok {
+		return payload
+	}
+	delete(p, "prompt")
+	out, err := json.Marshal(p)
+	if err != nil {
+		return payload
+	}
+	return out
+}
 
 // withoutReserved removes the reserved context variables from a
 // chat.context_updated payload.

@@ -171,7 +171,7 @@ type Engine struct {
 	leaseLosses atomic.Int64
 	born        time.Time // when New made the engine: tasks created since are this process's
 	runningMu   sync.Mutex
-	running     map[string]bool // chats this instance runs now (leases held)
+	running     map[string]int // chats this instance runs now: runs acquiring, holding or releasing their lease
 
 	synthMu   sync.Mutex
 	synthetic map[string]int64 // synthetic select_speaker events recorded, per workflow
@@ -214,7 +214,7 @@ func New(cfg Config) (*Engine, error) {
 		holder:     baton.EffectHolder{Instance: cfg.InstanceID, Boot: uuid.NewString()},
 		leaseTTL:   cfg.LeaseTTL,
 		startGrace: cfg.StartGrace,
-		running:    map[string]bool{},
+		running:    map[string]int{},
 		born:       time.Now(),
 		sweep:      cfg.TimeoutSweep,
 		provCache:  map[string]baton.Provider{},
@@ -440,13 +440,16 @@ const sessionPublishTimeout = time.Second
 
 // publishSession publishes session.created (a chat was started) or
 // session.updated (its recorded status changed from prev) for rules on
-// session.* to see. Its id is derived from the chat and its sequence, so a
-// republication of the same change is dropped by the bus. A failure is
+// session.* to see. Its id is derived from the chat, its sequence and the
+// change (previous and new status), so a republication of the same change is
+// dropped by the bus while a change recorded with no new event — a resume
+// turns failed into running in an append of no events, at the sequence the
+// failure had — is a new event. A failure is
 // logged, never returned: the chat goes on whether or not it was observed.
 func (e *Engine) publishSession(ctx context.Context, scope baton.Scope, typ string, chat baton.Chat, prev baton.ChatStatus) {
 	payload, _ := json.Marshal(sessionPayload{ChatID: chat.ID, Workflow: chat.Workflow, Status: chat.Status, PreviousStatus: prev, Sequence: chat.LastSequence})
 	ev := baton.NewInput(scope, typ, chat.ID, payload)
-	ev.ID = fmt.Sprintf("%s/%s/%d", typ, chat.ID, chat.LastSequence)
+	ev.ID = fmt.Sprintf("%s/%s/%d/%s-%s", typ, chat.ID, chat.LastSequence, prev, chat.Status)
 	ev.Metadata.Source = baton.SourceSystem
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sessionPublishTimeout)
 	defer cancel()
@@ -466,9 +469,11 @@ func (e *Engine) publishSession(ctx context.Context, scope baton.Scope, typ stri
 // ECONFLICT naming the key, and changes nothing.
 //
 // The request's fingerprint is kept in the chat's effect ledger under
-// startKeyEffect, written right after the chat: a process that dies between
-// the two leaves a chat without one, and the next retry's request is then
-// taken as the first's (it is recorded as the fingerprint).
+// startKeyEffect, claimed and written right after the chat: a process that
+// dies before it leaves a chat without one, or with a pending claim, and the
+// next retry's request is then taken as the first's (it is recorded as the
+// fingerprint). A pending claim whose holder may still be writing it (this
+// process, less than startClaimAge ago) is EUNAVAILABLE: retry.
 func (e *Engine) StartOnce(ctx context.Context, scope baton.Scope, workflowName, key string, opts baton.StartOptions) (chat baton.Chat, created bool, err error) {
 	if opts.ChatID == "" || key == "" {
 		return baton.Chat{}, false, baton.Errorf(baton.EINVALID, "idempotent start: a chat id and a key are required")
@@ -512,6 +517,26 @@ func (e *Engine) StartOnce(ctx context.Context, scope baton.Scope, workflowName,
 		if err := e.store.RecordEffect(ctx, scope, chat.ID, startKeyEffect, fp); err != nil {
 			e.log.Warn("engine: record the start's idempotency fingerprint", "chat_id", chat.ID, "err", err)
 		}
+	case baton.EffectPending:
+		// The first start claimed the key and recorded no fingerprint: its
+		// process died between the two (or the record failed), or it is
+		// recording it right now. A claim held by a process that is gone, or
+		// older than startClaimAge, is taken over and this request is taken
+		// as the first's, as when there is no claim at all; otherwise the
+		// client is told to retry, so that its request is always checked.
+		if !e.holderGone(eff.Holder) && time.Since(eff.ClaimedAt) < startClaimAge {
+			return baton.Chat{}, false, baton.Errorf(baton.EUNAVAILABLE, "Idempotency-Key %q: the first start with this key is still being recorded; retry", key)
+		}
+		took, err := e.store.TakeOverEffect(ctx, scope, chat.ID, eff, e.holder)
+		if err != nil {
+			return baton.Chat{}, false, fmt.Errorf("start %s again: take over the key's claim: %w", workflowName, err)
+		}
+		if !took { // another retry took it over first: it decides
+			return baton.Chat{}, false, baton.Errorf(baton.EUNAVAILABLE, "Idempotency-Key %q: another request with this key is being recorded; retry", key)
+		}
+		if err := e.store.RecordEffect(ctx, scope, chat.ID, startKeyEffect, fp); err != nil {
+			return baton.Chat{}, false, fmt.Errorf("start %s again: record the key's request: %w", workflowName, err)
+		}
 	}
 	if chat.LastSequence == 0 && chat.Status == baton.ChatRunning {
 		payload, _ := json.Marshal(struct {
@@ -530,6 +555,12 @@ func (e *Engine) StartOnce(ctx context.Context, scope baton.Scope, workflowName,
 	}
 	return chat, false, nil
 }
+
+// startClaimAge is the age after which a pending claim of a start's key is
+// taken over even when its holder may still live: a start records its
+// fingerprint milliseconds after its claim, so an older pending claim is one
+// whose record failed.
+const startClaimAge = 10 * time.Second
 
 // startKeyEffect is the effect-ledger key under which an idempotent start
 // keeps its request's fingerprint.

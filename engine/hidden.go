@@ -99,6 +99,10 @@ func (g *textGate) retraction(hidden bool, msgID string) string {
 	return ""
 }
 
+// holding reports whether the gate still holds text that might have become
+// a hidden trigger: none of it was sent.
+func (g *textGate) holding() bool { return !g.released && g.held.Len() > 0 }
+
 // mayBeTrigger reports whether text could still become (trimmed) one of the
 // triggers as more of it streams.
 func (g *textGate) mayBeTrigger(text string) bool {

@@ -703,3 +703,51 @@ func TestSecrets_RedactedFromToolOutput(t *testing.T) {
 		t.Fatalf("a tool that declares no secret got %v", got)
 	}
 }
+
+// TestUIResponse_LeftInTheInboxIsTakenByTheNextRun: the first handling of a
+// kept UI response fails (a store error), so it stays in the inbox; its
+// retry with the same event id is dropped by the bus as a duplicate. The
+// next event that runs the chat (here a resume) takes the response from
+// the inbox, records it once, and the chat goes on.
+func TestUIResponse_LeftInTheInboxIsTakenByTheNextRun(t *testing.T) {
+	var armed, failed atomic.Bool
+	h := newHarness(t, withFaults(func(evs []baton.Event) error {
+		for _, ev := range evs {
+			if armed.Load() && ev.Type == baton.TypeChatToolResponse && !failed.Swap(true) {
+				return baton.Errorf(baton.EUNAVAILABLE, "the store is down for a moment")
+			}
+		}
+		return nil
+	}))
+	id := runToPlan(t, h)
+	ctx := context.Background()
+	plan := h.pending(id, baton.PendingUITool)
+	const eventID = "0b7c9e1e-6a52-4c55-9d6e-4f1f4c0d2f77"
+	armed.Store(true)
+	for range 2 { // the first fails to record; the retry is a duplicate on the bus
+		if err := h.eng.RespondUIOnce(ctx, testScope, id, eventID, plan.UIEventID, "success", json.RawMessage(`{"ok":1}`)); err != nil {
+			t.Fatal(err)
+		}
+		h.settle()
+	}
+	if !failed.Load() {
+		t.Fatal("the first handling did not fail: the test injects nothing")
+	}
+	if c, _ := h.store.GetChat(ctx, testScope, id); c.Status != baton.ChatWaitingUITool {
+		t.Fatalf("after the failure the chat is %s, want still waiting_ui_tool", c.Status)
+	}
+	if err := h.eng.Resume(ctx, testScope, id); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus(id, baton.ChatCompleted)
+	h.waitInboxEmpty(id)
+	n := 0
+	for _, ev := range h.events(id) {
+		if ev.Type == baton.TypeChatToolResponse && payloadOf(t, ev)["ui_event_id"] == plan.UIEventID {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d responses to %s recorded, want 1", n, plan.UIEventID)
+	}
+}

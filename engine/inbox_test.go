@@ -30,6 +30,7 @@ type gate struct {
 	started chan struct{}
 	open    chan struct{}
 	once    sync.Once
+	first   []baton.Delta // what a call streams before it holds; "partial " when nil
 }
 
 func newGate() *gate { return &gate{started: make(chan struct{}, 16), open: make(chan struct{})} }
@@ -38,8 +39,14 @@ func (g *gate) release() { g.once.Do(func() { close(g.open) }) }
 
 func (g *gate) Stream(ctx context.Context, _ *baton.Request) iter.Seq2[baton.Delta, error] {
 	return func(yield func(baton.Delta, error) bool) {
-		if !yield(baton.Delta{Kind: baton.DeltaText, Text: "partial "}, nil) {
-			return
+		first := g.first
+		if first == nil {
+			first = []baton.Delta{{Kind: baton.DeltaText, Text: "partial "}}
+		}
+		for _, d := range first {
+			if !yield(d, nil) {
+				return
+			}
 		}
 		g.started <- struct{}{}
 		select {
@@ -245,6 +252,68 @@ func TestDoubleTexting_Interrupt(t *testing.T) {
 	}
 	if ps[0]["interrupted"] != true || ps[1]["interrupted"] != nil {
 		t.Errorf("interrupted marks %v %v, want true on the cut text only", ps[0]["interrupted"], ps[1]["interrupted"])
+	}
+}
+
+// TestDoubleTexting_InterruptedTextHidden: a reply cut by a message is
+// hidden by the rules a whole one is. Cut while the gate holds "NEX" (it
+// might have become the ui_hidden NEXT), the text is recorded hidden and
+// never streamed, so nothing is retracted; cut after "[internal] plan"
+// streamed (an agent_text_contains ui_hidden trigger), it is recorded
+// hidden and retracts the streamed message. The usage the provider
+// reported before the cut is recorded.
+func TestDoubleTexting_InterruptedTextHidden(t *testing.T) {
+	cases := []struct {
+		name, text     string
+		retract, usage bool
+	}{
+		{"held trigger prefix", "NEX", false, false},
+		{"contains trigger", "[internal] plan", true, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newGate()
+			g.first = []baton.Delta{{Kind: baton.DeltaText, Text: tc.text}}
+			if tc.usage {
+				g.first = append(g.first, baton.Delta{Kind: baton.DeltaUsage, Usage: baton.Usage{PromptTokens: 11, CompletionTokens: 3}})
+			}
+			h := newInboxHarness(t, g)
+			ctx := context.Background()
+			id := startWith(t, h, "cuthide", "m0")
+			g.waitStarted(t)
+			if err := h.eng.SubmitOnce(ctx, testScope, id, "id-m1", "m1", "http"); err != nil {
+				t.Fatal(err)
+			}
+			g.waitStarted(t) // the answer to m1 has begun: the first call was cut
+			g.release()
+			h.waitStatus(id, baton.ChatWaitingInput)
+			h.waitInboxEmpty(id)
+			evs := h.events(id)
+			answers, ps := texts(evs, "Echo")
+			if len(answers) != 2 || answers[0] != tc.text || ps[0]["interrupted"] != true {
+				t.Fatalf("Echo's texts %q, want the cut %q first, marked interrupted", answers, tc.text)
+			}
+			if ps[0]["ui_hidden"] != true {
+				t.Errorf("the cut text %q is not ui_hidden: %v", tc.text, ps[0])
+			}
+			if got := ps[0]["retract_message_id"]; (got != nil && got != "") != tc.retract || (tc.retract && got != ps[0]["agent_message_id"]) {
+				t.Errorf("retract_message_id %v, want the streamed message's id: %v", got, tc.retract)
+			}
+			var usage []float64
+			for _, ev := range evs {
+				var p map[string]any
+				_ = json.Unmarshal(ev.Payload, &p)
+				if ev.Type == baton.TypeChatUsageSummary && p["agent_message_id"] == ps[0]["agent_message_id"] {
+					usage = append(usage, p["prompt_tokens"].(float64))
+				}
+			}
+			if tc.usage && !slices.Equal(usage, []float64{11}) {
+				t.Errorf("usage of the cut call %v, want [11] recorded once", usage)
+			}
+			if !tc.usage && len(usage) != 0 {
+				t.Errorf("usage of a cut call that reported none: %v", usage)
+			}
+		})
 	}
 }
 

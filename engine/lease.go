@@ -44,7 +44,17 @@ type held struct {
 // acquire takes chatID's lease for this instance, waiting while another
 // live instance holds it, and renews it until release. lost is cancelled if
 // a renewal finds the lease taken over: the run must stop.
-func (e *Engine) acquire(ctx context.Context, chatID string) (*held, context.Context, error) {
+//
+// The chat is marked running (for sweepTakeovers) before the lease is
+// taken, and unmarked after it is freed (release): in between, a live lease
+// under this instance's id is never taken for a previous life's.
+func (e *Engine) acquire(ctx context.Context, chatID string) (h *held, runCtx context.Context, err error) {
+	e.markRunning(chatID, 1)
+	defer func() {
+		if err != nil {
+			e.markRunning(chatID, -1)
+		}
+	}()
 	backoff := 10 * time.Millisecond
 	var lease baton.Lease
 	for {
@@ -63,11 +73,8 @@ func (e *Engine) acquire(ctx context.Context, chatID string) (*held, context.Con
 		}
 		backoff = min(backoff*2, e.leaseTTL/4)
 	}
-	e.runningMu.Lock()
-	e.running[chatID] = true
-	e.runningMu.Unlock()
 	runCtx, lost := context.WithCancelCause(ctx)
-	h := &held{token: lease.Token, stop: func() { lost(context.Canceled) }, done: make(chan struct{})}
+	h = &held{token: lease.Token, stop: func() { lost(context.Canceled) }, done: make(chan struct{})}
 	go func() { // owned by the run: stopped by release
 		defer close(h.done)
 		tick := time.NewTicker(e.leaseTTL / 3)
@@ -133,13 +140,22 @@ func (e *Engine) release(chatID string, h *held) {
 	}
 	h.stop()
 	<-h.done
-	e.runningMu.Lock()
-	delete(e.running, chatID)
-	e.runningMu.Unlock()
+	defer e.markRunning(chatID, -1) // after the lease is freed (see acquire)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := e.store.ReleaseLease(ctx, chatID, e.instance, h.token); err != nil && !errors.Is(err, baton.ErrConflict) {
 		e.log.Warn("engine: release lease", "chat_id", chatID, "err", err)
+	}
+}
+
+// markRunning counts a run of chatID in (+1) or out (-1) of e.running.
+func (e *Engine) markRunning(chatID string, d int) {
+	e.runningMu.Lock()
+	defer e.runningMu.Unlock()
+	if n := e.running[chatID] + d; n > 0 {
+		e.running[chatID] = n
+	} else {
+		delete(e.running, chatID)
 	}
 }
 
@@ -155,9 +171,8 @@ func (e *Engine) release(chatID string, h *held) {
 // is this instance's previous life: it was restarted with the same id
 // (kill -9, a crash) while running the chat. It is taken back at once —
 // AcquireLease extends an owner's own lease — instead of after it expires.
-// (A run of this process that has just taken a lease and not yet noted it
-// in running may be resumed twice: the bus runs a chat's inputs one at a
-// time, so the second finds the work done.)
+// A run of this process is in running from before it takes its lease until
+// after it frees it, so its own live lease is never taken for that.
 func (e *Engine) sweepTakeovers(ctx context.Context) error {
 	chats, err := e.store.ChatsByStatus(ctx, baton.ChatRunning, 10000)
 	if err != nil {
@@ -165,7 +180,7 @@ func (e *Engine) sweepTakeovers(ctx context.Context) error {
 	}
 	for _, c := range chats {
 		e.runningMu.Lock()
-		mine := e.running[c.ID]
+		mine := e.running[c.ID] > 0
 		e.runningMu.Unlock()
 		if e.workflows[c.Workflow] == nil || mine {
 			continue // not ours to run, or running here now

@@ -426,7 +426,16 @@ func (r *run) steps(ctx context.Context) error {
 			}
 			r.retry = took
 		case len(st.waitingUI()) > 0:
-			return nil // waiting for the person: a UI tool, a form, a secret
+			// Waiting for the person: a UI tool, a form, a secret. A
+			// response kept in the inbox whose first handling failed is
+			// taken now, by whatever event runs the chat (a resume, a
+			// redelivery), not only by its own bus event, which the
+			// client's retry with the same key does not bring back while
+			// the bus remembers its id.
+			var took bool
+			if took, err = r.takeUIResponse(ctx); err == nil && !took {
+				return nil
+			}
 		case st.terminating:
 			if lt := r.nextLifecycle(workflow.AfterChat, "", "chat"); lt != nil {
 				err = r.runLifecycle(ctx, lt, workflow.AfterChat, "", "chat")
@@ -659,6 +668,44 @@ func (r *run) takeInput(ctx context.Context) (bool, error) {
 			r.stage(nil, &baton.ChatUpdate{Status: &r.st.chat.Status, ConsumeInputs: []string{ev.ID}})
 			continue
 		}
+		return true, nil
+	}
+	return false, nil
+}
+
+// takeUIResponse records a ui.tool.response waiting in the inbox that
+// answers one of the chat's pending requests, consuming it in the same
+// append (uiResponse), and reports whether it took one. A kept response that
+// fits no pending request is left to its own event, which drops it.
+func (r *run) takeUIResponse(ctx context.Context) (bool, error) {
+	ins, err := r.e.store.Inputs(ctx, r.scope, r.st.chat.ID)
+	if err != nil {
+		return false, fmt.Errorf("read the inbox: %w", err)
+	}
+	waiting := r.st.waitingUI()
+	for _, in := range ins {
+		ev := in.Event
+		if ev.Type != baton.TypeUIToolResponse || r.staged.consumes(ev.ID) || r.st.inputs[ev.ID] {
+			continue
+		}
+		var p baton.UIToolResponsePayload
+		if json.Unmarshal(ev.Payload, &p) != nil {
+			continue
+		}
+		if !slices.ContainsFunc(waiting, func(c openCall) bool { return c.uiEventID == p.UIEventID }) {
+			continue
+		}
+		if err := r.uiResponse(ctx, ev); err != nil {
+			if !errors.Is(err, errIgnored) {
+				return false, err
+			}
+			if err := r.dropInput(ctx, ev, err); !errors.Is(err, errIgnored) {
+				return false, err
+			}
+			r.logger().Warn("engine: input dropped", "event_id", ev.ID, "reason", err.Error())
+			continue
+		}
+		r.logger().Info("engine: UI response taken from the inbox", "event_id", ev.ID, "ui_event_id", p.UIEventID)
 		return true, nil
 	}
 	return false, nil
@@ -967,7 +1014,7 @@ func (r *run) callModel(ctx context.Context) error {
 			return ctx.Err() // shutting down: nothing recorded, the turn resumes later
 		}
 		if errors.Is(context.Cause(callCtx), errInterrupted) {
-			return r.interrupted(agent.Name, msgID, t.key, &acc)
+			return r.interrupted(agent.Name, msgID, t.key, &acc, gate)
 		}
 		_ = r.e.cast.Broadcast(llm.StreamErrorEvent(st.chat.ID, agent.Name, msgID, streamErr, false))
 		return r.fail(ctx, agent.Name, streamErr)
@@ -1081,7 +1128,18 @@ func (r *run) retryNotice(agent string, rt *baton.Retry) baton.Event {
 // as the agent's (tool calls it had begun are dropped), marked interrupted,
 // and the turn hands over to the person, whose message the run takes next.
 // Nothing is recorded for a call stopped before its first token.
-func (r *run) interrupted(agent, msgID, key string, acc *llm.Accumulator) error {
+//
+// The partial text is hidden by the rules a whole one is (an auto-tool
+// agent's, a ui_hidden trigger it matches), and also while the gate still
+// holds it as a possible trigger (the generator cut at "NEX"): it never
+// streamed, and would have been hidden had it ended as the trigger. Its
+// chat.text retracts what streamed of a hidden one. A cut text sets no
+// derived variable: the agent did not finish saying it.
+//
+// The call's usage is recorded when the provider reported any before the
+// cut; most report it only at the end of a call, so an interrupted call's
+// tokens are usually not counted.
+func (r *run) interrupted(agent, msgID, key string, acc *llm.Accumulator, gate *textGate) error {
 	st := r.st
 	// The stream ends here, as a finished one does (its deltas stand: the
 	// text is recorded under the same message id), not as a failed one.
@@ -1089,18 +1147,36 @@ func (r *run) interrupted(agent, msgID, key string, acc *llm.Accumulator) error 
 		_ = r.e.cast.Broadcast(ev)
 	}
 	var events []baton.Event
+	var u baton.ChatUpdate
 	if text := acc.Text(); strings.TrimSpace(text) != "" {
+		hidden := r.isAutoToolAgent(agent) || gate.holding() || r.textHidden(agent, text)
 		events = append(events, r.synthetic(agent, text)...)
 		events = append(events, baton.NewChatEvent(baton.TypeChatText, st.chat.ID, agent, baton.TextPayload{
 			Kind: "text", Agent: agent, Content: text, Index: st.texts, AgentMessageID: msgID,
-			UIHidden: r.isAutoToolAgent(agent), TurnKey: key, Interrupted: true,
+			UIHidden: hidden, TurnKey: key, Interrupted: true, RetractMessageID: gate.retraction(hidden, msgID),
 		}))
+	}
+	if usage := acc.Usage(); usage != (baton.Usage{}) {
+		cfg := r.wf.LLMFor(agent)
+		cost := llm.Cost(cfg.Model, usage, pricing(r.wf))
+		events = append(events, baton.NewChatEvent(baton.TypeChatUsageSummary, st.chat.ID, agent, baton.UsageSummaryPayload{
+			Kind: "usage_summary", Agent: agent, Model: cfg.Model, AgentMessageID: msgID,
+			PromptTokens: usage.PromptTokens, CompletionTokens: usage.CompletionTokens, CachedTokens: usage.CachedTokens,
+			ReasoningTokens: usage.ReasoningTokens, TotalTokens: usage.PromptTokens + usage.CompletionTokens, Cost: cost,
+		}))
+		rec := baton.UsageRecord{ChatID: st.chat.ID, Workflow: r.wf.Name, Agent: agent, Model: cfg.Model, Usage: usage, Cost: cost}
+		if err := rec.Validate(); err != nil {
+			r.e.log.Warn("engine: record usage", "chat_id", rec.ChatID, "agent", rec.Agent, "err", err)
+		} else {
+			u.Usage = []baton.UsageRecord{rec}
+		}
 	}
 	events = append(events,
 		baton.NewChatEvent(baton.TypeChatHandoff, st.chat.ID, agent, baton.HandoffPayload{Kind: "handoff", From: agent, HandoffType: "interrupt", TransitionTarget: workflow.RevertToUserTarget}),
 		baton.NewChatEvent(baton.TypeChatInputRequest, st.chat.ID, agent, baton.InputRequestPayload{Kind: "input_request", Agent: agent, RequestID: "input_" + key + "_interrupt"}))
 	waiting := baton.ChatWaitingInput
-	r.stage(events, &baton.ChatUpdate{TurnAgent: &agent, Status: &waiting})
+	u.TurnAgent, u.Status = &agent, &waiting
+	r.stage(events, &u)
 	r.logger().Info("engine: model call interrupted by the person's message", "agent", agent, "message_id", msgID)
 	return nil
 }
@@ -1358,6 +1434,18 @@ func transferTarget(rule *workflow.HandoffRule) string {
 		return "the person"
 	}
 	return rule.TargetAgent
+}
+
+// textHidden reports whether a ui_hidden derived variable's trigger matches
+// an agent's text, setting nothing: for a text that sets no variables (an
+// interrupted one), hidden by the same rules as a final one.
+func (r *run) textHidden(agent, text string) bool {
+	for _, d := range r.wf.DerivedFor(agent) {
+		if d.UIHidden && d.Matches(text) {
+			return true
+		}
+	}
+	return false
 }
 
 // textDerived evaluates the derived variables an agent's final text sets.

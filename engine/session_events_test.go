@@ -3,8 +3,10 @@ package engine_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/batonhq/baton"
@@ -161,4 +163,79 @@ func (h *harness) dump(chatID string) string {
 		b.WriteString(ev.Type + " " + string(ev.Payload) + "\n")
 	}
 	return b.String()
+}
+
+// TestSessionRule_SeesRetryAfterFailure: a retry of a failed chat turns
+// failed into running in an append of no events, at the sequence of the
+// failure; its session.updated is still published (its id names the
+// change, not only the sequence), so a rule on session.* sees every change.
+func TestSessionRule_SeesRetryAfterFailure(t *testing.T) {
+	var calls atomic.Int64
+	h := newHarness(t, withWorkflows(loopDir), withTools(bumpTool(new(atomic.Int64))),
+		fake(func(req *baton.Request) ([]baton.Delta, error) {
+			if calls.Add(1) == 1 {
+				return nil, &baton.ProviderError{Kind: baton.ProviderRateLimit, Status: 429, Message: "slow down", Endpoint: "http://fake", Model: "m"}
+			}
+			return reply("ok"), nil
+		}))
+	var c capture
+	mustRule(t, h.bus, bus.Rule{Name: "session-watch", Types: []string{"session.*"}, Priority: 60, Handler: c.handle})
+	id := start(t, h, "loop")
+	h.waitStatus(id, baton.ChatFailed)
+	h.settle()
+	if err := h.eng.Resume(context.Background(), testScope, id); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus(id, baton.ChatCompleted)
+	h.settle()
+	var got []string
+	for _, ev := range c.events() {
+		var p struct {
+			Status string `json:"status"`
+			Prev   string `json:"previous_status"`
+		}
+		if err := json.Unmarshal(ev.Payload, &p); err != nil {
+			t.Fatalf("payload %s: %v", ev.Payload, err)
+		}
+		got = append(got, ev.Type+" "+p.Prev+">"+p.Status)
+	}
+	want := []string{
+		"session.created >running",
+		"session.updated running>failed",
+		"session.updated failed>running",
+		"session.updated running>completed",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("session events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestStartOnce_PendingClaimOfADeadProcess: a process that died between
+// claiming a start's key and recording its request left the claim pending.
+// The next retry is taken as the first (its request recorded), and a later
+// request with another message is a conflict — not a 200 whose message is
+// silently dropped.
+func TestStartOnce_PendingClaimOfADeadProcess(t *testing.T) {
+	h := newHarness(t, withWorkflows(loopDir))
+	ctx := context.Background()
+	chat, err := h.eng.Start(ctx, testScope, "assistant", baton.StartOptions{ChatID: "chat-key-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The dead process's claim: another boot of this instance.
+	if eff, err := h.store.ClaimEffect(ctx, testScope, chat.ID, "start.idempotency", baton.EffectHolder{Boot: "a-dead-boot"}); err != nil || eff.State != baton.EffectNew {
+		t.Fatalf("claim: %v %v", eff.State, err)
+	}
+	h.waitStatus(chat.ID, baton.ChatWaitingInput)
+	got, created, err := h.eng.StartOnce(ctx, testScope, "assistant", "key-1", baton.StartOptions{ChatID: chat.ID})
+	if err != nil || created || got.ID != chat.ID {
+		t.Fatalf("retry after the crash: %v created=%v chat=%s", err, created, got.ID)
+	}
+	if _, _, err := h.eng.StartOnce(ctx, testScope, "assistant", "key-1", baton.StartOptions{ChatID: chat.ID}); err != nil {
+		t.Fatalf("the same request again: %v", err)
+	}
+	_, _, err = h.eng.StartOnce(ctx, testScope, "assistant", "key-1", baton.StartOptions{ChatID: chat.ID, Message: "another"})
+	if !errors.Is(err, baton.ErrConflict) || !strings.Contains(err.Error(), "key-1") {
+		t.Fatalf("another request with the key: %v, want ECONFLICT naming the key", err)
+	}
 }

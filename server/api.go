@@ -599,17 +599,21 @@ func (s *Server) handlePrompt(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return err
 		}
-		ev := baton.NewUserQuery(p.scope, id, content, "api")
+		eventID := ""
 		if key != "" {
-			ev.ID = inputEventID(p.scope, id, key)
+			eventID = inputEventID(p.scope, id, key)
 		}
-		// Kept in the chat's inbox before the answer, as /api/input/submit's
-		// messages are.
-		if err := s.cfg.Engine.PublishInput(r.Context(), p.scope, ev); err != nil {
-			if baton.ErrorCode(err) == baton.EUNAVAILABLE {
+		// Kept in the chat's inbox before the answer, and under the
+		// workflow's double_texting policy (reject, interrupt), as
+		// /api/input/submit's messages are.
+		if err := s.cfg.Engine.SubmitOnce(r.Context(), p.scope, id, eventID, content, "api"); err != nil {
+			switch baton.ErrorCode(err) {
+			case baton.EUNAVAILABLE:
 				return unavailable(msgInputUnroutable, err)
+			case baton.ECONFLICT:
+				return err
 			}
-			return fmt.Errorf("publish user_query %s: %w", ev.ID, err)
+			return fmt.Errorf("publish user_query for chat %s: %w", id, err)
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"success": true, "sessionId": id, "message": "Processing started"})
 		return nil

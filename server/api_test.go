@@ -593,3 +593,27 @@ func TestSubmit_DoubleTextingReject(t *testing.T) {
 		t.Fatalf("a message while the chat waits: %d %s, want 202", r.status, r.body)
 	}
 }
+
+// TestPrompt_DoubleTextingReject: the seed route POST /sessions/{id}/prompt
+// keeps the workflow's double_texting policy as /api/input/submit does: 409
+// naming the policy while the run goes, nothing recorded; 200 once the chat
+// waits.
+func TestPrompt_DoubleTextingReject(t *testing.T) {
+	e := newEnv(t, withWorkflows("testdata/policy"))
+	id := e.start(t, "strict", map[string]any{"message": "first"})
+	// The chat is running from its creation until Talker has streamed its
+	// answer, which takes seconds.
+	r := e.do(t, "POST", "/sessions/"+id+"/prompt", e.keys[scopeAda], map[string]any{"content": "second"})
+	if r.status != http.StatusConflict || !strings.Contains(r.errorMessage(), "double_texting: reject") {
+		t.Fatalf("a prompt while the run goes: %d %s, want 409 naming the policy", r.status, r.body)
+	}
+	e.waitStatus(t, id, baton.ChatWaitingInput)
+	for _, raw := range e.history(t, id) {
+		if bytes.Contains(raw, []byte(`"second"`)) {
+			t.Fatalf("the refused prompt is in the history: %s", raw)
+		}
+	}
+	if r := e.do(t, "POST", "/sessions/"+id+"/prompt", e.keys[scopeAda], map[string]any{"content": "second"}); r.status != http.StatusOK {
+		t.Fatalf("a prompt while the chat waits: %d %s, want 200", r.status, r.body)
+	}
+}

@@ -98,6 +98,17 @@ func TestEnvelopeFilter(t *testing.T) {
 	if f := encodeFrame(gen, &ev); f.data == nil || strings.Contains(string(f.data), "__secrets") || !strings.Contains(string(f.data), `"plan":"x"`) {
 		t.Errorf("context_updated: %s", f.data)
 	}
+	// An event rule's prompt on a select_speaker (the author's instructions
+	// to the agent) never reaches a client, whoever the agent; the rest of
+	// the payload does.
+	for _, agent := range []string{internal, "InterviewAgent"} {
+		ev = baton.NewEvent(baton.TypeChatSelectSpeaker, baton.Metadata{TriggerSessionID: "c1", TriggerAgentName: agent},
+			json.RawMessage(`{"kind":"select_speaker","agent":"`+agent+`","source":"native","turn_index":3,"prompt":"SECRET-RULE-PROMPT"}`))
+		if f := encodeFrame(gen, &ev); f.data == nil || strings.Contains(string(f.data), "SECRET-RULE-PROMPT") || strings.Contains(string(f.data), `"prompt"`) ||
+			!strings.Contains(string(f.data), `"agent":"`+agent+`"`) || !strings.Contains(string(f.data), `"turn_index":3`) {
+			t.Errorf("select_speaker of %s: %s", agent, f.data)
+		}
+	}
 	ev = baton.NewEvent(baton.TypeChatText, baton.Metadata{TriggerSessionID: "c1"}, json.RawMessage(`{"kind":"text","agent":"InterviewAgent","content":"NEXT","ui_hidden":true}`))
 	if f := encodeFrame(gen, &ev); !strings.Contains(string(f.data), `"ui_hidden":true`) {
 		t.Errorf("ui_hidden dropped: %s", f.data)

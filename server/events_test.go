@@ -125,3 +125,61 @@ func TestExternalEvent_ReservedMetadata(t *testing.T) {
 	default:
 	}
 }
+
+// TestSelectSpeakerPrompt_NeverReachesAClient: the event-handler agent's
+// turn starts with a select_speaker that records the rule's prompt (its
+// instructions to the agent); a raw WebSocket client and the history
+// endpoint get the select_speaker without it.
+func TestSelectSpeakerPrompt_NeverReachesAClient(t *testing.T) {
+	e := newEnv(t, withWorkflows("testdata/workflows")) // the runtime registers the default rules
+	id := e.start(t, "notify", nil)
+	e.waitStatus(t, id, baton.ChatWaitingInput)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	c := e.dial(ctx, t, id, 0, e.keys[scopeAda])
+	defer c.CloseNow()
+	payload, _ := json.Marshal(map[string]any{"taskId": "t-1", "task": "report", "result": map[string]int{"pages": 12}})
+	ev := baton.NewInput(scopeAda, baton.TypeBackgroundTaskCompleted, id, payload)
+	ev.Metadata.Source = baton.SourceTool
+	if err := e.bus.Publish(ctx, ev); err != nil {
+		t.Fatal(err)
+	}
+	var speakers int
+	for {
+		_, raw, err := c.Read(ctx)
+		if err != nil {
+			t.Fatalf("the answer never reached the WebSocket client: %v", err)
+		}
+		v := decodeEnvelope(t, raw)
+		if v.Type == baton.TypeChatSelectSpeaker {
+			speakers++
+			if strings.Contains(string(raw), `"prompt"`) {
+				t.Fatalf("live select_speaker carries the rule's prompt: %s", raw)
+			}
+		}
+		if v.Type == baton.TypeChatText && v.str("agent") == "Assistant" && v.str("content") == "Your report is ready: 12 pages." {
+			break
+		}
+	}
+	if speakers == 0 {
+		t.Fatal("no select_speaker reached the client")
+	}
+	// The recorded event has the prompt (else this test proves nothing)…
+	evs, err := e.store.Events(ctx, scopeAda, id, 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompted := false
+	for _, ev := range evs {
+		prompted = prompted || (ev.Type == baton.TypeChatSelectSpeaker && strings.Contains(string(ev.Payload), `"prompt"`))
+	}
+	if !prompted {
+		t.Fatal("no recorded select_speaker has a prompt: the test shows nothing")
+	}
+	// …the history endpoint does not.
+	for _, raw := range e.history(t, id) {
+		if decodeEnvelope(t, raw).Type == baton.TypeChatSelectSpeaker && strings.Contains(string(raw), `"prompt"`) {
+			t.Fatalf("history select_speaker carries the rule's prompt: %s", raw)
+		}
+	}
+}
