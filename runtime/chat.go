@@ -140,6 +140,12 @@ func (c *Chat) segment(ctx context.Context, send func(context.Context) error) it
 			return
 		}
 		for {
+			// Checked first: a select with events waiting too would pick
+			// at random, and the loop could run on after ctx ended.
+			if err := ctx.Err(); err != nil {
+				yield(baton.Event{}, err)
+				return
+			}
 			var ev baton.Event
 			var ok bool
 			select {
