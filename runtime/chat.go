@@ -32,6 +32,7 @@ type Chat struct {
 	last     int64 // the sequence of the last recorded event yielded
 
 	subscribed func(*bus.Subscription) // in tests: sees each subscription made
+	buffer     int                     // in tests: the subscription's buffer (0: chatBuffer)
 }
 
 // Chat returns a handle on a new chat of workflowName in scope. Nothing is
@@ -195,7 +196,11 @@ func (c *Chat) segment(ctx context.Context, send func(context.Context) error) it
 }
 
 func (c *Chat) subscribe() (*bus.Subscription, error) {
-	sub, err := c.rt.bus.Subscribe([]string{"chat.*", "stream.*"}, bus.ForChat(c.id), bus.Buffer(chatBuffer))
+	n := chatBuffer
+	if c.buffer > 0 {
+		n = c.buffer
+	}
+	sub, err := c.rt.bus.Subscribe([]string{"chat.*", "stream.*"}, bus.ForChat(c.id), bus.Buffer(n))
 	if err != nil {
 		return nil, fmt.Errorf("chat %s: subscribe: %w", c.id, err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
+	"github.com/batonhq/baton/internal/testenv"
 	"github.com/batonhq/baton/recorder"
 )
 
@@ -201,6 +202,55 @@ func TestChatFillsAGapFromTheStore(t *testing.T) {
 	for i, s := range seqs {
 		if s != int64(i+1) {
 			t.Fatalf("sequences yielded %v, want 1, 2, 3, … %d", seqs, len(stored))
+		}
+	}
+}
+
+// A reader so slow that the bus drops its subscription loses no recorded
+// event: the iterator subscribes again and reads what it missed from the
+// store.
+func TestChatSlowReaderIsDroppedAndCatchesUp(t *testing.T) {
+	rt := openMem(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // catches a hang only
+	defer cancel()
+	scope := baton.Scope{App: "acme", User: "ada"}
+	c := rt.Chat(scope, "hello")
+	c.buffer = 1
+	var seqs []int64
+	var end string
+	for ev, err := range c.Start(ctx, baton.StartOptions{}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(seqs) == 0 && ev.Sequence > 0 {
+			// Read nothing more until the run has ended: the bus drops
+			// the subscription when its one-event buffer is full.
+			testenv.Eventually(t, 20*time.Second, "the chat completes", func() error {
+				chat, err := rt.Store().GetChat(ctx, scope, c.ID())
+				if err != nil || chat.Status != baton.ChatCompleted {
+					return fmt.Errorf("chat %v (%v)", chat.Status, err)
+				}
+				return nil
+			})
+		}
+		if ev.Sequence > 0 {
+			seqs = append(seqs, ev.Sequence)
+		}
+		end = ev.Type
+	}
+	if drops := rt.Bus().Stats().ObserverDrops; drops == 0 {
+		t.Fatal("the subscription was never dropped: the test tests nothing")
+	}
+	stored, err := rt.Store().Events(ctx, scope, c.ID(), 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if end != baton.TypeChatRunComplete || len(seqs) != len(stored) {
+		t.Fatalf("yielded sequences %v ending with %s; the store holds %d events", seqs, end, len(stored))
+	}
+	for i, s := range seqs {
+		if s != int64(i+1) {
+			t.Fatalf("yielded sequences %v, want 1, 2, 3, …", seqs)
 		}
 	}
 }
