@@ -748,168 +748,235 @@ func (l *loader) checkHandoffs() {
 	}
 }
 
+// toolKinds are the kinds a tool may be of.
+var toolKinds = []string{KindGo, KindCommand, KindHTTP, KindMCP, KindUI}
+
+// checkTools validates every tool: the checks every tool shares, then the
+// fields of its own kind through checkToolKind, then the fields that belong
+// to some other kind. The order of the checks is the order of the messages,
+// which the golden files under testdata/invalid pin.
 func (l *loader) checkTools() {
-	w := l.w
-	kinds := []string{KindGo, KindCommand, KindHTTP, KindMCP, KindUI}
-	for _, t := range w.Tools {
-		p := fmt.Sprintf("tools[%d]", t.Index)
-		switch {
-		case t.Name == "" && t.Kind != KindMCP:
-			l.errorf(FileTools, p+".name", "required (or function)")
-		case t.Name != "" && !toolNameRe.MatchString(t.Name):
-			l.errorf(FileTools, p+".name", "%q must be 1 to 64 letters, digits, '_' or '-'", t.Name)
-		case strings.HasPrefix(t.Name, "transfer_to_") || t.Name == "terminate_chat":
-			l.errorf(FileTools, p+".name", "%q is reserved for llm handoffs", t.Name)
-		}
-		if !oneOf(t.ToolType, AgentTool, UITool, LifecycleTool) {
-			if t.ToolType == "" {
-				l.errorf(FileTools, p+".tool_type", "required (one of %s)", list(AgentTool, UITool, LifecycleTool))
-			} else {
-				l.errorf(FileTools, p+".tool_type", "%q is not one of %s", t.ToolType, list(AgentTool, UITool, LifecycleTool))
-			}
-		}
-		if t.Kind == "" && t.ToolType == UITool {
-			t.Kind = KindUI
-		}
-		switch {
-		case t.Kind == "":
-			l.errorf(FileTools, p+".kind", "required (one of %s)", list(kinds...))
-		case !oneOf(t.Kind, kinds...):
-			l.errorf(FileTools, p+".kind", "%q is not one of %s", t.Kind, list(kinds...))
-		case t.ToolType == UITool && t.Kind != KindUI:
-			l.errorf(FileTools, p+".kind", "a UI_Tool must be of kind ui")
-		case t.ToolType == AgentTool && t.Kind == KindUI:
-			l.errorf(FileTools, p+".kind", "kind ui is for UI_Tool and Lifecycle_Tool entries")
-		}
-		// The owning agent.
-		needsAgent := t.ToolType != LifecycleTool
-		switch {
-		case t.Agent == "" && needsAgent:
-			l.errorf(FileTools, p+".agent", "required")
-		case t.Agent != "" && w.agents[t.Agent] == nil:
-			l.unknownAgent(FileTools, p+".agent", t.Agent)
-		}
-		// Lifecycle.
-		triggers := []string{BeforeChat, BeforeAgent, AfterAgent, AfterChat}
-		if t.ToolType == LifecycleTool {
-			switch {
-			case t.Trigger == "":
-				l.errorf(FileTools, p+".trigger", "required for a Lifecycle_Tool (one of %s)", list(triggers...))
-			case !oneOf(t.Trigger, triggers...):
-				l.errorf(FileTools, p+".trigger", "%q is not one of %s", t.Trigger, list(triggers...))
-			}
-			if t.Kind == KindMCP {
-				l.errorf(FileTools, p+".kind", "a Lifecycle_Tool cannot be of kind mcp")
-			}
-		} else {
-			if t.Trigger != "" {
-				l.errorf(FileTools, p+".trigger", "only a Lifecycle_Tool has a trigger")
-			}
-			if len(t.Arguments) > 0 {
-				l.errorf(FileTools, p+".arguments", "only a Lifecycle_Tool has fixed arguments")
-			}
-		}
-		// UI.
-		if t.Kind == KindUI {
-			switch {
-			case t.UI == nil || strings.TrimSpace(t.UI.Component) == "":
-				what := "a UI_Tool"
-				if t.ToolType == LifecycleTool {
-					what = "a tool of kind ui"
-				}
-				l.errorf(FileTools, p+".ui.component", "required for %s", what)
-			}
-		} else if t.UI != nil {
-			l.errorf(FileTools, p+".ui", "only a tool of kind ui has a ui block")
-		}
-		if t.UI != nil {
-			if t.UI.Mode == "" {
-				t.UI.Mode = UIInline
-			} else if !oneOf(t.UI.Mode, UIInline, UIArtifact) {
-				l.errorf(FileTools, p+".ui.mode", "%q is not one of %s", t.UI.Mode, list(UIInline, UIArtifact))
-			}
-		}
-		// Kind-specific fields.
-		switch t.Kind {
-		case KindGo:
-			if t.Function == "" {
-				l.errorf(FileTools, p+".function", "required for a go tool (the name it is registered under)")
-			}
-		case KindCommand:
-			l.checkCommandFile(t, p)
-		case KindHTTP:
-			if t.URL == "" {
-				l.errorf(FileTools, p+".url", "required for an http tool")
-			} else if !isHTTPURL(t.URL) {
-				l.errorf(FileTools, p+".url", "%q is not an http or https URL", t.URL)
-			}
-		case KindMCP:
-			switch _, ok := w.Config.MCPServers[t.Server]; {
-			case t.Server == "":
-				l.errorf(FileTools, p+".server", "required for an mcp tool (a name from workflow.json mcp_servers)")
-			case !ok:
-				l.errorf(FileTools, p+".server", "unknown MCP server %q (declare it in workflow.json mcp_servers)", t.Server)
-			}
-			for i, n := range t.Tools {
-				if n == "" {
-					l.errorf(FileTools, fmt.Sprintf("%s.tools[%d]", p, i), "must not be empty")
-				}
-			}
-		}
-		if t.Kind != KindHTTP && t.URL != "" {
-			l.errorf(FileTools, p+".url", "only an http tool has a url")
-		}
-		if t.Kind != KindMCP && (t.Server != "" || len(t.Tools) > 0 || t.Prefix != "") {
-			l.errorf(FileTools, p, "server, tools and prefix are for mcp tools")
-		}
-		if t.Kind != KindCommand && t.File != "" && t.Kind != KindGo && t.Kind != KindUI {
-			l.errorf(FileTools, p+".file", "only a command tool has a file")
-		}
-		for h, env := range t.HeadersFromEnv {
-			if !envNameRe.MatchString(env) {
-				l.errorf(FileTools, p+".headers_from_env."+h, "%q is not an environment variable name", env)
-			}
-			l.checkEnvName(FileTools, p+".headers_from_env."+h, env)
-		}
-		l.checkEnvRefs(FileTools, p+".url", t.URL)
-		for h, v := range t.Headers {
-			l.checkEnvRefs(FileTools, p+".headers."+h, v)
-		}
-		if t.Kind != KindHTTP && (len(t.Headers) > 0 || len(t.HeadersFromEnv) > 0) {
-			l.errorf(FileTools, p, "headers and headers_from_env are for http tools")
-		}
-		if t.Kind != KindHTTP && t.AllowPrivateNetwork {
-			l.errorf(FileTools, p+".allow_private_network", "only an http tool has allow_private_network")
-		}
-		for i, env := range t.Env {
-			if !envNameRe.MatchString(env) {
-				l.errorf(FileTools, fmt.Sprintf("%s.env[%d]", p, i), "%q is not an environment variable name", env)
-			}
-			l.checkEnvName(FileTools, fmt.Sprintf("%s.env[%d]", p, i), env)
-		}
-		if t.Kind != KindCommand && t.Kind != KindGo && len(t.Env) > 0 {
-			l.errorf(FileTools, p+".env", "only a command or go tool has env")
-		}
-		if t.TimeoutSeconds < 0 {
-			l.errorf(FileTools, p+".timeout_seconds", "must not be negative")
-		}
-		if t.MaxConcurrency < 0 {
-			l.errorf(FileTools, p+".max_concurrency", "must not be negative")
-		}
-		// Parameters and fixed arguments.
-		if len(t.Parameters) > 0 && string(t.Parameters) != "null" {
-			if t.Kind == KindMCP {
-				l.errorf(FileTools, p+".parameters", "an mcp tool takes its parameters from the server")
-			} else {
-				l.checkParameters(t, p)
-			}
-		}
-		l.checkSecretForm(t, p)
+	for _, t := range l.w.Tools {
+		l.checkTool(t, fmt.Sprintf("tools[%d]", t.Index))
 	}
-	for _, t := range w.Tools {
+	for _, t := range l.w.Tools {
 		if t != nil && t.Kind == KindHTTP {
 			l.checkSecretHost(t, fmt.Sprintf("tools[%d].url", t.Index))
 		}
+	}
+}
+
+// checkTool validates the tool at path p.
+func (l *loader) checkTool(t *Tool, p string) {
+	l.checkToolName(t, p)
+	l.checkToolType(t, p)
+	l.checkToolAgent(t, p)
+	l.checkToolTrigger(t, p)
+	l.checkToolUI(t, p)
+	l.checkToolKind(t, p)
+	l.checkForeignFields(t, p)
+	if t.TimeoutSeconds < 0 {
+		l.errorf(FileTools, p+".timeout_seconds", "must not be negative")
+	}
+	if t.MaxConcurrency < 0 {
+		l.errorf(FileTools, p+".max_concurrency", "must not be negative")
+	}
+	// Parameters and fixed arguments.
+	if len(t.Parameters) > 0 && string(t.Parameters) != "null" {
+		if t.Kind == KindMCP {
+			l.errorf(FileTools, p+".parameters", "an mcp tool takes its parameters from the server")
+		} else {
+			l.checkParameters(t, p)
+		}
+	}
+	l.checkSecretForm(t, p)
+}
+
+// checkToolName checks the tool's name (an mcp tool may have none: it
+// takes its tools' names from the server).
+func (l *loader) checkToolName(t *Tool, p string) {
+	switch {
+	case t.Name == "" && t.Kind != KindMCP:
+		l.errorf(FileTools, p+".name", "required (or function)")
+	case t.Name != "" && !toolNameRe.MatchString(t.Name):
+		l.errorf(FileTools, p+".name", "%q must be 1 to 64 letters, digits, '_' or '-'", t.Name)
+	case strings.HasPrefix(t.Name, "transfer_to_") || t.Name == "terminate_chat":
+		l.errorf(FileTools, p+".name", "%q is reserved for llm handoffs", t.Name)
+	}
+}
+
+// checkToolType checks tool_type and kind and how they fit together; a
+// UI_Tool without a kind is of kind ui.
+func (l *loader) checkToolType(t *Tool, p string) {
+	if !oneOf(t.ToolType, AgentTool, UITool, LifecycleTool) {
+		if t.ToolType == "" {
+			l.errorf(FileTools, p+".tool_type", "required (one of %s)", list(AgentTool, UITool, LifecycleTool))
+		} else {
+			l.errorf(FileTools, p+".tool_type", "%q is not one of %s", t.ToolType, list(AgentTool, UITool, LifecycleTool))
+		}
+	}
+	if t.Kind == "" && t.ToolType == UITool {
+		t.Kind = KindUI
+	}
+	switch {
+	case t.Kind == "":
+		l.errorf(FileTools, p+".kind", "required (one of %s)", list(toolKinds...))
+	case !oneOf(t.Kind, toolKinds...):
+		l.errorf(FileTools, p+".kind", "%q is not one of %s", t.Kind, list(toolKinds...))
+	case t.ToolType == UITool && t.Kind != KindUI:
+		l.errorf(FileTools, p+".kind", "a UI_Tool must be of kind ui")
+	case t.ToolType == AgentTool && t.Kind == KindUI:
+		l.errorf(FileTools, p+".kind", "kind ui is for UI_Tool and Lifecycle_Tool entries")
+	}
+}
+
+// checkToolAgent checks the owning agent; only a Lifecycle_Tool may have none.
+func (l *loader) checkToolAgent(t *Tool, p string) {
+	switch {
+	case t.Agent == "" && t.ToolType != LifecycleTool:
+		l.errorf(FileTools, p+".agent", "required")
+	case t.Agent != "" && l.w.agents[t.Agent] == nil:
+		l.unknownAgent(FileTools, p+".agent", t.Agent)
+	}
+}
+
+// checkToolTrigger checks the fields only a Lifecycle_Tool has.
+func (l *loader) checkToolTrigger(t *Tool, p string) {
+	if t.ToolType != LifecycleTool {
+		if t.Trigger != "" {
+			l.errorf(FileTools, p+".trigger", "only a Lifecycle_Tool has a trigger")
+		}
+		if len(t.Arguments) > 0 {
+			l.errorf(FileTools, p+".arguments", "only a Lifecycle_Tool has fixed arguments")
+		}
+		return
+	}
+	triggers := []string{BeforeChat, BeforeAgent, AfterAgent, AfterChat}
+	switch {
+	case t.Trigger == "":
+		l.errorf(FileTools, p+".trigger", "required for a Lifecycle_Tool (one of %s)", list(triggers...))
+	case !oneOf(t.Trigger, triggers...):
+		l.errorf(FileTools, p+".trigger", "%q is not one of %s", t.Trigger, list(triggers...))
+	}
+	if t.Kind == KindMCP {
+		l.errorf(FileTools, p+".kind", "a Lifecycle_Tool cannot be of kind mcp")
+	}
+}
+
+// checkToolUI checks the ui block, which only a tool of kind ui has, and
+// defaults its mode to inline.
+func (l *loader) checkToolUI(t *Tool, p string) {
+	if t.Kind == KindUI {
+		if t.UI == nil || strings.TrimSpace(t.UI.Component) == "" {
+			what := "a UI_Tool"
+			if t.ToolType == LifecycleTool {
+				what = "a tool of kind ui"
+			}
+			l.errorf(FileTools, p+".ui.component", "required for %s", what)
+		}
+	} else if t.UI != nil {
+		l.errorf(FileTools, p+".ui", "only a tool of kind ui has a ui block")
+	}
+	if t.UI != nil {
+		if t.UI.Mode == "" {
+			t.UI.Mode = UIInline
+		} else if !oneOf(t.UI.Mode, UIInline, UIArtifact) {
+			l.errorf(FileTools, p+".ui.mode", "%q is not one of %s", t.UI.Mode, list(UIInline, UIArtifact))
+		}
+	}
+}
+
+// checkToolKind dispatches to the checks of the fields the tool's kind
+// requires. A ui tool's fields are checked by checkToolUI; an unknown kind
+// was reported by checkToolType.
+func (l *loader) checkToolKind(t *Tool, p string) {
+	switch t.Kind {
+	case KindGo:
+		l.checkGoTool(t, p)
+	case KindCommand:
+		l.checkCommandFile(t, p)
+	case KindHTTP:
+		l.checkHTTPTool(t, p)
+	case KindMCP:
+		l.checkMCPTool(t, p)
+	}
+}
+
+// checkGoTool checks a go tool: it names the function it is registered under.
+func (l *loader) checkGoTool(t *Tool, p string) {
+	if t.Function == "" {
+		l.errorf(FileTools, p+".function", "required for a go tool (the name it is registered under)")
+	}
+}
+
+// checkHTTPTool checks an http tool's url (its headers are checked with the
+// environment references in checkForeignFields).
+func (l *loader) checkHTTPTool(t *Tool, p string) {
+	if t.URL == "" {
+		l.errorf(FileTools, p+".url", "required for an http tool")
+	} else if !isHTTPURL(t.URL) {
+		l.errorf(FileTools, p+".url", "%q is not an http or https URL", t.URL)
+	}
+}
+
+// checkMCPTool checks an mcp tool: a declared server and no empty tool name.
+func (l *loader) checkMCPTool(t *Tool, p string) {
+	switch _, ok := l.w.Config.MCPServers[t.Server]; {
+	case t.Server == "":
+		l.errorf(FileTools, p+".server", "required for an mcp tool (a name from workflow.json mcp_servers)")
+	case !ok:
+		l.errorf(FileTools, p+".server", "unknown MCP server %q (declare it in workflow.json mcp_servers)", t.Server)
+	}
+	for i, n := range t.Tools {
+		if n == "" {
+			l.errorf(FileTools, fmt.Sprintf("%s.tools[%d]", p, i), "must not be empty")
+		}
+	}
+}
+
+// checkForeignFields refuses the fields of another kind than the tool's,
+// and checks the environment variable names and references in headers,
+// url and env wherever they stand, so a misplaced field reports both.
+func (l *loader) checkForeignFields(t *Tool, p string) {
+	if t.Kind != KindHTTP && t.URL != "" {
+		l.errorf(FileTools, p+".url", "only an http tool has a url")
+	}
+	if t.Kind != KindMCP && (t.Server != "" || len(t.Tools) > 0 || t.Prefix != "") {
+		l.errorf(FileTools, p, "server, tools and prefix are for mcp tools")
+	}
+	if t.Kind != KindCommand && t.File != "" && t.Kind != KindGo && t.Kind != KindUI {
+		l.errorf(FileTools, p+".file", "only a command tool has a file")
+	}
+	l.checkToolHeaders(t, p)
+	if t.Kind != KindHTTP && t.AllowPrivateNetwork {
+		l.errorf(FileTools, p+".allow_private_network", "only an http tool has allow_private_network")
+	}
+	for i, env := range t.Env {
+		if !envNameRe.MatchString(env) {
+			l.errorf(FileTools, fmt.Sprintf("%s.env[%d]", p, i), "%q is not an environment variable name", env)
+		}
+		l.checkEnvName(FileTools, fmt.Sprintf("%s.env[%d]", p, i), env)
+	}
+	if t.Kind != KindCommand && t.Kind != KindGo && len(t.Env) > 0 {
+		l.errorf(FileTools, p+".env", "only a command or go tool has env")
+	}
+}
+
+// checkToolHeaders checks headers_from_env names, the environment
+// references in url and headers, and that only an http tool has headers.
+func (l *loader) checkToolHeaders(t *Tool, p string) {
+	for h, env := range t.HeadersFromEnv {
+		if !envNameRe.MatchString(env) {
+			l.errorf(FileTools, p+".headers_from_env."+h, "%q is not an environment variable name", env)
+		}
+		l.checkEnvName(FileTools, p+".headers_from_env."+h, env)
+	}
+	l.checkEnvRefs(FileTools, p+".url", t.URL)
+	for h, v := range t.Headers {
+		l.checkEnvRefs(FileTools, p+".headers."+h, v)
+	}
+	if t.Kind != KindHTTP && (len(t.Headers) > 0 || len(t.HeadersFromEnv) > 0) {
+		l.errorf(FileTools, p, "headers and headers_from_env are for http tools")
 	}
 }
 
