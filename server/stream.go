@@ -107,6 +107,79 @@ func (c *cursor) live(ctx context.Context, f *frame, send func(*frame) error) er
 	return send(f)
 }
 
+// liveStream is what a WebSocket and an SSE stream share: the chat's hub
+// subscription and the stream's cursor, so that the replay from the store
+// and the live frames from the queue are one gap-free sequence. The
+// transport keeps what is its own: how a frame is written, keepalives,
+// client messages and how the stream is closed.
+type liveStream struct {
+	s     *Server
+	sub   *subscriber
+	cur   *cursor
+	batch []*frame // reused by deliver
+}
+
+// subscribeLive subscribes to chat's live events for a stream that has
+// every event up to last; it fails only while the hub shuts down. The
+// caller checks the chat is still there (checkChat), replays and closes
+// the stream.
+func (s *Server) subscribeLive(scope baton.Scope, chat baton.Chat, last int64) (*liveStream, error) {
+	wf := s.workflowOf(chat.Workflow)
+	sub, err := s.hub.subscribe(chat.ID, wf)
+	if err != nil {
+		return nil, err
+	}
+	return &liveStream{s: s, sub: sub, cur: &cursor{s: s, scope: scope, chatID: chat.ID, wf: wf, last: last}}, nil
+}
+
+// checkChat reports whether the chat is still in the stream's scope: a
+// delete that landed between the caller's scope check and subscribe kicked
+// the chat's streams before this one was among them; the store knows. (A
+// delete after this check kicks this subscriber.)
+func (l *liveStream) checkChat(ctx context.Context) error {
+	_, err := l.s.chatIn(ctx, l.cur.scope, l.cur.chatID)
+	return err
+}
+
+// close unsubscribes the stream.
+func (l *liveStream) close() { l.s.hub.unsubscribe(l.sub) }
+
+// ready is signalled when the stream's queue has frames for deliver.
+func (l *liveStream) ready() <-chan struct{} { return l.sub.q.ready }
+
+// kicked is closed when the hub ends the stream; kickReason says why.
+func (l *liveStream) kicked() <-chan struct{} { return l.sub.kicked }
+
+// kickReason is why the hub kicked the stream (kickSlow, kickResync,
+// kickDeleted, or shutdown).
+func (l *liveStream) kickReason() int { return int(l.sub.reason.Load()) }
+
+// replay sends every event after the cursor from the store.
+func (l *liveStream) replay(ctx context.Context, send func(*frame) error) error {
+	return l.cur.replay(ctx, send)
+}
+
+// resume handles a client's resume message (see cursor.resume).
+func (l *liveStream) resume(ctx context.Context, last int64, send func(*frame) error) error {
+	return l.cur.resume(ctx, last, send)
+}
+
+// deliver sends everything queued, at once (merging can only touch frames
+// still in the queue), through the cursor. After a failed send it sends
+// nothing more but still releases every frame taken.
+func (l *liveStream) deliver(ctx context.Context, send func(*frame) error) error {
+	var err error
+	l.batch = l.sub.q.take(l.batch[:0])
+	for i, f := range l.batch {
+		if err == nil {
+			err = l.cur.live(ctx, f.prepare(), send)
+		}
+		f.release()
+		l.batch[i] = nil
+	}
+	return err
+}
+
 // lastSequence reads the client's starting point from the query.
 func lastSequenceParam(r *http.Request) (int64, error) {
 	return seqParam(r.URL.Query().Get("last_sequence"), "last_sequence")
@@ -389,22 +462,16 @@ type wsControl struct {
 // messages; this goroutine owns every write.
 func (s *Server) serveWS(ctx context.Context, cancel context.CancelFunc, ws *wsConn, chat baton.Chat, last int64) {
 	conn := ws.conn
-	p := ws.principal()
-	wf := s.workflowOf(chat.Workflow)
-	sub, err := s.hub.subscribe(chat.ID, wf)
+	live, err := s.subscribeLive(ws.principal().scope, chat, last)
 	if err != nil {
 		conn.Close(websocket.StatusServiceRestart, "server shutting down")
 		return
 	}
-	defer s.hub.unsubscribe(sub)
-	// A delete that landed between the scope check and subscribe kicked
-	// the chat's streams before this one was among them; the store knows.
-	// (A delete after this check kicks this subscriber.)
-	if _, err := s.chatIn(ctx, p.scope, chat.ID); err != nil {
+	defer live.close()
+	if err := live.checkChat(ctx); err != nil {
 		s.closeWS(conn, err)
 		return
 	}
-	cur := &cursor{s: s, scope: p.scope, chatID: chat.ID, wf: wf, last: last}
 	if m := s.cfg.Metrics; m != nil {
 		m.WSConnected(1)
 		defer m.WSConnected(-1)
@@ -439,7 +506,7 @@ func (s *Server) serveWS(ctx context.Context, cancel context.CancelFunc, ws *wsC
 		stalled.Stop()
 		return err
 	}
-	if err := cur.replay(ctx, send); err != nil {
+	if err := live.replay(ctx, send); err != nil {
 		s.closeWS(conn, err)
 		return
 	}
@@ -452,25 +519,15 @@ func (s *Server) serveWS(ctx context.Context, cancel context.CancelFunc, ws *wsC
 	pinging := false
 	recheck := time.NewTicker(s.cfg.KeyRecheck)
 	defer recheck.Stop()
-	var batch []*frame
 	for {
 		var err error
 		select {
-		case <-sub.q.ready:
-			// Everything queued, at once: merging can only touch frames
-			// still in the queue.
-			batch = sub.q.take(batch[:0])
-			for i, f := range batch {
-				if err == nil {
-					err = cur.live(ctx, f.prepare(), send)
-				}
-				f.release()
-				batch[i] = nil
-			}
+		case <-live.ready():
+			err = live.deliver(ctx, send)
 		case c := <-ctl:
 			switch {
 			case c.resume:
-				err = cur.resume(ctx, c.last, send)
+				err = live.resume(ctx, c.last, send)
 			case c.reply.Type != "":
 				b, _ := json.Marshal(c.reply)
 				err = send(&frame{data: b})
@@ -500,11 +557,11 @@ func (s *Server) serveWS(ctx context.Context, cancel context.CancelFunc, ws *wsC
 				conn.Close(websocket.StatusPolicyViolation, "API key revoked")
 				return
 			}
-		case <-sub.kicked:
+		case <-live.kicked():
 			// The hub kicks every stream when the server shuts down.
-			switch sub.reason.Load() {
+			switch reason := live.kickReason(); reason {
 			case kickSlow, kickResync:
-				if m := s.cfg.Metrics; m != nil && sub.reason.Load() == kickSlow {
+				if m := s.cfg.Metrics; m != nil && reason == kickSlow {
 					m.WSDropped()
 				}
 				conn.Close(CloseReconnect, "reconnect and replay from your last sequence")
@@ -722,16 +779,13 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer slot.release()
-	wf := s.workflowOf(chat.Workflow)
-	sub, err := s.hub.subscribe(chat.ID, wf)
+	live, err := s.subscribeLive(p.scope, chat, last)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	defer s.hub.unsubscribe(sub)
-	// A delete that landed between the scope check and subscribe kicked
-	// the chat's streams before this one was among them; the store knows.
-	if _, err := s.chatIn(r.Context(), p.scope, chat.ID); err != nil {
+	defer live.close()
+	if err := live.checkChat(r.Context()); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -771,30 +825,21 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 		buf = append(buf, "\n\n"...)
 		return write(buf)
 	}
-	cur := &cursor{s: s, scope: p.scope, chatID: chat.ID, wf: wf, last: last}
 	if err := write([]byte("retry: 1000\n\n")); err != nil {
 		return
 	}
-	if err := cur.replay(ctx, send); err != nil {
+	if err := live.replay(ctx, send); err != nil {
 		return
 	}
 	tick := time.NewTicker(s.cfg.Heartbeat)
 	defer tick.Stop()
 	recheck := time.NewTicker(s.cfg.KeyRecheck)
 	defer recheck.Stop()
-	var batch []*frame
 	for {
 		var err error
 		select {
-		case <-sub.q.ready:
-			batch = sub.q.take(batch[:0])
-			for i, f := range batch {
-				if err == nil {
-					err = cur.live(ctx, f.prepare(), send)
-				}
-				f.release()
-				batch[i] = nil
-			}
+		case <-live.ready():
+			err = live.deliver(ctx, send)
 		case <-tick.C:
 			err = write([]byte(": heartbeat\n\n"))
 		case <-recheck.C:
@@ -803,7 +848,7 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 			if errors.Is(s.recheckKey(ctx, p), errRevoked) {
 				return
 			}
-		case <-sub.kicked:
+		case <-live.kicked():
 			_ = write([]byte("event: reconnect\ndata: {\"reason\":\"reconnect and replay from Last-Event-ID\"}\n\n"))
 			return
 		case <-ctx.Done():
