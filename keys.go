@@ -22,6 +22,24 @@ type APIKey struct {
 // Scope returns the tenant scope the key grants.
 func (k APIKey) Scope() Scope { return Scope{App: k.App, User: k.User} }
 
+// Validate checks a key to create: a SHA-256 hash in hex (64 characters),
+// an app, a user and a valid scope. Every KeyStore calls it in CreateKey,
+// so that the stores refuse the same keys with the same messages.
+func (k APIKey) Validate() error {
+	switch {
+	case len(k.Hash) != 64:
+		return Errorf(EINVALID, "api key hash: want 64 hex characters (SHA-256)")
+	case k.App == "":
+		return Errorf(EINVALID, "api key app: required")
+	case k.User == "":
+		return Errorf(EINVALID, "api key user: required")
+	}
+	if err := k.Scope().Validate(); err != nil {
+		return Errorf(EINVALID, "api key %s", ErrorMessage(err))
+	}
+	return nil
+}
+
 // KeyStore keeps API keys by hash. store/sqlite and store/postgres implement it.
 type KeyStore interface {
 	// CreateKey stores a key's hash with the scope it grants; a hash in use

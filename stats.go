@@ -24,6 +24,25 @@ type ChatStats struct {
 	UpdatedAt time.Time
 }
 
+// Validate checks a rollup delta to add: an app, a workflow, a chat id,
+// and a name for every agent. Every StatsStore calls it in AddChatStats.
+func (d ChatStats) Validate() error {
+	switch {
+	case d.App == "":
+		return Errorf(EINVALID, "stats app: required")
+	case d.Workflow == "":
+		return Errorf(EINVALID, "stats workflow: required")
+	case d.ChatID == "":
+		return Errorf(EINVALID, "stats chat_id: required")
+	}
+	for _, a := range d.Agents {
+		if a.Agent == "" {
+			return Errorf(EINVALID, "stats agent: name required")
+		}
+	}
+	return nil
+}
+
 // AgentStats is one agent's part of a ChatStats.
 type AgentStats struct {
 	Agent                   string

@@ -3,6 +3,8 @@ package baton
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -183,6 +185,18 @@ type UsageTotal struct {
 	Calls int64
 	Usage
 	Cost float64
+}
+
+// SumUsage returns the total of per-agent totals (Agent left empty): what
+// ChatUsage returns next to them.
+func SumUsage(per []UsageTotal) UsageTotal {
+	var total UsageTotal
+	for _, t := range per {
+		total.Calls += t.Calls
+		total.Usage = total.Usage.Add(t.Usage)
+		total.Cost += t.Cost
+	}
+	return total
 }
 
 // UsageStore records one row per model call.
@@ -526,6 +540,44 @@ func (c *Chat) Validate() error {
 		}
 	}
 	return nil
+}
+
+// PrepareCreate is the part of CreateChat every ChatStore shares: it fills
+// in a missing id (NewID), status (ChatRunning) and cache seed (random,
+// non-zero), checks scope and c (Validate), stores the context as a JSON
+// object ("{}" when empty), and sets App and User from scope, LastSequence
+// to 0 and Deleted to false. The store then sets the timestamps and keeps
+// Pending its own way.
+func (c *Chat) PrepareCreate(scope Scope) error {
+	if c.ID == "" {
+		c.ID = NewID()
+	}
+	if c.Status == "" {
+		c.Status = ChatRunning
+	}
+	if err := scope.Validate(); err != nil {
+		return err
+	}
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	ctxJSON, err := PatchContext(c.Context, nil)
+	if err != nil {
+		return err
+	}
+	if c.CacheSeed == 0 {
+		c.CacheSeed = randomSeed()
+	}
+	c.App, c.User, c.Context, c.LastSequence, c.Deleted = scope.App, scope.User, ctxJSON, 0, false
+	return nil
+}
+
+// randomSeed returns a random cache seed in [1, 2^32]: never 0, which
+// means "not set".
+func randomSeed() int64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return int64(binary.LittleEndian.Uint32(b[:])) + 1
 }
 
 // Validate checks a usage record's text fields, which both stores must be

@@ -15,7 +15,7 @@ func (s *Store) CreateKey(ctx context.Context, k baton.APIKey) (baton.APIKey, er
 	if err := s.check(ctx); err != nil {
 		return baton.APIKey{}, err
 	}
-	if err := validKey(k); err != nil {
+	if err := k.Validate(); err != nil {
 		return baton.APIKey{}, err
 	}
 	k.CreatedAt, k.Revoked = now(), false
@@ -58,23 +58,6 @@ func (s *Store) RevokeKey(ctx context.Context, hash string) error {
 	return nil
 }
 
-// validKey checks a key to create as the other stores do: a SHA-256 hash
-// in hex and a valid scope.
-func validKey(k baton.APIKey) error {
-	switch {
-	case len(k.Hash) != 64:
-		return baton.Errorf(baton.EINVALID, "api key hash: want 64 hex characters (SHA-256)")
-	case k.App == "":
-		return baton.Errorf(baton.EINVALID, "api key app: required")
-	case k.User == "":
-		return baton.Errorf(baton.EINVALID, "api key user: required")
-	}
-	if err := k.Scope().Validate(); err != nil {
-		return baton.Errorf(baton.EINVALID, "api key %s", baton.ErrorMessage(err))
-	}
-	return nil
-}
-
 // statsKey names a chat's rollup within an app.
 type statsKey struct{ workflow, chatID string }
 
@@ -99,7 +82,7 @@ func (s *Store) AddChatStats(ctx context.Context, d baton.ChatStats) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	if err := validStats(d); err != nil {
+	if err := d.Validate(); err != nil {
 		return err
 	}
 	s.statsMu.Lock()
@@ -175,21 +158,4 @@ func (s *Store) AppStats(ctx context.Context, app string) (baton.ChatStats, erro
 	}
 	out.Turns, out.ToolCalls, out.Calls, out.Usage, out.Cost = sum.Turns, sum.ToolCalls, sum.Calls, sum.Usage, sum.Cost
 	return out, nil
-}
-
-func validStats(d baton.ChatStats) error {
-	switch {
-	case d.App == "":
-		return baton.Errorf(baton.EINVALID, "stats app: required")
-	case d.Workflow == "":
-		return baton.Errorf(baton.EINVALID, "stats workflow: required")
-	case d.ChatID == "":
-		return baton.Errorf(baton.EINVALID, "stats chat_id: required")
-	}
-	for _, a := range d.Agents {
-		if a.Agent == "" {
-			return baton.Errorf(baton.EINVALID, "stats agent: name required")
-		}
-	}
-	return nil
 }

@@ -32,8 +32,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"encoding/json"
 	"slices"
 	"strings"
@@ -190,35 +188,13 @@ func (s *Store) write(ctx context.Context, scope baton.Scope, id string, fn func
 	return fn(c)
 }
 
-func randomSeed() int64 {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return int64(binary.LittleEndian.Uint32(b[:])) + 1
-}
-
 // CreateChat creates c in scope; see baton.ChatStore.
 func (s *Store) CreateChat(ctx context.Context, scope baton.Scope, c baton.Chat) (baton.Chat, error) {
 	if err := s.check(ctx); err != nil {
 		return baton.Chat{}, err
 	}
-	if c.ID == "" {
-		c.ID = baton.NewID()
-	}
-	if c.Status == "" {
-		c.Status = baton.ChatRunning
-	}
-	if err := scope.Validate(); err != nil {
+	if err := c.PrepareCreate(scope); err != nil {
 		return baton.Chat{}, err
-	}
-	if err := c.Validate(); err != nil {
-		return baton.Chat{}, err
-	}
-	ctxJSON, err := baton.PatchContext(c.Context, nil)
-	if err != nil {
-		return baton.Chat{}, err
-	}
-	if c.CacheSeed == 0 {
-		c.CacheSeed = randomSeed()
 	}
 	ch := &chat{
 		ids: map[string]struct{}{}, used: map[string]struct{}{}, inputID: map[string]*baton.Input{},
@@ -238,7 +214,6 @@ func (s *Store) CreateChat(ctx context.Context, scope baton.Scope, c baton.Chat)
 	// The time is taken under the lock, so that creation order and
 	// CreatedAt agree (ListChats: newest first).
 	t := now()
-	c.App, c.User, c.Context, c.LastSequence, c.Deleted = scope.App, scope.User, ctxJSON, 0, false
 	c.CreatedAt, c.UpdatedAt = t, t
 	ch.pending = addPending(nil, c.Pending, t)
 	c.Pending = nil

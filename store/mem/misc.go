@@ -122,14 +122,10 @@ func (c *chat) addUsage(u baton.UsageRecord) {
 // ChatUsage sums the chat's usage in total and per agent (by agent name);
 // see baton.UsageStore.
 func (s *Store) ChatUsage(ctx context.Context, scope baton.Scope, chatID string) (baton.UsageTotal, []baton.UsageTotal, error) {
-	var total baton.UsageTotal
 	var per []baton.UsageTotal
 	err := s.read(ctx, scope, chatID, func(c *chat) error {
 		for _, t := range c.usage {
 			per = append(per, *t)
-			total.Calls += t.Calls
-			total.Usage = total.Usage.Add(t.Usage)
-			total.Cost += t.Cost
 		}
 		return nil
 	})
@@ -137,7 +133,7 @@ func (s *Store) ChatUsage(ctx context.Context, scope baton.Scope, chatID string)
 		return baton.UsageTotal{}, nil, err
 	}
 	sortBy(per, func(t baton.UsageTotal) string { return t.Agent })
-	return total, per, nil
+	return baton.SumUsage(per), per, nil
 }
 
 // AppUsage sums the usage of a tenant's chats, of an app's (scope.User

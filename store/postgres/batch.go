@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/groupcommit"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -59,21 +60,9 @@ func (s *Store) runBatcher() {
 	defer close(s.batcherDone)
 	batch := make([]*appendReq, 0, s.maxBatch)
 	for {
-		batch = batch[:0]
-		select {
-		case r := <-s.reqs:
-			batch = append(batch, r)
-		case <-s.closing:
+		var ok bool
+		if batch, ok = groupcommit.Gather(s.reqs, s.closing, batch, s.maxBatch); !ok {
 			return
-		}
-	drain:
-		for len(batch) < s.maxBatch {
-			select {
-			case r := <-s.reqs:
-				batch = append(batch, r)
-			default:
-				break drain
-			}
 		}
 		// One lock order for every batch: two processes' batchers never
 		// deadlock on each other's chat rows. The sort is stable, so the

@@ -2,8 +2,6 @@ package postgres
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"time"
@@ -17,42 +15,19 @@ const defaultListLimit = 100
 
 func notFound(id string) error { return baton.Errorf(baton.ENOTFOUND, "chat %q not found", id) }
 
-func randomSeed() int64 {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return int64(binary.LittleEndian.Uint32(b[:])) + 1
-}
-
 // CreateChat creates c in scope; see baton.ChatStore.
 func (s *Store) CreateChat(ctx context.Context, scope baton.Scope, c baton.Chat) (baton.Chat, error) {
 	if err := s.check(); err != nil {
 		return baton.Chat{}, err
 	}
-	if c.ID == "" {
-		c.ID = baton.NewID()
-	}
-	if c.Status == "" {
-		c.Status = baton.ChatRunning
-	}
-	if err := scope.Validate(); err != nil {
+	if err := c.PrepareCreate(scope); err != nil {
 		return baton.Chat{}, err
-	}
-	if err := c.Validate(); err != nil {
-		return baton.Chat{}, err
-	}
-	ctxJSON, err := baton.PatchContext(c.Context, nil)
-	if err != nil {
-		return baton.Chat{}, err
-	}
-	if c.CacheSeed == 0 {
-		c.CacheSeed = randomSeed()
 	}
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	c.App, c.User, c.Context, c.LastSequence, c.Deleted = scope.App, scope.User, ctxJSON, 0, false
 	c.CreatedAt, c.UpdatedAt = now, now
 	pending := c.Pending
 	c.Pending = nil
-	err = s.writeTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	err := s.writeTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `INSERT INTO chats (id, app, user_id, workflow, status, context, turn_agent, cache_seed, created_at, updated_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9)`,
 			c.ID, c.App, c.User, c.Workflow, string(c.Status), []byte(c.Context), c.TurnAgent, c.CacheSeed, now)

@@ -17,7 +17,7 @@ func (s *Store) CreateKey(ctx context.Context, k baton.APIKey) (baton.APIKey, er
 	if err := s.check(); err != nil {
 		return baton.APIKey{}, err
 	}
-	if err := validKey(k); err != nil {
+	if err := k.Validate(); err != nil {
 		return baton.APIKey{}, err
 	}
 	k.CreatedAt = time.Now().UTC().Truncate(time.Microsecond)
@@ -70,21 +70,6 @@ func (s *Store) RevokeKey(ctx context.Context, hash string) error {
 	}
 	if n == 0 {
 		return baton.Errorf(baton.ENOTFOUND, "api key not found")
-	}
-	return nil
-}
-
-func validKey(k baton.APIKey) error {
-	switch {
-	case len(k.Hash) != 64:
-		return baton.Errorf(baton.EINVALID, "api key hash: want 64 hex characters (SHA-256)")
-	case k.App == "":
-		return baton.Errorf(baton.EINVALID, "api key app: required")
-	case k.User == "":
-		return baton.Errorf(baton.EINVALID, "api key user: required")
-	}
-	if err := k.Scope().Validate(); err != nil {
-		return baton.Errorf(baton.EINVALID, "api key %s", baton.ErrorMessage(err))
 	}
 	return nil
 }

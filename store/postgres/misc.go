@@ -197,7 +197,6 @@ func (s *Store) ChatUsage(ctx context.Context, scope baton.Scope, chatID string)
 		return baton.UsageTotal{}, nil, s.dbErr("chat usage", err)
 	}
 	defer rows.Close()
-	var total baton.UsageTotal
 	var per []baton.UsageTotal
 	for rows.Next() {
 		var t baton.UsageTotal
@@ -205,11 +204,8 @@ func (s *Store) ChatUsage(ctx context.Context, scope baton.Scope, chatID string)
 			return baton.UsageTotal{}, nil, s.dbErr("chat usage", err)
 		}
 		per = append(per, t)
-		total.Calls += t.Calls
-		total.Usage = total.Usage.Add(t.Usage)
-		total.Cost += t.Cost
 	}
-	return total, per, s.dbErr("chat usage", rows.Err())
+	return baton.SumUsage(per), per, s.dbErr("chat usage", rows.Err())
 }
 
 // AppUsage sums the usage rows of a tenant, an app or every app; see

@@ -26,7 +26,7 @@ func (s *Store) AddChatStats(ctx context.Context, d baton.ChatStats) error {
 	if err := s.check(); err != nil {
 		return err
 	}
-	if err := validStats(d); err != nil {
+	if err := d.Validate(); err != nil {
 		return err
 	}
 	now := time.Now().UTC()
@@ -101,21 +101,4 @@ func (s *Store) AppStats(ctx context.Context, app string) (baton.ChatStats, erro
 		t.UpdatedAt = updated.UTC()
 	}
 	return t, nil
-}
-
-func validStats(d baton.ChatStats) error {
-	switch {
-	case d.App == "":
-		return baton.Errorf(baton.EINVALID, "stats app: required")
-	case d.Workflow == "":
-		return baton.Errorf(baton.EINVALID, "stats workflow: required")
-	case d.ChatID == "":
-		return baton.Errorf(baton.EINVALID, "stats chat_id: required")
-	}
-	for _, a := range d.Agents {
-		if a.Agent == "" {
-			return baton.Errorf(baton.EINVALID, "stats agent: name required")
-		}
-	}
-	return nil
 }

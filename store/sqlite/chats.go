@@ -3,9 +3,7 @@ package sqlite
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"slices"
@@ -34,42 +32,16 @@ func chatSeq(ctx context.Context, w *wconn, scope baton.Scope, id string) (int64
 	return seq, nil
 }
 
-func randomSeed() int64 {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return int64(binary.LittleEndian.Uint32(b[:])) + 1
-}
-
 // CreateChat creates c in scope; see baton.ChatStore.
 func (s *Store) CreateChat(ctx context.Context, scope baton.Scope, c baton.Chat) (baton.Chat, error) {
-	if c.ID == "" {
-		c.ID = baton.NewID()
-	}
-	if c.Status == "" {
-		c.Status = baton.ChatRunning
-	}
-	if err := scope.Validate(); err != nil {
+	if err := c.PrepareCreate(scope); err != nil {
 		return baton.Chat{}, err
-	}
-	if err := c.Validate(); err != nil {
-		return baton.Chat{}, err
-	}
-	if len(c.Context) == 0 {
-		c.Context = json.RawMessage(`{}`)
-	}
-	ctxJSON, err := baton.PatchContext(c.Context, nil)
-	if err != nil {
-		return baton.Chat{}, err
-	}
-	if c.CacheSeed == 0 {
-		c.CacheSeed = randomSeed()
 	}
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	c.App, c.User, c.Context, c.LastSequence, c.Deleted = scope.App, scope.User, ctxJSON, 0, false
 	c.CreatedAt, c.UpdatedAt = now, now
 	pending := c.Pending
 	c.Pending = nil
-	err = s.write(ctx, func(ctx context.Context, w *wconn) error {
+	err := s.write(ctx, func(ctx context.Context, w *wconn) error {
 		_, err := w.exec(ctx, `INSERT INTO chats (id, app, user_id, workflow, status, context, turn_agent, cache_seed, created_at, updated_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			c.ID, c.App, c.User, c.Workflow, string(c.Status), string(c.Context), c.TurnAgent, c.CacheSeed, micros(now), micros(now))

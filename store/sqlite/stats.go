@@ -21,7 +21,7 @@ const addStatsSQL = `INSERT INTO workflow_stats (app, workflow, chat_id, agent, 
 // AddChatStats adds d to the chat's rollup in one transaction; see
 // baton.StatsStore.
 func (s *Store) AddChatStats(ctx context.Context, d baton.ChatStats) error {
-	if err := validStats(d); err != nil {
+	if err := d.Validate(); err != nil {
 		return err
 	}
 	now := micros(time.Now())
@@ -98,21 +98,4 @@ func (s *Store) AppStats(ctx context.Context, app string) (baton.ChatStats, erro
 		t.UpdatedAt = fromMicros(updated)
 	}
 	return t, nil
-}
-
-func validStats(d baton.ChatStats) error {
-	switch {
-	case d.App == "":
-		return baton.Errorf(baton.EINVALID, "stats app: required")
-	case d.Workflow == "":
-		return baton.Errorf(baton.EINVALID, "stats workflow: required")
-	case d.ChatID == "":
-		return baton.Errorf(baton.EINVALID, "stats chat_id: required")
-	}
-	for _, a := range d.Agents {
-		if a.Agent == "" {
-			return baton.Errorf(baton.EINVALID, "stats agent: name required")
-		}
-	}
-	return nil
 }

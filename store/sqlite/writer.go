@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/groupcommit"
 )
 
 // op is one write, run by the writer goroutine inside a batch transaction.
@@ -149,21 +150,9 @@ func (s *Store) run() {
 	defer close(s.writerDone)
 	batch := make([]*request, 0, s.maxBatch)
 	for {
-		batch = batch[:0]
-		select {
-		case r := <-s.reqs:
-			batch = append(batch, r)
-		case <-s.closing:
+		var ok bool
+		if batch, ok = groupcommit.Gather(s.reqs, s.closing, batch, s.maxBatch); !ok {
 			return
-		}
-	drain:
-		for len(batch) < s.maxBatch {
-			select {
-			case r := <-s.reqs:
-				batch = append(batch, r)
-			default:
-				break drain
-			}
 		}
 		// Usage rows, then appends, go last, where apply runs them in
 		// bulk; any order is correct because every request of a batch was
