@@ -32,18 +32,16 @@ func (e *Engine) load(ctx context.Context, scope baton.Scope, chatID string, cac
 		st.messages = make([]baton.Message, 0, chat.LastSequence/3+8)
 	}
 	// Fold what the store holds beyond the state (everything, for a new one).
-	for after := st.chat.LastSequence; after < chat.LastSequence; {
-		page, err := e.store.Events(ctx, scope, chatID, after, 1000)
-		if err != nil {
-			return nil, err
+	if st.chat.LastSequence < chat.LastSequence {
+		for ev, err := range baton.EventsAfter(ctx, e.store, scope, chatID, st.chat.LastSequence, 1000) {
+			if err != nil {
+				return nil, err
+			}
+			st.apply(&ev)
+			if ev.Sequence >= chat.LastSequence {
+				break // up to what the chat row says it holds
+			}
 		}
-		if len(page) == 0 {
-			break
-		}
-		for i := range page {
-			st.apply(&page[i])
-		}
-		after = page[len(page)-1].Sequence
 	}
 	st.sync(chat)
 	prov, err := e.provider(wf)
