@@ -12,7 +12,7 @@
 // each step applies its events to the state and records them through the
 // recorder (store first, then subscribers) — at once, or held back with the
 // turn's other steps until the next point that needs them durable: before
-// a model call, a tool with effects, a pause or the end (run.go). A step
+// a model call, a tool with effects, a pause or the end (run.steps, stage.go). A step
 // held back is one that can simply run again, so a crash before the append
 // loses nothing that was published. What to do next is read off the state
 // alone — start a turn, call the model, run an open tool call, hand off — so

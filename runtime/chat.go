@@ -223,22 +223,17 @@ func (c *Chat) yieldRecorded(ev baton.Event, yield func(baton.Event, error) bool
 // fill yields the recorded events after c.last from the store, up to
 // sequence upTo (0: all there are).
 func (c *Chat) fill(ctx context.Context, upTo int64, yield func(baton.Event, error) bool) (done, cont bool) {
-	for {
-		evs, err := c.rt.store.Events(ctx, c.scope, c.id, c.last, storePage)
+	for ev, err := range baton.EventsAfter(ctx, c.rt.store, c.scope, c.id, c.last, storePage) {
 		if err != nil {
 			yield(baton.Event{}, fmt.Errorf("chat %s: events after %d: %w", c.id, c.last, err))
 			return false, false
 		}
-		for _, ev := range evs {
-			if upTo > 0 && ev.Sequence > upTo {
-				return false, true
-			}
-			if done, cont := c.yieldRecorded(ev, yield); done || !cont {
-				return done, cont
-			}
-		}
-		if len(evs) < storePage {
+		if upTo > 0 && ev.Sequence > upTo {
 			return false, true
 		}
+		if done, cont := c.yieldRecorded(ev, yield); done || !cont {
+			return done, cont
+		}
 	}
+	return false, true
 }

@@ -65,24 +65,19 @@ func (c *cursor) resume(ctx context.Context, last int64, send func(*frame) error
 
 // replay sends every event after c.last from the store.
 func (c *cursor) replay(ctx context.Context, send func(*frame) error) error {
-	for {
-		evs, err := c.s.cfg.Store.Events(ctx, c.scope, c.chatID, c.last, replayPage)
+	for ev, err := range baton.EventsAfter(ctx, c.s.cfg.Store, c.scope, c.chatID, c.last, replayPage) {
 		if err != nil {
 			return fmt.Errorf("replay chat %s after %d: %w", c.chatID, c.last, err)
 		}
-		for i := range evs {
-			if f := encodeFrame(c.wf, &evs[i]); f.data != nil {
-				if err := send(f); err != nil {
-					return err
-				}
-				c.sent = true
+		if f := encodeFrame(c.wf, &ev); f.data != nil {
+			if err := send(f); err != nil {
+				return err
 			}
-			c.last = evs[i].Sequence
+			c.sent = true
 		}
-		if len(evs) < replayPage {
-			return nil
-		}
+		c.last = ev.Sequence
 	}
+	return nil
 }
 
 // live sends a frame from the hub: a transient one as it is; a recorded one
