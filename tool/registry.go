@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/batonhq/baton/internal/suggest"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -243,7 +244,7 @@ func unregistered(fname string, funcs map[string]baton.Tool) error {
 	msg := fmt.Sprintf("go function %q is not registered (register it with tool.WithFuncs", fname)
 	best, bestD := "", len(fname)/3+2
 	for _, name := range slices.Sorted(maps.Keys(funcs)) {
-		if d := editDistance(strings.ToLower(fname), strings.ToLower(name)); d < bestD {
+		if d := suggest.Distance(strings.ToLower(fname), strings.ToLower(name)); d < bestD {
 			best, bestD = name, d
 		}
 	}
@@ -251,27 +252,6 @@ func unregistered(fname string, funcs map[string]baton.Tool) error {
 		msg += "; did you mean " + strconv.Quote(best) + "?"
 	}
 	return baton.Errorf(baton.EINVALID, "%s)", msg)
-}
-
-// editDistance is the Levenshtein distance between a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			c := prev[j-1]
-			if a[i-1] != b[j-1] {
-				c++
-			}
-			cur[j] = min(c, prev[j]+1, cur[j-1]+1)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 func specsOf(es []*entry) []Spec {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/batonhq/baton/internal/suggest"
 	"io"
 	"reflect"
 	"strconv"
@@ -332,7 +333,7 @@ func (f *file) check(n *node, t reflect.Type, path string, report func(path, msg
 			sf, ok := fields[k]
 			if !ok {
 				msg := "unknown field"
-				if s := suggest(k, fields); s != "" {
+				if s := closestField(k, fields); s != "" {
 					msg += " (did you mean " + s + "?)"
 				}
 				report(joinPath(path, k), msg)
@@ -398,11 +399,11 @@ func jsonFields(t reflect.Type) map[string]reflect.StructField {
 	return m
 }
 
-// suggest returns the known field closest to k when it is a likely typo.
-func suggest(k string, fields map[string]reflect.StructField) string {
+// closestField returns the known field closest to k when it is a likely typo.
+func closestField(k string, fields map[string]reflect.StructField) string {
 	best, bestD := "", 3
 	for name := range fields {
-		d := editDistance(strings.ToLower(k), name)
+		d := suggest.Distance(strings.ToLower(k), name)
 		if d < bestD || d == bestD && best != "" && name < best {
 			best, bestD = name, d
 		}
@@ -411,25 +412,4 @@ func suggest(k string, fields map[string]reflect.StructField) string {
 		return ""
 	}
 	return best
-}
-
-// editDistance is the Levenshtein distance between a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			c := prev[j-1]
-			if a[i-1] != b[j-1] {
-				c++
-			}
-			cur[j] = min(c, prev[j]+1, cur[j-1]+1)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/batonhq/baton/internal/suggest"
 	"io"
 	"io/fs"
 	"net/url"
@@ -491,7 +492,7 @@ func (l *loader) unknownAgent(file, p, name string) {
 func (l *loader) agentHint(name string) string {
 	best, bestD := "", len(name)/3+2
 	for _, a := range l.w.Agents {
-		if d := editDistance(strings.ToLower(name), strings.ToLower(a.Name)); d < bestD {
+		if d := suggest.Distance(strings.ToLower(name), strings.ToLower(a.Name)); d < bestD {
 			best, bestD = a.Name, d
 		}
 	}
