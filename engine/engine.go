@@ -670,19 +670,6 @@ func (e *Engine) modelCall(ctx context.Context, chatID string) (context.Context,
 	}
 }
 
-// PublishInput keeps a person's input event built by the caller (a
-// user_query of another shape, e.g. seed 004's session prompt) in its
-// chat's inbox and publishes it: like SubmitOnce, it is durable when
-// PublishInput returns nil, and the run takes it once at its next input
-// point.
-func (e *Engine) PublishInput(ctx context.Context, scope baton.Scope, ev baton.Event) error {
-	ev, err := e.keep(ctx, scope, ev)
-	if err != nil {
-		return err
-	}
-	return e.publishEvent(ctx, ev)
-}
-
 // keep stores an input in its chat's inbox before it is acknowledged and
 // returns the event to publish: ev, or the input kept before under its id
 // (a retry). When keep returns nil the input survives kill -9.

@@ -55,13 +55,7 @@ const budgetChat = "inbox-budget"
 func runInboxChild() int {
 	ctx := context.Background()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	var st baton.Store
-	var err error
-	if schema := os.Getenv("CRASH_PG_SCHEMA"); schema != "" {
-		st, err = postgres.Open(ctx, os.Getenv("CRASH_STORE"), postgres.WithSchema(schema))
-	} else {
-		st, err = store.Open(ctx, os.Getenv("CRASH_STORE"))
-	}
+	st, err := openCrashStore(ctx)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child: open store:", err)
 		return 1

@@ -59,19 +59,23 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// openCrashStore opens the store a crash test's child is given in its
+// environment: CRASH_STORE, in schema CRASH_PG_SCHEMA when it is
+// PostgreSQL.
+func openCrashStore(ctx context.Context) (baton.Store, error) {
+	if schema := os.Getenv("CRASH_PG_SCHEMA"); schema != "" {
+		return postgres.Open(ctx, os.Getenv("CRASH_STORE"), postgres.WithSchema(schema))
+	}
+	return store.Open(ctx, os.Getenv("CRASH_STORE"))
+}
+
 // runChild opens the store named by the environment, starts the crash chat
 // (or, after a kill, resumes it like `baton serve` does at start) and waits
 // until it completes. Exit 0: completed; 3: failed; 1: error.
 func runChild() int {
 	ctx := context.Background()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	var st baton.Store
-	var err error
-	if schema := os.Getenv("CRASH_PG_SCHEMA"); schema != "" {
-		st, err = postgres.Open(ctx, os.Getenv("CRASH_STORE"), postgres.WithSchema(schema))
-	} else {
-		st, err = store.Open(ctx, os.Getenv("CRASH_STORE"))
-	}
+	st, err := openCrashStore(ctx)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child: open store:", err)
 		return 1

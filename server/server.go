@@ -61,8 +61,6 @@ type Runner interface {
 	RespondUI(ctx context.Context, scope baton.Scope, chatID, uiEventID, status string, data json.RawMessage) error
 	// RespondUIOnce is RespondUI under the response's event id.
 	RespondUIOnce(ctx context.Context, scope baton.Scope, chatID, eventID, uiEventID, status string, data json.RawMessage) error
-	// PublishInput keeps an input event in its chat's inbox and publishes it.
-	PublishInput(ctx context.Context, scope baton.Scope, ev baton.Event) error
 	// PublishEvent publishes an environment event for a chat (kept in the
 	// inbox first when an event-handler agent observes it).
 	PublishEvent(ctx context.Context, scope baton.Scope, ev baton.Event) error
