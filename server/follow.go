@@ -1,0 +1,119 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/batonhq/baton"
+)
+
+// Followed is one event a client of a chat may see, as the protocol
+// adapters (AG-UI, OpenAI Chat Completions, A2A, MCP) receive it from
+// follow: the same filtered envelope a WebSocket or SSE stream sends, with
+// its sequence (0 for a stream delta, which is never stored).
+type Followed struct {
+	Sequence int64
+	baton.Envelope
+}
+
+// EndsSegment reports whether the event ends a run segment for a client:
+// the chat now waits for the person (an input request, or a UI tool or
+// form awaiting a response), or its run ended (completed or failed).
+// (runtime.EndsSegment says the same of an unfiltered event.)
+func (f *Followed) EndsSegment() bool {
+	switch f.Type {
+	case baton.TypeChatInputRequest, baton.TypeChatRunComplete, baton.TypeChatError:
+		return true
+	case baton.TypeChatToolCall:
+		var p struct {
+			PendingKind string `json:"pending_kind"`
+		}
+		return json.Unmarshal(f.Data, &p) == nil && p.PendingKind != ""
+	}
+	return false
+}
+
+// errStopFollow is what a follow callback returns to end the follow
+// without an error (follow returns nil).
+var errStopFollow = errors.New("server: stop following")
+
+// follow delivers chat's events a client may see, in scope, after
+// sequence last, to fn: first those in the store, then the live ones from
+// the hub, as one gap-free, duplicate-free sequence (the cursor of the
+// WebSocket and SSE streams), stream deltas included. It returns when fn
+// returns an error (nil for errStopFollow), when ctx ends, or when the chat
+// is deleted (ENOTFOUND) or the server shuts down (ErrClosed).
+//
+// A follower that falls behind is not cut off as a WebSocket is (the
+// adapters' clients cannot be told to replay): it subscribes again and
+// replays from the store what it missed, deltas excepted, which the
+// recorded events carry in full.
+//
+// fn must not keep the envelope's Data beyond the call unless it copies
+// it: Data is decoded anew for each call, so it may keep it (it is not a
+// pooled buffer).
+func (s *Server) follow(ctx context.Context, scope baton.Scope, chat baton.Chat, last int64, fn func(*Followed) error) error {
+	send := func(f *frame) error {
+		var ev Followed
+		if err := json.Unmarshal(f.data, &ev.Envelope); err != nil {
+			return fmt.Errorf("follow chat %s: decode envelope: %w", chat.ID, err)
+		}
+		ev.Sequence = f.seq
+		return fn(&ev)
+	}
+	done := func(err error) error {
+		if errors.Is(err, errStopFollow) {
+			return nil
+		}
+		return err
+	}
+	for {
+		live, err := s.subscribeLive(scope, chat, last)
+		if err != nil {
+			return err
+		}
+		err = s.followLive(ctx, live, send)
+		last = live.cur.last
+		live.close()
+		if err != nil {
+			return done(err)
+		}
+		switch live.kickReason() {
+		case kickSlow, kickResync:
+			continue // subscribe again; the replay fills what was missed
+		case kickDeleted:
+			return baton.Errorf(baton.ENOTFOUND, "chat %s was deleted", chat.ID)
+		default:
+			return fmt.Errorf("follow chat %s: server shutting down: %w", chat.ID, baton.ErrClosed)
+		}
+	}
+}
+
+// followLive replays and then delivers live frames until the hub kicks the
+// subscriber (nil: the caller reads why) or send or ctx fails.
+func (s *Server) followLive(ctx context.Context, live *liveStream, send func(*frame) error) error {
+	if err := live.checkChat(ctx); err != nil {
+		return err
+	}
+	if err := live.replay(ctx, send); err != nil {
+		return err
+	}
+	for {
+		select {
+		case <-live.ready():
+			if err := live.deliver(ctx, send); err != nil {
+				return err
+			}
+		case <-live.kicked():
+			// Frames queued before the kick are dropped with the
+			// subscription; the next subscription's replay has them.
+			return nil
+		case <-s.ctx.Done():
+			return fmt.Errorf("follow: server shutting down: %w", baton.ErrClosed)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
