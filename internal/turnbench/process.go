@@ -19,9 +19,9 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	batonrt "github.com/batonhq/baton/runtime"
 	"github.com/batonhq/baton/server"
 	"github.com/batonhq/baton/workflow"
-	batonrt "github.com/batonhq/baton/runtime"
 )
 
 // ServerEnv is the environment variable that makes a process the
@@ -272,4 +272,3 @@ func serveChild(in io.Reader, out io.Writer) error {
 	}
 	return err
 }
-
