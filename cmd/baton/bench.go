@@ -37,7 +37,7 @@ message): the CPU is then the server process's. --server URL runs them against a
 OpenAI-compatible endpoint. Against either, the command reports latency (time to first token,
 turn latency p50/p95/p99) rather than overhead, since the other side's CPU is not measured here.`,
 		example: "baton bench                                  # SQLite, fake model, 50 in flight\nbaton bench --store mem --turns 2000\nbaton bench --served --idle-chats 100000\nBATON_API_KEY=bk_… baton bench --server https://baton.example.com --workflow support\nOPENAI_API_KEY=sk-… baton bench --base-url https://api.openai.com/v1 --model gpt-4o-mini --turns 20 --concurrency 5\nbaton bench --json > bench.json",
-		flags: benchFlags,
+		flags:   benchFlags,
 	})
 }
 
