@@ -38,24 +38,15 @@ var floors = struct {
 	cpu map[int]time.Duration
 }{cpu: map[int]time.Duration{}}
 
-// floorCPU returns the floor's CPU per turn at concurrency, measuring it
-// (turns turns, untimed) if no floor sub-benchmark of this run did.
-func floorCPU(b *testing.B, m *Model, concurrency, turns int) time.Duration {
+// floorCPU returns the floor's CPU per turn at concurrency, if a floor
+// sub-benchmark of this run measured it. It is not measured on the side:
+// a profile of one variant (-cpuprofile with -bench …/sqlite/par50) holds
+// that variant only.
+func floorCPU(concurrency int) (time.Duration, bool) {
 	floors.Lock()
 	defer floors.Unlock()
-	if d, ok := floors.cpu[concurrency]; ok {
-		return d
-	}
-	f := NewFloor(m.URL, "bench", ModelName, concurrency)
-	if _, err := Run(b.Context(), f, concurrency, concurrency, nil); err != nil { // warm-up
-		b.Fatal(err)
-	}
-	r, err := Run(b.Context(), f, turns, concurrency, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	floors.cpu[concurrency] = r.CPUPerTurn()
-	return r.CPUPerTurn()
+	d, ok := floors.cpu[concurrency]
+	return d, ok
 }
 
 // variant opens a Turner for a benchmark; b's cleanup closes it.
@@ -128,10 +119,12 @@ func spawnServed(tb testing.TB, m *Model, storeURL string, concurrency int) *Ser
 // Reported: cpu-ms/turn (the process baton runs in; the fake model's share
 // is in every variant's, the floor's included), client-cpu-ms/turn (served:
 // this process), turns/s, x-floor (CPU per turn over the floor's at the
-// same concurrency, measured in the same run), allocs/op (one op is one
-// turn; this process), heap-B/idle-chat.
+// same concurrency, measured in the same run: reported when the floor's
+// sub-benchmark ran first, as it does unless -bench leaves it out),
+// allocs/op (one op is one turn; this process), heap-B/idle-chat.
 //
 //	go test -run '^$' -bench BenchmarkProductionTurn ./internal/turnbench
+//	go test -run '^$' -bench 'ProductionTurn/sqlite/par50' -benchtime 3000x -cpuprofile cpu.out ./internal/turnbench
 func BenchmarkProductionTurn(b *testing.B) {
 	m, err := StartModel()
 	if err != nil {
@@ -162,13 +155,14 @@ func BenchmarkProductionTurn(b *testing.B) {
 					floors.cpu[c] = r.CPUPerTurn()
 					floors.Unlock()
 				}
-				floor := floorCPU(b, m, c, max(b.N, 20))
 				b.ReportMetric(ms(r.CPUPerTurn()), "cpu-ms/turn")
 				if r.ServerCPU > 0 {
 					b.ReportMetric(ms(r.ClientCPUPerTurn()), "client-cpu-ms/turn")
 				}
 				b.ReportMetric(r.TurnsPerSec(), "turns/s")
-				b.ReportMetric(float64(r.CPUPerTurn())/float64(floor), "x-floor")
+				if floor, ok := floorCPU(c); ok {
+					b.ReportMetric(float64(r.CPUPerTurn())/float64(floor), "x-floor")
+				}
 			})
 		}
 		if v.name == "floor" {
