@@ -55,27 +55,25 @@ type variant struct {
 	open func(b *testing.B, m *Model, concurrency int) Turner
 }
 
-func closeOnCleanup(b *testing.B, t Turner) Turner {
-	b.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := t.Close(ctx); err != nil {
-			b.Errorf("close %s: %v", t.Name(), err)
-		}
-	})
-	return t
+// closeTurner closes t at the end of one round of a sub-benchmark: not in
+// b.Cleanup, which runs after the last round, so that no round measures
+// the heap while an earlier round's runtime is still open or being freed.
+func closeTurner(b *testing.B, t Turner) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := t.Close(ctx); err != nil {
+		b.Errorf("close %s: %v", t.Name(), err)
+	}
 }
 
 var variants = []variant{
 	{"floor", func(b *testing.B, m *Model, c int) Turner { return NewFloor(m.URL, "bench", ModelName, c) }},
-	{"mem", func(b *testing.B, m *Model, c int) Turner {
-		return closeOnCleanup(b, openEmbedded(b, m, "mem", "mem:"))
-	}},
+	{"mem", func(b *testing.B, m *Model, c int) Turner { return openEmbedded(b, m, "mem", "mem:") }},
 	{"sqlite", func(b *testing.B, m *Model, c int) Turner {
-		return closeOnCleanup(b, openEmbedded(b, m, "sqlite", "sqlite:"+filepath.Join(b.TempDir(), "baton.db")))
+		return openEmbedded(b, m, "sqlite", "sqlite:"+filepath.Join(b.TempDir(), "baton.db"))
 	}},
 	{"served", func(b *testing.B, m *Model, c int) Turner {
-		return closeOnCleanup(b, spawnServed(b, m, "sqlite:"+filepath.Join(b.TempDir(), "baton.db"), c))
+		return spawnServed(b, m, "sqlite:"+filepath.Join(b.TempDir(), "baton.db"), c)
 	}},
 }
 
@@ -139,6 +137,7 @@ func BenchmarkProductionTurn(b *testing.B) {
 			}
 			b.Run(v.name+"/"+name, func(b *testing.B) {
 				t := v.open(b, m, c)
+				defer closeTurner(b, t)
 				// Warm up: connections, pools, the store's first pages.
 				if _, err := Run(b.Context(), t, min(c, 10), c, nil); err != nil {
 					b.Fatal(err)
@@ -170,6 +169,7 @@ func BenchmarkProductionTurn(b *testing.B) {
 		}
 		b.Run(v.name+"/idle", func(b *testing.B) {
 			t := v.open(b, m, 50)
+			defer closeTurner(b, t)
 			n := idleChats(b)
 			b.ResetTimer()
 			per, err := IdleHeap(b.Context(), t, n, 50, nil)

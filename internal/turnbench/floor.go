@@ -21,6 +21,7 @@ import (
 // costs beyond it is the price of durability, routing and streaming to
 // clients.
 type Floor struct {
+	http   *http.Client
 	client sdk.Client
 	model  string
 	tools  []sdk.ChatCompletionToolUnionParam
@@ -33,9 +34,11 @@ type Floor struct {
 func NewFloor(baseURL, apiKey, model string, concurrency int) *Floor {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = max(concurrency, 2)
+	hc := &http.Client{Transport: tr}
 	return &Floor{
+		http: hc,
 		client: sdk.NewClient(option.WithBaseURL(baseURL), option.WithAPIKey(apiKey),
-			option.WithHTTPClient(&http.Client{Transport: tr}), option.WithMaxRetries(0)),
+			option.WithHTTPClient(hc), option.WithMaxRetries(0)),
 		model: model,
 		tools: []sdk.ChatCompletionToolUnionParam{sdk.ChatCompletionFunctionTool(shared.FunctionDefinitionParam{
 			Name:        "echo",
@@ -100,8 +103,11 @@ func (f *Floor) Turn(ctx context.Context) (Timing, error) {
 	return tm, fmt.Errorf("floor: no reply after %d model calls", maxRounds)
 }
 
-// Close does nothing: the floor holds nothing.
-func (f *Floor) Close(context.Context) error { return nil }
+// Close closes the floor's idle connections.
+func (f *Floor) Close(context.Context) error {
+	f.http.CloseIdleConnections()
+	return nil
+}
 
 // echo runs the tool the floor's model calls.
 func echo(name, args string) (string, error) {
