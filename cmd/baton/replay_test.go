@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -119,4 +120,119 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// seqOf returns the sequence of the first recorded event of type typ
+// whose payload's agent is agent, in an export file.
+func seqOf(t *testing.T, export, typ, agent string) int64 {
+	t.Helper()
+	fh, err := os.Open(export)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	f, err := replay.Read(fh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range f.Records {
+		var p struct {
+			Agent string `json:"agent"`
+		}
+		_ = json.Unmarshal(r.Payload, &p)
+		if r.Type == typ && p.Agent == agent {
+			return r.Sequence
+		}
+	}
+	t.Fatalf("no %s of %s in the export", typ, agent)
+	return 0
+}
+
+// editFile replaces old with new in a file of a workflow folder, failing
+// the test when old is not there.
+func editFile(t *testing.T, path, old, new string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, []byte(old)) {
+		t.Fatalf("%s lacks %q", path, old)
+	}
+	if err := os.WriteFile(path, bytes.Replace(b, []byte(old), []byte(new), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReplay_EditedPromptDiverges edits DeliveryAgent's prompt in a copy
+// of the generator workflow: the replay reports the first divergence at
+// DeliveryAgent's model call (its request is not the recorded one), with
+// exit status 1. When the scripted model then answers something else too,
+// the first divergence is DeliveryAgent's text, expected against got.
+func TestReplay_EditedPromptDiverges(t *testing.T) {
+	dataDir := t.TempDir()
+	chatID := recordGenerator(t, dataDir)
+	ctx := context.Background()
+	export := filepath.Join(t.TempDir(), "chat.jsonl")
+	var out, errb bytes.Buffer
+	if code := run(ctx, []string{"export", chatID, "--data-dir", dataDir, "-o", export}, &out, &errb); code != 0 {
+		t.Fatalf("export: exit %d: %s", code, errb.String())
+	}
+	callSeq := seqOf(t, export, "chat.usage_summary", "DeliveryAgent")
+	textSeq := seqOf(t, export, "chat.text", "DeliveryAgent")
+
+	wf := copyGenerator(t)
+	editFile(t, filepath.Join(wf, "agents.json"), "Confirm in two sentences", "Confirm in one cheerful sentence")
+	out.Reset()
+	errb.Reset()
+	code := run(ctx, []string{"replay", export, "--workflow", wf, "--timeout", "60s"}, &out, &errb)
+	if code != 1 {
+		t.Fatalf("replay of an edited prompt: exit %d, want 1\n%s\n%s", code, out.String(), errb.String())
+	}
+	for _, want := range []string{
+		"model calls: 5 of 6 answered from the recording; from recorded call 6 on (DeliveryAgent)",
+		fmt.Sprintf("first divergence:\n  expected #%d model_call DeliveryAgent\n  got      #%d model_call DeliveryAgent\n", callSeq, callSeq),
+		"the model was asked something else",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("replay output lacks %q:\n%s", want, out.String())
+		}
+	}
+
+	editFile(t, filepath.Join(wf, "scripted.json"), "Thanks, and goodbye!", "Bye now!")
+	out.Reset()
+	errb.Reset()
+	if code := run(ctx, []string{"replay", export, "--workflow", wf, "--timeout", "60s"}, &out, &errb); code != 1 {
+		t.Fatalf("replay with another reply: exit %d, want 1\n%s\n%s", code, out.String(), errb.String())
+	}
+	want := fmt.Sprintf("first divergence:\n  expected #%d text DeliveryAgent: Your Weekly Newsletter workflow is approved and ready to run. Thanks, and goodbye!\n"+
+		"  got      #%d text DeliveryAgent: Your Weekly Newsletter workflow is approved and ready to run. Bye now!\n", textSeq, textSeq)
+	if !strings.Contains(out.String(), want) {
+		t.Errorf("replay output lacks\n%s\nin:\n%s", want, out.String())
+	}
+	t.Log(out.String())
+}
+
+// TestReplay_Usage: a missing file, a file that is no export and a bad
+// flag exit with status 2.
+func TestReplay_Usage(t *testing.T) {
+	ctx := context.Background()
+	bad := filepath.Join(t.TempDir(), "bad.jsonl")
+	if err := os.WriteFile(bad, []byte("{\"format\":\"baton.chat\",\"version\":1,\"view\":\"full\",\"workflow\":\"generator\"}\n{\"type\":\"chat.text\",\"data\":{}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"replay"}, "Usage: baton replay"},
+		{[]string{"replay", filepath.Join(t.TempDir(), "missing.jsonl")}, "no such file"},
+		{[]string{"replay", bad}, "line 2: data.sequence: required"},
+		{[]string{"replay", bad, "--model", "gpt"}, `--model "gpt"`},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(ctx, tc.args, &out, &errb); code != 2 || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", tc.args, code, errb.String(), tc.want)
+		}
+	}
 }
