@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"encoding/xml"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/chatlog"
 )
 
 // Case is one eval case: how to drive a chat, and what it must do. Its
@@ -32,7 +34,7 @@ type Case struct {
 	// each time the chat waits (see Drive).
 	Message string                     `json:"message,omitempty"`
 	Context map[string]json.RawMessage `json:"context,omitempty"`
-	Inputs  []Input                    `json:"inputs,omitempty"`
+	Inputs  []chatlog.Input            `json:"inputs,omitempty"`
 	Expect  Expect                     `json:"expect"`
 
 	file string
@@ -168,8 +170,18 @@ func LoadCase(path string) (*Case, error) {
 		return nil, err
 	}
 	c := &Case{}
-	if err := strictUnmarshal(b, c); err != nil {
-		return nil, baton.Errorf(baton.EINVALID, "%s: %s", path, baton.ErrorMessage(err))
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(c); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			line, col := baton.LineCol(b, max(se.Offset-1, 0))
+			return nil, baton.Errorf(baton.EINVALID, "%s:%d:%d: malformed JSON: %v", path, line, col, se)
+		}
+		return nil, baton.Errorf(baton.EINVALID, "%s: %s", path, strings.TrimPrefix(err.Error(), "json: "))
+	}
+	if dec.More() {
+		return nil, baton.Errorf(baton.EINVALID, "%s: unexpected data after the case", path)
 	}
 	if err := c.validate(); err != nil {
 		return nil, baton.Errorf(baton.EINVALID, "%s: %v", path, err)
@@ -183,7 +195,7 @@ func LoadCase(path string) (*Case, error) {
 
 func (c *Case) validate() error {
 	for i, in := range c.Inputs {
-		if err := in.validate(); err != nil {
+		if err := in.Validate(); err != nil {
 			return fmt.Errorf("inputs[%d]: %v", i, err)
 		}
 	}
@@ -466,7 +478,7 @@ func Check(x Expect, out *Outcome) []string {
 // and as expectations its final status, its speakers, the tool calls the
 // model made with their arguments, its structured outputs and the context
 // variables its events set. Secret form answers become placeholders.
-func CaseFromExport(f *File, name string) *Case {
+func CaseFromExport(f *chatlog.File, name string) *Case {
 	c := &Case{Name: name, Workflow: f.Header.Workflow}
 	c.Message, c.Inputs = f.Inputs()
 	evs := make([]baton.Event, len(f.Records))

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/chatlog"
 )
 
 // Options say how Replay runs a recorded chat.
@@ -45,8 +46,8 @@ type Report struct {
 // the recorded ones (Recorded), the fallback model after. Then it compares
 // the event sequences (Steps, Diff). An error means the replay could not
 // run (an export of the client view, a workflow that does not load, ctx).
-func Replay(ctx context.Context, f *File, o Options) (*Report, error) {
-	if f.Header.View != ViewFull {
+func Replay(ctx context.Context, f *chatlog.File, o Options) (*Report, error) {
+	if f.Header.View != chatlog.ViewFull {
 		return nil, baton.Errorf(baton.EINVALID, "this export holds the %s view only (what the chat's person sees); a replay needs the full one: export the chat with baton export, or from a server run with --export-full", f.Header.View)
 	}
 	calls := f.Calls()

@@ -7,6 +7,7 @@ import (
 	"maps"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/chatlog"
 	"github.com/batonhq/baton/runtime"
 	"github.com/batonhq/baton/workflow"
 )
@@ -17,7 +18,7 @@ type Script struct {
 	// its client-settable variables.
 	Message string
 	Context map[string]json.RawMessage
-	Inputs  []Input
+	Inputs  []chatlog.Input
 }
 
 // Outcome is what a driven chat did.
@@ -93,21 +94,21 @@ func drain(seg func(func(baton.Event, error) bool)) (baton.Event, error) {
 }
 
 // answer gives in to the chat if it answers what the chat waits for.
-func answer(ctx context.Context, rt *runtime.Runtime, c *runtime.Chat, chat baton.Chat, in Input) (func(func(baton.Event, error) bool), string) {
+func answer(ctx context.Context, rt *runtime.Runtime, c *runtime.Chat, chat baton.Chat, in chatlog.Input) (func(func(baton.Event, error) bool), string) {
 	if chat.Status == baton.ChatWaitingInput {
 		if in.Message == nil {
-			return nil, fmt.Sprintf("the chat waits for a message; the next input is %s", in.kind())
+			return nil, fmt.Sprintf("the chat waits for a message; the next input is %s", in.Kind())
 		}
 		return c.Send(ctx, *in.Message), ""
 	}
 	if len(chat.Pending) == 0 {
-		return nil, fmt.Sprintf("the chat (status %s) waits for nothing; the next input is %s", chat.Status, in.kind())
+		return nil, fmt.Sprintf("the chat (status %s) waits for nothing; the next input is %s", chat.Status, in.Kind())
 	}
 	p := chat.Pending[0]
 	switch p.Kind {
 	case baton.PendingSecret:
 		if in.Secrets == nil {
-			return nil, fmt.Sprintf("the chat waits for the secret form %s; the next input is %s", p.ToolName, in.kind())
+			return nil, fmt.Sprintf("the chat waits for the secret form %s; the next input is %s", p.ToolName, in.Kind())
 		}
 		form := maps.Clone(in.Secrets)
 		// A form the workflow now asks more of is answered with
@@ -115,7 +116,7 @@ func answer(ctx context.Context, rt *runtime.Runtime, c *runtime.Chat, chat bato
 		if names := secretNames(rt, chat.Workflow, p.ToolName); names != nil {
 			for _, n := range names {
 				if form[n] == "" {
-					form[n] = SecretPlaceholder
+					form[n] = chatlog.SecretPlaceholder
 				}
 			}
 			for n := range form {
@@ -128,7 +129,7 @@ func answer(ctx context.Context, rt *runtime.Runtime, c *runtime.Chat, chat bato
 		return c.RespondUI(ctx, p.UIEventID, "success", data), ""
 	case baton.PendingUITool:
 		if in.UI == nil {
-			return nil, fmt.Sprintf("the chat waits for the UI tool %s; the next input is %s", p.ToolName, in.kind())
+			return nil, fmt.Sprintf("the chat waits for the UI tool %s; the next input is %s", p.ToolName, in.Kind())
 		}
 		status := in.UI.Status
 		if status == "" {
@@ -137,7 +138,7 @@ func answer(ctx context.Context, rt *runtime.Runtime, c *runtime.Chat, chat bato
 		return c.RespondUI(ctx, p.UIEventID, status, in.UI.Data), ""
 	}
 	if in.Message == nil {
-		return nil, fmt.Sprintf("the chat waits for %s; the next input is %s", p.Kind, in.kind())
+		return nil, fmt.Sprintf("the chat waits for %s; the next input is %s", p.Kind, in.Kind())
 	}
 	return c.Send(ctx, *in.Message), ""
 }

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/batonhq/baton/chatlog"
 	"github.com/batonhq/baton/replay"
 )
 
@@ -141,7 +142,7 @@ func runEvalFromExport(file, out string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "baton eval: %v\n", err)
 		return exitError{2}
 	}
-	f, err := replay.Read(fh)
+	f, err := chatlog.Read(fh)
 	fh.Close()
 	if err != nil {
 		fmt.Fprintf(stderr, "baton eval: %s: %v\n", file, err)

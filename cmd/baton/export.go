@@ -12,7 +12,7 @@ import (
 	"strings"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/replay"
+	"github.com/batonhq/baton/chatlog"
 	"github.com/batonhq/baton/server"
 	"github.com/batonhq/baton/store"
 	"github.com/batonhq/baton/workflow"
@@ -99,12 +99,12 @@ func runExport(ctx context.Context, o exportOptions, chatID string, stdout io.Wr
 		return err
 	}
 	var buf bytes.Buffer
-	if err := replay.Export(ctx, st, scope, chat.ID, &buf, replay.ExportOptions{Workflow: findWorkflow(o.workflowsDir, chat.Workflow)}); err != nil {
+	if err := chatlog.Export(ctx, st, scope, chat.ID, &buf, chatlog.ExportOptions{Workflow: findWorkflow(o.workflowsDir, chat.Workflow)}); err != nil {
 		return err
 	}
 	data := buf.Bytes()
 	if o.scripted {
-		f, err := replay.Read(bytes.NewReader(data))
+		f, err := chatlog.Read(bytes.NewReader(data))
 		if err != nil {
 			return err
 		}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/batonhq/baton/chatlog"
 	"github.com/batonhq/baton/replay"
 )
 
@@ -63,7 +64,7 @@ func runReplay(ctx context.Context, o replay.Options, file string, timeout time.
 	if err != nil {
 		return fail(err)
 	}
-	f, err := replay.Read(fh)
+	f, err := chatlog.Read(fh)
 	fh.Close()
 	if err != nil {
 		return fail(fmt.Errorf("%s: %w", file, err))

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/chatlog"
 	"github.com/batonhq/baton/replay"
 	"github.com/batonhq/baton/runtime"
 	"github.com/batonhq/baton/server"
@@ -40,10 +41,10 @@ func recordGenerator(t *testing.T, dataDir string) string {
 	}
 	defer rt.Close(context.Background())
 	msg := "A weekly newsletter from our notes"
-	out, err := replay.Drive(ctx, rt, baton.Scope{App: server.DefaultApp, User: server.DevUser}, "generator", replay.Script{Inputs: []replay.Input{
+	out, err := replay.Drive(ctx, rt, baton.Scope{App: server.DefaultApp, User: server.DevUser}, "generator", replay.Script{Inputs: []chatlog.Input{
 		{Message: &msg},
 		{Secrets: map[string]string{"NEWSLETTER_API_KEY": secretCanary}},
-		{UI: &replay.UIInput{Status: "success", Data: json.RawMessage(`{"action":"approve"}`)}},
+		{UI: &chatlog.UIInput{Status: "success", Data: json.RawMessage(`{"action":"approve"}`)}},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +132,7 @@ func seqOf(t *testing.T, export, typ, agent string) int64 {
 		t.Fatal(err)
 	}
 	defer fh.Close()
-	f, err := replay.Read(fh)
+	f, err := chatlog.Read(fh)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,12 +1,10 @@
-// Package replay turns a chat's recorded events into a workflow author's
-// test bench: Export writes a chat as a portable file (JSON lines in the
-// envelope shape), Scripted turns that file into an offline model script,
-// Run re-runs the recorded chat against the current workflow folder and
-// Diff says where the two event sequences part; Eval runs a folder of
-// cases with expectations. docs/replay.md describes the file format and
-// the semantics; `baton export`, `baton replay` and `baton eval` are the
-// commands built on it.
-package replay
+// Package chatlog is a chat's recorded events as a portable file: Export
+// writes one (JSON lines in the envelope shape, after a header line), Read
+// decodes one, and a File gives what a replay needs of it: the person's
+// inputs, the model's calls and replies, and a scripted.json (Scripted)
+// that turns a real chat into an offline fixture. Package replay runs what
+// it reads; docs/replay.md describes the format.
+package chatlog
 
 import (
 	"bufio"

@@ -1,10 +1,9 @@
-package replay
+package chatlog
 
 import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"sort"
 
 	"github.com/batonhq/baton"
 )
@@ -34,8 +33,8 @@ type UIInput struct {
 // person typed: the export holds their names only.
 const SecretPlaceholder = "replayed-secret"
 
-// kind names what the input answers, for messages.
-func (in Input) kind() string {
+// Kind names what the input answers, for messages.
+func (in Input) Kind() string {
 	switch {
 	case in.Message != nil:
 		return "a message"
@@ -47,8 +46,8 @@ func (in Input) kind() string {
 	return "nothing"
 }
 
-// validate checks that exactly one field is set.
-func (in Input) validate() error {
+// Validate checks that exactly one field is set.
+func (in Input) Validate() error {
 	n := 0
 	if in.Message != nil {
 		n++
@@ -135,11 +134,10 @@ type scriptedFile struct {
 }
 
 type scriptedEntry struct {
-	Text      *string           `json:"text,omitempty"`
-	JSON      json.RawMessage   `json:"json,omitempty"`
-	ToolCalls []scriptedCall    `json:"tool_calls,omitempty"`
-	Usage     map[string]int64  `json:"usage,omitempty"`
-	Note      map[string]string `json:"-"`
+	Text      *string          `json:"text,omitempty"`
+	JSON      json.RawMessage  `json:"json,omitempty"`
+	ToolCalls []scriptedCall   `json:"tool_calls,omitempty"`
+	Usage     map[string]int64 `json:"usage,omitempty"`
 }
 
 type scriptedCall struct {
@@ -192,14 +190,4 @@ func (f *File) Scripted() ([]byte, error) {
 		return nil, fmt.Errorf("scripted.json: %w", err)
 	}
 	return append(b, '\n'), nil
-}
-
-// agentsOf returns the map's keys, sorted.
-func agentsOf[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
