@@ -113,6 +113,9 @@ type UsageSummaryPayload struct {
 	ReasoningTokens  int64   `json:"reasoning_tokens"`
 	TotalTokens      int64   `json:"total_tokens"`
 	Cost             float64 `json:"cost"`
+	// RequestDigest is RequestDigest of the call's request, so that a
+	// replay can tell whether the model was asked the same (baton replay).
+	RequestDigest string `json:"request_digest,omitempty"`
 }
 
 // ContextUpdatedPayload is chat.context_updated: the variables that changed and

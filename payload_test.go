@@ -65,7 +65,7 @@ func TestPayloads_WireNames(t *testing.T) {
 		{ToolCallPayload{}, "agent agent_message_id arguments awaiting_response component_type corr event_id interaction_type kind lifecycle_key lifecycle_trigger mode payload pending_kind tool_call_id tool_name transfer turn_key ui_event_id ui_hidden"},
 		{ToolResponsePayload{}, "agent call_id content corr event_id input_id interaction_type kind payload status success tool_call_id tool_name ui_event_id ui_hidden"},
 		{StructuredOutputPayload{}, "agent agent_name auto_tool_mode data kind model_name turn_idempotency_key"},
-		{UsageSummaryPayload{}, "agent agent_message_id cached_tokens completion_tokens cost kind model prompt_tokens reasoning_tokens total_tokens"},
+		{UsageSummaryPayload{}, "agent agent_message_id cached_tokens completion_tokens cost kind model prompt_tokens reasoning_tokens request_digest total_tokens"},
 		{ContextUpdatedPayload{}, "agent kind trigger variables"},
 		{HandoffPayload{}, "condition from handoff_type kind prompt to transition_target"},
 		{InputRequestPayload{}, "agent kind prompt request_id"},

@@ -2,8 +2,12 @@ package baton
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"io"
 	"iter"
 	"strconv"
 	"strings"
@@ -311,4 +315,82 @@ func (e *ProviderError) ErrorCode() string {
 func IsProviderError(err error, kind ProviderErrorKind) bool {
 	var pe *ProviderError
 	return errors.As(err, &pe) && pe.Kind == kind
+}
+
+// RequestDigest returns a fingerprint of what a model is asked: the
+// model, temperature and token limit, the messages (role, name, content,
+// tool calls' names and arguments), the tools offered and the response
+// format. The engine records it with each call's chat.usage_summary, so
+// that `baton replay` can tell whether a replayed chat asks a model what
+// the recorded one asked: a prompt edited in the workflow, a changed
+// history or a new tool changes it. What differs from chat to chat while
+// the conversation is the same is left out: the chat and message ids, the
+// tool call ids, the seed, timeouts and the endpoint, and the ui_event_id
+// in a UI tool's result. The digest is a hex SHA-256 of a private
+// encoding: compare digests, never decode one.
+func RequestDigest(req *Request) string {
+	h := sha256.New()
+	field := func(s string) {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
+		h.Write(n[:])
+		io.WriteString(h, s)
+	}
+	field("baton.request.v1")
+	field(req.Params.Model)
+	if t := req.Params.Temperature; t != nil {
+		field(strconv.FormatFloat(*t, 'g', -1, 64))
+	} else {
+		field("")
+	}
+	field(strconv.Itoa(req.Params.MaxTokens))
+	field(strconv.Itoa(len(req.Messages)))
+	for i := range req.Messages {
+		m := &req.Messages[i]
+		field(string(m.Role))
+		field(m.Name)
+		content := m.Content
+		if m.Role == RoleTool {
+			content = withoutUIEventID(content)
+		}
+		field(content)
+		field(strconv.Itoa(len(m.ToolCalls)))
+		for _, c := range m.ToolCalls {
+			field(c.Name)
+			field(c.Arguments)
+		}
+	}
+	field(strconv.Itoa(len(req.Tools)))
+	for _, t := range req.Tools {
+		field(t.Name)
+		field(t.Description)
+		field(string(t.Parameters))
+		field(strconv.FormatBool(t.Strict))
+	}
+	if rf := req.ResponseFormat; rf != nil {
+		field(rf.Name)
+		field(string(rf.Schema))
+	} else {
+		field("")
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// withoutUIEventID drops the ui_event_id of a UI tool's result (a JSON
+// object the engine writes with encoding/json, so re-encoding it keeps
+// the rest as it was): it names the chat's call, not what the person said.
+func withoutUIEventID(content string) string {
+	if !strings.Contains(content, `"ui_event_id"`) {
+		return content
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal([]byte(content), &m) != nil {
+		return content
+	}
+	delete(m, "ui_event_id")
+	out, err := json.Marshal(m)
+	if err != nil {
+		return content
+	}
+	return string(out)
 }

@@ -170,6 +170,7 @@ func (r *run) callModel(ctx context.Context) error {
 		Kind: "usage_summary", Agent: agent.Name, Model: cfg.Model, AgentMessageID: msgID,
 		PromptTokens: usage.PromptTokens, CompletionTokens: usage.CompletionTokens, CachedTokens: usage.CachedTokens,
 		ReasoningTokens: usage.ReasoningTokens, TotalTokens: usage.PromptTokens + usage.CompletionTokens, Cost: cost,
+		RequestDigest: baton.RequestDigest(req),
 	})
 	if len(calls) == 0 && agent.StructuredOutputsRequired && agent.Model() != nil {
 		// The usage goes before the outcome: a chat.error must be the last

@@ -688,6 +688,16 @@ func extract(fsys fs.FS, dir string) error {
 	})
 }
 
+// DefaultProviders is the provider choice of a Config without Providers
+// (see Config.Providers), for a program that wraps it: baton replay serves
+// recorded replies and falls back to it.
+func DefaultProviders(log *slog.Logger) engine.ProviderFunc {
+	if log == nil {
+		log = slog.Default()
+	}
+	return providerFor(log)
+}
+
 // providerFor picks each workflow's model provider: the OpenAI-compatible
 // one when the workflow's API key variable (llm.api_key_env, default
 // OPENAI_API_KEY) or base URL variable (llm.base_url_env, default

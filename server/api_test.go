@@ -27,6 +27,7 @@ func chatEndpoints(chatID string) []endpoint {
 		{"GET", "/api/chats/acme/" + chatID + "/events", nil},
 		{"GET", "/api/chats/acme/" + chatID + "/stream", nil},
 		{"POST", "/api/chats/acme/" + chatID + "/resume", nil},
+		{"GET", "/api/chats/acme/" + chatID + "/export", nil},
 		{"DELETE", "/api/chats/acme/" + chatID, nil},
 		{"POST", "/api/input/submit", map[string]any{"chat_id": chatID, "content": "hello"}},
 		{"POST", "/api/events", map[string]any{"type": "webhook.received", "chat_id": chatID, "payload": map[string]any{"x": 1}}},

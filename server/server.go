@@ -81,6 +81,12 @@ type Config struct {
 	// Dev allows requests without a key, as user "dev" of the app the URL
 	// names. The caller must allow it only on a loopback listener.
 	Dev bool
+	// FullExport lets GET …/export write every event the engine recorded
+	// (hidden messages and internal agents' texts included, secrets never),
+	// which baton replay needs; without it an export holds what the chat's
+	// person sees, as the history does. Meant for the workflow author's
+	// server (baton serve turns it on in --dev mode, or with --export-full).
+	FullExport bool
 	// AllowedOrigins are the browser origins, besides the server's own
 	// host, that may call the API and open streams (patterns as in
 	// coder/websocket's OriginPatterns: "app.example.com",
@@ -285,6 +291,7 @@ func New(cfg Config) (*Server, error) {
 		{"DELETE", "/api/chats/{app}/{chat_id}", s.handleDelete},
 		{"GET", "/api/chats/{app}/{chat_id}/events", s.handleEvents},
 		{"GET", "/api/chats/{app}/{chat_id}/stream", s.handleSSE},
+		{"GET", "/api/chats/{app}/{chat_id}/export", s.handleExport},
 		{"POST", "/api/input/submit", s.handleSubmit},
 		{"POST", "/api/events", s.handleExternalEvent},
 		{"POST", "/sessions/{id}/prompt", s.handlePrompt},

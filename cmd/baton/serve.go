@@ -37,6 +37,7 @@ type serveConfig struct {
 	logLevel        string
 	shutdownTimeout time.Duration
 	dev             bool
+	exportFull      bool
 	allowedOrigins  string
 	maxBody         int64
 	maxMessage      int64
@@ -52,6 +53,7 @@ func serveFlags(fs *flag.FlagSet) runner {
 	fs.StringVar(&cfg.logLevel, "log-level", envOr("BATON_LOG_LEVEL", "info"), "log level: debug, info, warn or error (env BATON_LOG_LEVEL)")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown may take")
 	fs.BoolVar(&cfg.dev, "dev", envOr("BATON_DEV", "") == "1", "allow requests without an API key, as user \"dev\" (only on a loopback address; env BATON_DEV=1)")
+	fs.BoolVar(&cfg.exportFull, "export-full", envOr("BATON_EXPORT_FULL", "") == "1", "let GET …/export write every recorded event, hidden messages and internal agents' texts included, as baton replay needs (always on with --dev; env BATON_EXPORT_FULL=1)")
 	fs.StringVar(&cfg.allowedOrigins, "allowed-origins", envOr("BATON_ALLOWED_ORIGINS", ""), "comma-separated browser origins allowed besides the server's own host, with CORS (env BATON_ALLOWED_ORIGINS)")
 	fs.Int64Var(&cfg.maxBody, "max-body", server.DefaultMaxBody, "largest HTTP request body, in bytes")
 	fs.Int64Var(&cfg.maxMessage, "max-message", server.DefaultMaxMessage, "largest WebSocket message, in bytes")
@@ -102,7 +104,7 @@ func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) er
 	}
 	api, err := server.New(server.Config{
 		Store: rt.Store(), Keys: rt.Store(), Bus: rt.Bus(), Engine: rt.Engine(), Logger: log,
-		Dev: cfg.dev, AllowedOrigins: origins, MaxBody: cfg.maxBody, MaxMessage: cfg.maxMessage,
+		Dev: cfg.dev, FullExport: cfg.dev || cfg.exportFull, AllowedOrigins: origins, MaxBody: cfg.maxBody, MaxMessage: cfg.maxMessage,
 		RateLimit: cfg.rateLimit, RateBurst: cfg.rateBurst, UI: web.Handler(), Metrics: rt.Metrics(), MetricsToken: metricsToken,
 		Health: rt.Health, Watch: rt.Watch(), TracerProvider: rt.TracerProvider(), // nil when tracing is off
 	})

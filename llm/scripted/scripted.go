@@ -69,6 +69,10 @@ type entry struct {
 type fileJSON struct {
 	DelayMS int                          `json:"delay_ms"`
 	Agents  map[string][]json.RawMessage `json:"agents"`
+	// Inputs are the person's inputs of the chat a script was exported
+	// from (baton export --scripted): the provider ignores them; baton
+	// eval --from-export and docs/replay.md read them.
+	Inputs []json.RawMessage `json:"inputs"`
 }
 
 type entryJSON struct {
