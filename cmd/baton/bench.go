@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -56,6 +57,7 @@ type benchConfig struct {
 	baseURL     string
 	model       string
 	jsonOut     bool
+	cpuProfile  string
 }
 
 func benchFlags(fs *flag.FlagSet) runner {
@@ -73,6 +75,7 @@ func benchFlags(fs *flag.FlagSet) runner {
 	fs.StringVar(&cfg.baseURL, "base-url", "", "a real OpenAI-compatible endpoint instead of the fake model (key in OPENAI_API_KEY); reports latency")
 	fs.StringVar(&cfg.model, "model", "", "with --base-url: the model to ask for (default "+turnbench.ModelName+")")
 	fs.BoolVar(&cfg.jsonOut, "json", false, "print the results as JSON instead of a table")
+	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of baton's runs (not the floor's) to this file, for go tool pprof (with --served: of this client process)")
 	return func(ctx context.Context, fs *flag.FlagSet, stdout, stderr io.Writer) error {
 		if fs.NArg() > 0 {
 			fmt.Fprintf(stderr, "baton bench: unexpected argument %q\n", fs.Arg(0))
@@ -276,6 +279,11 @@ func runBench(ctx context.Context, cfg benchConfig, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	stopProfile, err := startCPUProfile(cfg.cpuProfile)
+	if err != nil {
+		_ = closeTurner(t)
+		return err
+	}
 	err = measure(t)
 	if err == nil && cfg.idleChats > 0 {
 		label := fmt.Sprintf("%s, %d idle chats", t.Name(), cfg.idleChats)
@@ -288,6 +296,9 @@ func runBench(ctx context.Context, cfg benchConfig, stdout, stderr io.Writer) er
 		} else {
 			err = fmt.Errorf("%s: %w", label, err)
 		}
+	}
+	if perr := stopProfile(); err == nil && perr != nil {
+		err = perr
 	}
 	if cerr := closeTurner(t); err == nil && cerr != nil {
 		err = fmt.Errorf("close %s: %w", t.Name(), cerr)
@@ -302,6 +313,29 @@ func runBench(ctx context.Context, cfg benchConfig, stdout, stderr io.Writer) er
 	}
 	writeBenchTable(stdout, &rep)
 	return nil
+}
+
+// startCPUProfile starts a CPU profile into path (none when path is
+// empty) and returns what stops it and closes the file.
+func startCPUProfile(path string) (stop func() error, err error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		return nil
+	}, nil
 }
 
 // spawnBenchServer starts this program again as the benchmark's server

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -45,7 +46,11 @@ func checkResult(t *testing.T, r benchResult, variant string, concurrency, turns
 }
 
 func TestBench_SQLiteJSON(t *testing.T) {
-	rep := runBenchJSON(t, "--turns", "8", "--seq-turns", "3", "--concurrency", "4", "--idle-chats", "5")
+	prof := filepath.Join(t.TempDir(), "cpu.out")
+	rep := runBenchJSON(t, "--turns", "8", "--seq-turns", "3", "--concurrency", "4", "--idle-chats", "5", "--cpuprofile", prof)
+	if fi, err := os.Stat(prof); err != nil || fi.Size() == 0 {
+		t.Fatalf("--cpuprofile: %v, %v", fi, err)
+	}
 	if rep.Mode != "overhead" || rep.Model != "fake" || rep.Store != "sqlite" || rep.Served || rep.CPUs < 1 || rep.Go == "" {
 		t.Fatalf("report header %+v", rep)
 	}
