@@ -224,6 +224,9 @@ func runBench(ctx context.Context, cfg benchConfig, stdout, stderr io.Writer) er
 		return cfg.turns
 	}
 	prog := newProgress(stderr)
+	// The progress lines and a spawned server's standard error share
+	// stderr; exec copies the child's from a goroutine of its own.
+	stderr = prog.w
 	floors := map[int]time.Duration{}
 	measure := func(t turnbench.Turner) error {
 		for _, c := range phases {
@@ -405,7 +408,19 @@ type progress struct {
 
 func newProgress(w io.Writer) *progress {
 	f, ok := w.(*os.File)
-	return &progress{w: w, tty: ok && term.IsTerminal(int(f.Fd()))}
+	return &progress{w: &lockedWriter{w: w}, tty: ok && term.IsTerminal(int(f.Fd()))}
+}
+
+// lockedWriter serialises writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 func (p *progress) begin(label string, total int) {
