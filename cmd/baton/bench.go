@@ -432,13 +432,17 @@ func (p *progress) begin(label string, total int) {
 	}
 }
 
-// step is called after each turn, from the turns' goroutines.
+// step is called after each turn, from the turns' goroutines. Off a
+// terminal it prints a line at each tenth of a long phase.
 func (p *progress) step(done int) {
-	if !p.tty {
-		return
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if !p.tty {
+		if p.total >= 1000 && done < p.total && done%(p.total/10) == 0 {
+			fmt.Fprintf(p.w, "bench: %s: %d/%d, %.0f turns/s\n", p.label, done, p.total, float64(done)/max(time.Since(p.start).Seconds(), 1e-9))
+		}
+		return
+	}
 	if now := time.Now(); done == p.total || now.Sub(p.drawn) >= 100*time.Millisecond {
 		p.drawn = now
 		const width = 30

@@ -168,3 +168,31 @@ func TestBench_ModelDown(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, stderr.String())
 	}
 }
+
+// TestBench_ProgressBarOnTerminal: on a terminal the progress is a bar
+// redrawn in place, erased before the table.
+func TestBench_ProgressBarOnTerminal(t *testing.T) {
+	master, tty := openPTY(t)
+	defer master.Close()
+	shown := make(chan string, 1)
+	go func() { // ends when tty is closed: the master's read fails
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(master)
+		shown <- b.String()
+	}()
+	var stdout bytes.Buffer
+	code := run(context.Background(), []string{"bench", "--store", "mem", "--turns", "20", "--seq-turns", "0", "--concurrency", "2"}, &stdout, tty)
+	tty.Close()
+	out := <-shown
+	if code != 0 {
+		t.Fatalf("exit %d: %q", code, out)
+	}
+	for _, want := range []string{"\r\033[K", "baton mem, 2 in flight [", "####", "20/20"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("no %q in what the terminal showed: %q", want, out)
+		}
+	}
+	if strings.Contains(out, "turns…\n") {
+		t.Fatalf("plain progress lines on a terminal: %q", out)
+	}
+}
