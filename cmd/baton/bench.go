@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -56,6 +57,7 @@ type benchConfig struct {
 	baseURL     string
 	model       string
 	jsonOut     bool
+	cpuProfile  string
 }
 
 func benchFlags(fs *flag.FlagSet) runner {
@@ -73,6 +75,7 @@ func benchFlags(fs *flag.FlagSet) runner {
 	fs.StringVar(&cfg.baseURL, "base-url", "", "a real OpenAI-compatible endpoint instead of the fake model (key in OPENAI_API_KEY); reports latency")
 	fs.StringVar(&cfg.model, "model", "", "with --base-url: the model to ask for (default "+turnbench.ModelName+")")
 	fs.BoolVar(&cfg.jsonOut, "json", false, "print the results as JSON instead of a table")
+	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of baton's runs (not the floor's) to this file, for go tool pprof (with --served: of this client process)")
 	return func(ctx context.Context, fs *flag.FlagSet, stdout, stderr io.Writer) error {
 		if fs.NArg() > 0 {
 			fmt.Fprintf(stderr, "baton bench: unexpected argument %q\n", fs.Arg(0))
@@ -221,6 +224,9 @@ func runBench(ctx context.Context, cfg benchConfig, stdout, stderr io.Writer) er
 		return cfg.turns
 	}
 	prog := newProgress(stderr)
+	// The progress lines and a spawned server's standard error share
+	// stderr; exec copies the child's from a goroutine of its own.
+	stderr = prog.w
 	floors := map[int]time.Duration{}
 	measure := func(t turnbench.Turner) error {
 		for _, c := range phases {
@@ -276,6 +282,11 @@ func runBench(ctx context.Context, cfg benchConfig, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	stopProfile, err := startCPUProfile(cfg.cpuProfile)
+	if err != nil {
+		_ = closeTurner(t)
+		return err
+	}
 	err = measure(t)
 	if err == nil && cfg.idleChats > 0 {
 		label := fmt.Sprintf("%s, %d idle chats", t.Name(), cfg.idleChats)
@@ -288,6 +299,9 @@ func runBench(ctx context.Context, cfg benchConfig, stdout, stderr io.Writer) er
 		} else {
 			err = fmt.Errorf("%s: %w", label, err)
 		}
+	}
+	if perr := stopProfile(); err == nil && perr != nil {
+		err = perr
 	}
 	if cerr := closeTurner(t); err == nil && cerr != nil {
 		err = fmt.Errorf("close %s: %w", t.Name(), cerr)
@@ -302,6 +316,29 @@ func runBench(ctx context.Context, cfg benchConfig, stdout, stderr io.Writer) er
 	}
 	writeBenchTable(stdout, &rep)
 	return nil
+}
+
+// startCPUProfile starts a CPU profile into path (none when path is
+// empty) and returns what stops it and closes the file.
+func startCPUProfile(path string) (stop func() error, err error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		return nil
+	}, nil
 }
 
 // spawnBenchServer starts this program again as the benchmark's server
@@ -371,7 +408,19 @@ type progress struct {
 
 func newProgress(w io.Writer) *progress {
 	f, ok := w.(*os.File)
-	return &progress{w: w, tty: ok && term.IsTerminal(int(f.Fd()))}
+	return &progress{w: &lockedWriter{w: w}, tty: ok && term.IsTerminal(int(f.Fd()))}
+}
+
+// lockedWriter serialises writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 func (p *progress) begin(label string, total int) {
@@ -383,13 +432,17 @@ func (p *progress) begin(label string, total int) {
 	}
 }
 
-// step is called after each turn, from the turns' goroutines.
+// step is called after each turn, from the turns' goroutines. Off a
+// terminal it prints a line at each tenth of a long phase.
 func (p *progress) step(done int) {
-	if !p.tty {
-		return
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if !p.tty {
+		if p.total >= 1000 && done < p.total && done%(p.total/10) == 0 {
+			fmt.Fprintf(p.w, "bench: %s: %d/%d, %.0f turns/s\n", p.label, done, p.total, float64(done)/max(time.Since(p.start).Seconds(), 1e-9))
+		}
+		return
+	}
 	if now := time.Now(); done == p.total || now.Sub(p.drawn) >= 100*time.Millisecond {
 		p.drawn = now
 		const width = 30

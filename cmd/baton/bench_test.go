@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/batonhq/baton/internal/turnbench"
 )
 
 // runBenchJSON runs `baton bench --json` with args and decodes its report.
@@ -42,7 +46,11 @@ func checkResult(t *testing.T, r benchResult, variant string, concurrency, turns
 }
 
 func TestBench_SQLiteJSON(t *testing.T) {
-	rep := runBenchJSON(t, "--turns", "8", "--seq-turns", "3", "--concurrency", "4", "--idle-chats", "5")
+	prof := filepath.Join(t.TempDir(), "cpu.out")
+	rep := runBenchJSON(t, "--turns", "8", "--seq-turns", "3", "--concurrency", "4", "--idle-chats", "5", "--cpuprofile", prof)
+	if fi, err := os.Stat(prof); err != nil || fi.Size() == 0 {
+		t.Fatalf("--cpuprofile: %v, %v", fi, err)
+	}
 	if rep.Mode != "overhead" || rep.Model != "fake" || rep.Store != "sqlite" || rep.Served || rep.CPUs < 1 || rep.Go == "" {
 		t.Fatalf("report header %+v", rep)
 	}
@@ -111,5 +119,80 @@ func TestBench_BadFlags(t *testing.T) {
 		if code != tc.code || !strings.Contains(stderr.String(), tc.want) {
 			t.Errorf("baton bench %s: exit %d, stderr:\n%s\nwant exit %d and %q", strings.Join(tc.args, " "), code, stderr.String(), tc.code, tc.want)
 		}
+	}
+}
+
+// TestBench_ServerElsewhere runs `baton bench --server URL` against a
+// server it did not start (this test binary, started as one): latency,
+// no CPU of the server, no floor.
+func TestBench_ServerElsewhere(t *testing.T) {
+	m, err := turnbench.StartModel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	p, err := turnbench.SpawnServer(t.Context(), os.Args[0], []string{"-test.run=^$"}, os.Environ(),
+		turnbench.ServerConfig{StoreURL: "mem:", BaseURL: m.URL, APIKey: "bench"}, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := p.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
+	t.Setenv("BATON_API_KEY", p.Key)
+	rep := runBenchJSON(t, "--server", p.URL, "--turns", "4", "--seq-turns", "2", "--concurrency", "2")
+	if rep.Mode != "latency" || rep.Server != p.URL || len(rep.Results) != 2 {
+		t.Fatalf("report %+v", rep)
+	}
+	for _, r := range rep.Results {
+		if r.Variant != "baton served" || r.XFloor != 0 || r.LatencyMs.P50 <= 0 || r.FirstTokenMs.P50 <= 0 || r.FirstTokenMs.P50 > r.LatencyMs.P99 {
+			t.Fatalf("result %+v", r)
+		}
+	}
+	// A wrong key is a clear error, not a hang.
+	t.Setenv("BATON_API_KEY", "bk_wrong")
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"bench", "--server", p.URL, "--turns", "1", "--seq-turns", "0"}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "401") {
+		t.Fatalf("wrong key: exit %d, stderr %q", code, stderr.String())
+	}
+}
+
+// TestBench_ModelDown: a model that cannot be reached ends the run with
+// the chat's error, not a hang.
+func TestBench_ModelDown(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"bench", "--base-url", "http://127.0.0.1:1/v1", "--store", "mem", "--turns", "1", "--seq-turns", "0", "--concurrency", "1"}, &stdout, &stderr)
+	if code != 1 || !strings.Contains(stderr.String(), "chat.error") {
+		t.Fatalf("exit %d, stderr %q", code, stderr.String())
+	}
+}
+
+// TestBench_ProgressBarOnTerminal: on a terminal the progress is a bar
+// redrawn in place, erased before the table.
+func TestBench_ProgressBarOnTerminal(t *testing.T) {
+	master, tty := openPTY(t)
+	defer master.Close()
+	shown := make(chan string, 1)
+	go func() { // ends when tty is closed: the master's read fails
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(master)
+		shown <- b.String()
+	}()
+	var stdout bytes.Buffer
+	code := run(context.Background(), []string{"bench", "--store", "mem", "--turns", "20", "--seq-turns", "0", "--concurrency", "2"}, &stdout, tty)
+	tty.Close()
+	out := <-shown
+	if code != 0 {
+		t.Fatalf("exit %d: %q", code, out)
+	}
+	for _, want := range []string{"\r\033[K", "baton mem, 2 in flight [", "####", "20/20"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("no %q in what the terminal showed: %q", want, out)
+		}
+	}
+	if strings.Contains(out, "turns…\n") {
+		t.Fatalf("plain progress lines on a terminal: %q", out)
 	}
 }
