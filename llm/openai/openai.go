@@ -290,7 +290,7 @@ func (c *call) attempt(ctx context.Context, params sdk.ChatCompletionNewParams, 
 		watchdog = time.AfterFunc(c.firstToken, func() { cancel(errStalled) })
 		defer watchdog.Stop()
 	}
-	stream := c.p.client.Chat.Completions.NewStreaming(actx, params, reqOpts...)
+	stream := c.p.newStream(actx, params, reqOpts)
 	defer stream.Close()
 	chunks := 0
 	for stream.Next() {
@@ -335,21 +335,102 @@ func (c *call) attempt(ctx context.Context, params sdk.ChatCompletionNewParams, 
 	return true, nil
 }
 
+// newStream sends the request through the SDK, as NewStreaming does (same
+// path, body, authentication, headers and retries of the transport), and
+// reads the reply with the SDK's SSE decoder, but decodes each chunk into
+// streamChunk rather than sdk.ChatCompletionChunk: the SDK's decoder of that type
+// walks every field of a large generated struct by reflection and keeps each
+// field's raw JSON, which made decoding 20 chunks cost more than the rest of
+// a turn's model call (BenchmarkStream, docs/engine.md).
+func (p *Provider) newStream(ctx context.Context, params sdk.ChatCompletionNewParams, reqOpts []option.RequestOption) *ssestream.Stream[streamChunk] {
+	var raw *http.Response
+	opts := make([]option.RequestOption, 0, len(reqOpts)+1)
+	opts = append(opts, reqOpts...)
+	opts = append(opts, option.WithJSONSet("stream", true))
+	err := p.client.Post(ctx, "chat/completions", params, &raw, opts...)
+	return ssestream.NewStream[streamChunk](ssestream.NewDecoder(raw), err)
+}
+
+// streamChunk is the part of a streamed chat.completion.chunk the provider reads.
+// Fields it does not name are skipped by the decoder.
+type streamChunk struct {
+	ID      string        `json:"id"`
+	Choices []chunkChoice `json:"choices"`
+	Usage   *chunkUsage   `json:"usage"`
+}
+
+type chunkChoice struct {
+	Index        int64      `json:"index"`
+	Delta        chunkDelta `json:"delta"`
+	FinishReason string     `json:"finish_reason"`
+}
+
+type chunkDelta struct {
+	Content string `json:"content"`
+	Refusal string `json:"refusal"`
+	// Reasoning fragments some OpenAI-compatible servers send beside the
+	// content: "reasoning_content" (vLLM, DeepSeek, LM Studio) or
+	// "reasoning" (Ollama, OpenRouter).
+	ReasoningContent looseString     `json:"reasoning_content"`
+	Reasoning        looseString     `json:"reasoning"`
+	ToolCalls        []chunkToolCall `json:"tool_calls"`
+}
+
+type chunkToolCall struct {
+	Index    int64  `json:"index"`
+	ID       string `json:"id"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+type chunkUsage struct {
+	PromptTokens        int64 `json:"prompt_tokens"`
+	CompletionTokens    int64 `json:"completion_tokens"`
+	PromptTokensDetails struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+	CompletionTokensDetails struct {
+		ReasoningTokens int64 `json:"reasoning_tokens"`
+	} `json:"completion_tokens_details"`
+}
+
+// looseString is a string field that some servers fill with another kind
+// of value: anything but a string reads as "", instead of failing the chunk.
+type looseString string
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (s *looseString) UnmarshalJSON(b []byte) error {
+	if len(b) == 0 || b[0] != '"' {
+		*s = ""
+		return nil
+	}
+	var v string
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*s = looseString(v)
+	return nil
+}
+
 // emit yields the deltas of one chunk. It allocates nothing: the strings are
-// the SDK's.
-func (c *call) emit(chunk *sdk.ChatCompletionChunk, yield func(baton.Delta, error) bool) bool {
+// the decoded chunk's.
+func (c *call) emit(chunk *streamChunk, yield func(baton.Delta, error) bool) bool {
 	for i := range chunk.Choices {
 		ch := &chunk.Choices[i]
 		if ch.Index != 0 {
 			continue // baton asks for one choice
 		}
 		d := &ch.Delta
-		if len(d.JSON.ExtraFields) > 0 {
-			if r := reasoningText(d); r != "" {
-				c.started = true
-				if !yield(baton.Delta{Kind: baton.DeltaReasoning, Text: r}, nil) {
-					return false
-				}
+		r := d.ReasoningContent
+		if r == "" {
+			r = d.Reasoning
+		}
+		if r != "" {
+			c.started = true
+			if !yield(baton.Delta{Kind: baton.DeltaReasoning, Text: string(r)}, nil) {
+				return false
 			}
 		}
 		if d.Content != "" {
@@ -382,8 +463,7 @@ func (c *call) emit(chunk *sdk.ChatCompletionChunk, yield func(baton.Delta, erro
 			}
 		}
 	}
-	if chunk.JSON.Usage.Valid() {
-		u := &chunk.Usage
+	if u := chunk.Usage; u != nil {
 		c.started = true
 		if !yield(baton.Delta{Kind: baton.DeltaUsage, Usage: baton.Usage{
 			PromptTokens:     u.PromptTokens,
@@ -395,23 +475,6 @@ func (c *call) emit(chunk *sdk.ChatCompletionChunk, yield func(baton.Delta, erro
 		}
 	}
 	return true
-}
-
-// reasoningText returns the reasoning fragment some OpenAI-compatible servers
-// send beside the content: "reasoning_content" (vLLM, DeepSeek, LM Studio)
-// or "reasoning" (Ollama, OpenRouter).
-func reasoningText(d *sdk.ChatCompletionChunkChoiceDelta) string {
-	for _, key := range [...]string{"reasoning_content", "reasoning"} {
-		raw := d.JSON.ExtraFields[key].Raw()
-		if len(raw) < 2 || raw[0] != '"' {
-			continue // absent, null, or not a string
-		}
-		var s string
-		if json.Unmarshal([]byte(raw), &s) == nil && s != "" {
-			return s
-		}
-	}
-	return ""
 }
 
 // classify turns an SDK or transport error into a provider error. streaming
