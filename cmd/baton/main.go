@@ -16,6 +16,8 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/batonhq/baton/internal/turnbench"
 )
 
 // command is one subcommand of baton.
@@ -61,6 +63,10 @@ var commands = map[string]command{}
 func register(c command) { commands[c.name] = c }
 
 func main() {
+	if os.Getenv(turnbench.ServerEnv) != "" {
+		// `baton bench --served` started this process as its server.
+		os.Exit(turnbench.ServeChild())
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

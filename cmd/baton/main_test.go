@@ -3,6 +3,8 @@ package main
 import (
 	"os"
 	"testing"
+
+	"github.com/batonhq/baton/internal/turnbench"
 )
 
 // envRunMain makes the test binary act as the baton command, so that tests
@@ -10,7 +12,9 @@ import (
 const envRunMain = "BATON_TEST_RUN_MAIN"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(envRunMain) == "1" {
+	// `baton bench --served` in a test starts this binary as its server
+	// (os.Executable); main runs the server when it sees turnbench.ServerEnv.
+	if os.Getenv(envRunMain) == "1" || os.Getenv(turnbench.ServerEnv) != "" {
 		main()
 		return
 	}

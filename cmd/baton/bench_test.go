@@ -1,0 +1,115 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// runBenchJSON runs `baton bench --json` with args and decodes its report.
+func runBenchJSON(t *testing.T, args ...string) benchReport {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), append([]string{"bench", "--json"}, args...), &stdout, &stderr); code != 0 {
+		t.Fatalf("baton bench %s: exit %d\nstderr:\n%s", strings.Join(args, " "), code, stderr.String())
+	}
+	var rep benchReport
+	dec := json.NewDecoder(&stdout)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rep); err != nil {
+		t.Fatalf("baton bench --json printed what is not its report: %v\n%s", err, stdout.String())
+	}
+	return rep
+}
+
+// checkResult fails t unless r is a sane measurement of turns turns.
+func checkResult(t *testing.T, r benchResult, variant string, concurrency, turns int, xFloor bool) {
+	t.Helper()
+	if r.Variant != variant || r.Concurrency != concurrency || r.Turns != turns {
+		t.Fatalf("result %+v; want %s, %d in flight, %d turns", r, variant, concurrency, turns)
+	}
+	if r.Seconds <= 0 || r.TurnsPerSec <= 0 || r.CPUMsPerTurn <= 0 || r.ClientCPUMsPerTurn <= 0 || r.AllocsPerTurn <= 0 {
+		t.Fatalf("%s: a figure is not positive: %+v", variant, r)
+	}
+	if r.LatencyMs.P50 <= 0 || r.LatencyMs.P50 > r.LatencyMs.P99 || r.FirstTokenMs.P50 <= 0 || r.FirstTokenMs.P50 > r.LatencyMs.P99 {
+		t.Fatalf("%s: latencies out of order: %+v", variant, r)
+	}
+	if xFloor != (r.XFloor > 0) {
+		t.Fatalf("%s: x_floor %v; want one only when the floor ran", variant, r.XFloor)
+	}
+}
+
+func TestBench_SQLiteJSON(t *testing.T) {
+	rep := runBenchJSON(t, "--turns", "8", "--seq-turns", "3", "--concurrency", "4", "--idle-chats", "5")
+	if rep.Mode != "overhead" || rep.Model != "fake" || rep.Store != "sqlite" || rep.Served || rep.CPUs < 1 || rep.Go == "" {
+		t.Fatalf("report header %+v", rep)
+	}
+	if len(rep.Results) != 4 {
+		t.Fatalf("%d results; want floor and baton, one at a time and 4 in flight: %+v", len(rep.Results), rep.Results)
+	}
+	checkResult(t, rep.Results[0], "floor", 1, 3, false)
+	checkResult(t, rep.Results[1], "floor", 4, 8, false)
+	checkResult(t, rep.Results[2], "baton sqlite", 1, 3, true)
+	checkResult(t, rep.Results[3], "baton sqlite", 4, 8, true)
+	if rep.Idle == nil || rep.Idle.Chats != 5 {
+		t.Fatalf("idle %+v; want 5 chats", rep.Idle)
+	}
+}
+
+// TestBench_Served runs the served variant: this test binary is started as
+// the server (TestMain), and the CPU reported is that process's.
+func TestBench_Served(t *testing.T) {
+	rep := runBenchJSON(t, "--served", "--store", "mem", "--turns", "4", "--seq-turns", "0", "--concurrency", "2")
+	if !rep.Served || rep.Store != "mem" || len(rep.Results) != 2 {
+		t.Fatalf("report %+v", rep)
+	}
+	checkResult(t, rep.Results[1], "baton served mem", 2, 4, true)
+}
+
+// TestBench_Table checks the human output: a header, a row per run, the note.
+func TestBench_Table(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"bench", "--store", "mem", "--turns", "2", "--seq-turns", "0", "--concurrency", "2"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	out := stdout.String()
+	for _, want := range []string{"variant", "CPU ms/turn", "x floor", "floor", "baton mem", "Fake model in this process"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("no %q in the table:\n%s", want, out)
+		}
+	}
+	// Not a terminal: progress is plain lines, no carriage returns.
+	if !strings.Contains(stderr.String(), "bench: baton mem, 2 in flight: 2 turns") || strings.Contains(stderr.String(), "\r") {
+		t.Fatalf("progress on a pipe:\n%q", stderr.String())
+	}
+}
+
+func TestBench_BadFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+		code int
+	}{
+		{[]string{"--turns", "0"}, "--turns: 0; want at least 1", 1},
+		{[]string{"--concurrency", "-3"}, "--concurrency: -3; want at least 1", 1},
+		{[]string{"--seq-turns", "-1"}, "--seq-turns: -1", 1},
+		{[]string{"--idle-chats", "-1"}, "--idle-chats: -1", 1},
+		{[]string{"--store", "redis://x"}, `--store: "redis://x"; want sqlite, sqlite:PATH, mem or postgres://…`, 1},
+		{[]string{"--server", "http://127.0.0.1:1", "--idle-chats", "5"}, "--idle-chats needs a server this command starts", 1},
+		{[]string{"--server", "http://127.0.0.1:1", "--base-url", "http://x"}, "--base-url and --server", 1},
+		{[]string{"--server", "127.0.0.1:1"}, `server URL "127.0.0.1:1": want http://host:port`, 1},
+		{[]string{"--base-url", "api.openai.com"}, `--base-url: "api.openai.com"; want http://… or https://…`, 1},
+		{[]string{"--model", "gpt-5"}, "--model is for --base-url", 1},
+		{[]string{"--workflow", "support"}, "--app and --workflow are for --server", 1},
+		{[]string{"--turns", "many"}, `invalid value "many" for flag -turns`, 2},
+		{[]string{"extra"}, `unexpected argument "extra"`, 2},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), append([]string{"bench"}, tc.args...), &stdout, &stderr)
+		if code != tc.code || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("baton bench %s: exit %d, stderr:\n%s\nwant exit %d and %q", strings.Join(tc.args, " "), code, stderr.String(), tc.code, tc.want)
+		}
+	}
+}

@@ -1,0 +1,121 @@
+package turnbench
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/batonhq/baton"
+)
+
+// checkTurns runs a few turns of t and checks what the model saw: two
+// calls per turn (the tool call, then the reply).
+func checkTurns(t *testing.T, m *Model, tr Turner, turns, concurrency int) Result {
+	t.Helper()
+	before := m.Requests()
+	r, err := Run(t.Context(), tr, turns, concurrency, nil)
+	if err != nil {
+		t.Fatalf("%s: %v", tr.Name(), err)
+	}
+	if got := m.Requests() - before; got != int64(2*turns) {
+		t.Fatalf("%s: %d model calls for %d turns; want two a turn", tr.Name(), got, turns)
+	}
+	if r.Turns != turns || len(r.Latency) != turns || r.CPU <= 0 || r.TurnsPerSec() <= 0 {
+		t.Fatalf("%s: result %+v", tr.Name(), r)
+	}
+	if len(r.FirstToken) != turns {
+		t.Fatalf("%s: first token seen in %d of %d turns", tr.Name(), len(r.FirstToken), turns)
+	}
+	return r
+}
+
+func startModel(t *testing.T) *Model {
+	t.Helper()
+	m, err := StartModel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	return m
+}
+
+func TestFloor(t *testing.T) {
+	m := startModel(t)
+	checkTurns(t, m, NewFloor(m.URL, "bench", ModelName, 4), 8, 4)
+}
+
+// TestEmbeddedTurnIsRecorded runs turns on SQLite and checks the stored
+// chats: each paused after the reply, whose text is the model's 20 words,
+// after the echo tool's call and response.
+func TestEmbeddedTurnIsRecorded(t *testing.T) {
+	m := startModel(t)
+	e := openEmbedded(t, m, "sqlite", "sqlite:"+filepath.Join(t.TempDir(), "baton.db"))
+	defer func() {
+		if err := e.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
+	checkTurns(t, m, e, 6, 3)
+	chats, err := e.Runtime().Store().ListChats(t.Context(), Scope, baton.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(chats) != 6 {
+		t.Fatalf("%d chats stored; want one a turn (6)", len(chats))
+	}
+	for _, c := range chats {
+		if c.Status != baton.ChatWaitingInput {
+			t.Errorf("chat %s: status %s; want waiting for input", c.ID, c.Status)
+		}
+		var types []string
+		var text string
+		for ev, err := range baton.EventsAfter(t.Context(), e.Runtime().Store(), Scope, c.ID, 0, 0) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			types = append(types, ev.Type)
+			if ev.Type == baton.TypeChatText {
+				p, _ := baton.DecodePayload[baton.TextPayload](&ev)
+				if p.Agent == AgentName && !p.ToolOnly {
+					text = p.Content
+				}
+			}
+		}
+		got := strings.Join(types, " ")
+		for _, want := range []string{baton.TypeChatToolCall, baton.TypeChatToolResponse, baton.TypeChatInputRequest} {
+			if !strings.Contains(got, want) {
+				t.Errorf("chat %s: no %s in %s", c.ID, want, got)
+			}
+		}
+		if text != Reply() {
+			t.Errorf("chat %s: reply %q; want the model's %q", c.ID, text, Reply())
+		}
+	}
+}
+
+func TestEmbeddedMem(t *testing.T) {
+	m := startModel(t)
+	e := openEmbedded(t, m, "mem", "mem:")
+	defer func() { _ = e.Close(context.Background()) }()
+	checkTurns(t, m, e, 6, 3)
+}
+
+// TestServed runs turns through a server in a child process and reads its
+// CPU and heap.
+func TestServed(t *testing.T) {
+	m := startModel(t)
+	s := spawnServed(t, m, "sqlite:"+filepath.Join(t.TempDir(), "baton.db"), 3)
+	defer func() {
+		if err := s.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
+	r := checkTurns(t, m, s, 6, 3)
+	if r.ServerCPU <= 0 {
+		t.Fatalf("server CPU %v; want the child's", r.ServerCPU)
+	}
+	if h, err := s.ServerHeap(t.Context()); err != nil || h == 0 {
+		t.Fatalf("server heap: %d, %v", h, err)
+	}
+}
