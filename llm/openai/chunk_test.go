@@ -1,8 +1,12 @@
 package openai
 
 import (
+	"bytes"
 	"encoding/json"
+	"regexp"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/batonhq/baton"
 	sdk "github.com/openai/openai-go/v3"
@@ -123,11 +127,88 @@ func FuzzStreamChunk(f *testing.F) {
 			return // a malformed chunk: the call fails and is retried
 		}
 		var ref sdk.ChatCompletionChunk
-		if json.Unmarshal(data, &ref) != nil {
+		if json.Unmarshal(data, &ref) != nil || ambiguousKeys(data) || badText(data) {
 			return
 		}
 		if want := sdkDeltas(&ref); !sameDeltas(got, want) {
 			t.Errorf("chunk %s:\n got %+v\nwant %+v", data, got, want)
 		}
 	})
+}
+
+// chunkKeys are the JSON keys streamChunk reads.
+var chunkKeys = []string{"id", "choices", "usage", "index", "delta", "finish_reason", "content", "refusal",
+	"reasoning_content", "reasoning", "tool_calls", "function", "name", "arguments", "prompt_tokens",
+	"completion_tokens", "prompt_tokens_details", "cached_tokens", "completion_tokens_details", "reasoning_tokens"}
+
+// ambiguousKeys reports whether data has an object with two keys equal but
+// for case, or a key that differs from one streamChunk reads only by case.
+// There the decoders part ways by design: encoding/json matches keys
+// without regard to case and keeps the last of two, the SDK's decoder
+// matches them exactly and keeps the first. A server sends each key once,
+// as the API spells it.
+func ambiguousKeys(data []byte) bool {
+	type frame struct {
+		obj, wantKey bool
+		keys         []string
+	}
+	var st []*frame
+	valueDone := func() {
+		if n := len(st); n > 0 && st[n-1].obj {
+			st[n-1].wantKey = true
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		if n := len(st); n > 0 && st[n-1].obj && st[n-1].wantKey {
+			f := st[n-1]
+			if d, ok := tok.(json.Delim); ok && d == '}' {
+				st = st[:n-1]
+				valueDone()
+				continue
+			}
+			k, _ := tok.(string)
+			for _, o := range f.keys {
+				if strings.EqualFold(o, k) {
+					return true
+				}
+			}
+			for _, name := range chunkKeys {
+				if k != name && strings.EqualFold(k, name) {
+					return true
+				}
+			}
+			f.keys = append(f.keys, k)
+			f.wantKey = false
+			continue
+		}
+		switch d := tok.(type) {
+		case json.Delim:
+			switch d {
+			case '{':
+				st = append(st, &frame{obj: true, wantKey: true})
+			case '[':
+				st = append(st, &frame{})
+			case ']':
+				st = st[:len(st)-1]
+				valueDone()
+			}
+		default:
+			valueDone()
+		}
+	}
+}
+
+// loneSurrogate matches a \u escape of half a UTF-16 surrogate pair.
+var loneSurrogate = regexp.MustCompile(`(?i)\\ud[89a-f]`)
+
+// badText reports whether data holds text that is not UTF-8, raw or as a
+// \u escape of a surrogate: encoding/json makes it U+FFFD, as every
+// encoder of the text would later, while the SDK's decoder keeps the bytes.
+func badText(data []byte) bool {
+	return !utf8.Valid(data) || loneSurrogate.Match(data)
 }
