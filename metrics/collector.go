@@ -746,32 +746,67 @@ func (c *Collector) evict() {
 	}
 }
 
-// writer drains the rollup queue into the store, one write at a time.
+// writerBatch bounds the rollups the writer has in flight at once.
+const writerBatch = 64
+
+// writer drains the rollup queue into the store. The rollups waiting
+// together (a flush queues every changed chat's at once) are written
+// concurrently, up to writerBatch, so that a store with group commit (SQLite,
+// PostgreSQL) commits them together: one at a time, a flush of N chats was N
+// commits, each an fsync, one more commit per chat than its turns need.
+// Rollups only add, so their order does not matter, even two of one chat.
 func (c *Collector) writer() {
 	defer close(c.writeDone)
+	batch := make([]baton.ChatStats, 0, writerBatch)
+	var wg sync.WaitGroup
 	for d := range c.queue {
-		ctx, cancel := context.WithTimeout(c.writeCtx, 30*time.Second)
-		err := c.opts.Stats.AddChatStats(ctx, d)
-		cancel()
-		if err != nil {
-			c.prom.rollupErrors.Inc()
-			c.log.Warn("metrics: rollup write failed; the delta is lost from workflow_stats", "chat_id", d.ChatID, "err", err)
+		batch = append(batch[:0], d)
+	more:
+		for len(batch) < writerBatch {
+			select {
+			case d, ok := <-c.queue:
+				if !ok {
+					break more
+				}
+				batch = append(batch, d)
+			default:
+				break more
+			}
+		}
+		if len(batch) == 1 {
+			c.write(batch[0])
 			continue
 		}
-		c.prom.rollupWrites.Inc()
-		c.mu.Lock()
-		w := c.written[d.App]
-		if w == nil {
-			w = &totals{}
-			c.written[d.App] = w
+		for _, d := range batch {
+			wg.Go(func() { c.write(d) })
 		}
-		w.Turns += d.Turns
-		w.ToolCalls += d.ToolCalls
-		w.Calls += d.Calls
-		w.Usage = w.Usage.Add(d.Usage)
-		w.Cost += d.Cost
-		c.mu.Unlock()
+		wg.Wait()
 	}
+}
+
+// write adds one rollup to the store and to the totals written.
+func (c *Collector) write(d baton.ChatStats) {
+	ctx, cancel := context.WithTimeout(c.writeCtx, 30*time.Second)
+	err := c.opts.Stats.AddChatStats(ctx, d)
+	cancel()
+	if err != nil {
+		c.prom.rollupErrors.Inc()
+		c.log.Warn("metrics: rollup write failed; the delta is lost from workflow_stats", "chat_id", d.ChatID, "err", err)
+		return
+	}
+	c.prom.rollupWrites.Inc()
+	c.mu.Lock()
+	w := c.written[d.App]
+	if w == nil {
+		w = &totals{}
+		c.written[d.App] = w
+	}
+	w.Turns += d.Turns
+	w.ToolCalls += d.ToolCalls
+	w.Calls += d.Calls
+	w.Usage = w.Usage.Add(d.Usage)
+	w.Cost += d.Cost
+	c.mu.Unlock()
 }
 
 // NoteScope records the tenant of a chat; TimedRecorder calls it before

@@ -6,13 +6,16 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
+	"github.com/batonhq/baton/internal/testenv"
 	"github.com/batonhq/baton/metrics"
 )
 
@@ -147,5 +150,106 @@ func TestTracer_ChatsBoundedByCount(t *testing.T) {
 	}
 	if got := spans[0].Attributes; !strings.Contains(fmt.Sprint(got), "chat-0") {
 		t.Fatalf("ended span %q %v, want chat-0's run", spans[0].Name, got)
+	}
+}
+
+// holdStats is a StatsStore whose first write waits for first, and the
+// others for rest, counting the writes in flight and the most at once.
+type holdStats struct {
+	sumStats
+	calls       atomic.Int64
+	inflight    atomic.Int64
+	most        atomic.Int64 // the most in flight at once
+	first, rest chan struct{}
+}
+
+func (s *holdStats) AddChatStats(ctx context.Context, d baton.ChatStats) error {
+	n := s.inflight.Add(1)
+	defer s.inflight.Add(-1)
+	for m := s.most.Load(); n > m && !s.most.CompareAndSwap(m, n); m = s.most.Load() {
+	}
+	wait := s.rest
+	if s.calls.Add(1) == 1 {
+		wait = s.first
+	}
+	select {
+	case <-wait:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return s.sumStats.AddChatStats(ctx, d)
+}
+
+// rollupQueue reads the gauge of the rollups waiting for the writer.
+func rollupQueue(t *testing.T, c *metrics.Collector) int64 {
+	t.Helper()
+	mfs, err := c.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "baton_metrics_rollup_queue" {
+			return int64(mf.GetMetric()[0].GetGauge().GetValue())
+		}
+	}
+	t.Fatal("no baton_metrics_rollup_queue gauge")
+	return 0
+}
+
+// TestRollupsOfAFlushAreWrittenTogether: rollups waiting in the queue
+// together reach the store together, so that its group commit makes them
+// one commit, not one per chat (each an fsync); none is lost. The first
+// write is held until every chat's rollup is queued or being written (the
+// final flush of Close queues one per chat); then the writer must take the
+// waiting ones at once.
+func TestRollupsOfAFlushAreWrittenTogether(t *testing.T) {
+	bs := bus.New()
+	defer bs.Close(context.Background())
+	st := &holdStats{first: make(chan struct{}), rest: make(chan struct{})}
+	c, err := metrics.New(metrics.Options{Bus: bs, Stats: st, Chats: lookupWF, Queue: 4096, FlushInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	const n = 20
+	finishChats(c, 0, n)
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close(context.Background()) }()
+	released := 0
+	defer func() {
+		switch released { // a failed wait: let Close end
+		case 0:
+			close(st.first)
+			fallthrough
+		case 1:
+			close(st.rest)
+			<-closed
+		}
+	}()
+	testenv.Eventually(t, 10*time.Second, "every rollup queued or being written", func() error {
+		if q, w := rollupQueue(t, c), st.inflight.Load(); q+w != n {
+			return fmt.Errorf("%d queued, %d being written", q, w)
+		}
+		return nil
+	})
+	close(st.first)
+	released++
+	testenv.Eventually(t, 10*time.Second, "the waiting rollups written at once", func() error {
+		if got := st.most.Load(); got < 2 {
+			return fmt.Errorf("at most %d in flight at once", got)
+		}
+		return nil
+	})
+	close(st.rest)
+	released++
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.turns != n || len(st.chats) != n {
+		t.Fatalf("rollups: %d turns of %d chats; want %d of each", st.turns, len(st.chats), n)
 	}
 }

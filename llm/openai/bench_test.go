@@ -38,7 +38,7 @@ func benchServer(b *testing.B) *httptest.Server {
 // SDK's decoding: copying the decoded chunk out of the stream and turning it
 // into a baton.Delta handed to the consumer.
 func BenchmarkEmit(b *testing.B) {
-	chunks := make([]sdk.ChatCompletionChunk, benchDeltas)
+	chunks := make([]streamChunk, benchDeltas)
 	for i := range chunks {
 		if err := json.Unmarshal([]byte(textChunk(fmt.Sprintf("tok%d ", i))), &chunks[i]); err != nil {
 			b.Fatal(err)

@@ -28,9 +28,7 @@ import (
 	"github.com/batonhq/baton/llm"
 	sdk "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
-	"github.com/openai/openai-go/v3/packages/param"
 	"github.com/openai/openai-go/v3/packages/ssestream"
-	"github.com/openai/openai-go/v3/shared"
 )
 
 // DefaultBaseURL is OpenAI's API, used when neither the configuration nor
@@ -194,7 +192,7 @@ func (p *Provider) Stream(ctx context.Context, req *baton.Request) iter.Seq2[bat
 			reqOpts = append(reqOpts, option.WithAPIKey(req.Params.APIKey))
 		}
 		c := call{p: p, endpoint: llm.Endpoint(baseURL), model: req.Params.Model}
-		params, err := buildParams(req, isOpenAI(baseURL))
+		body, err := requestBody(req, isOpenAI(baseURL))
 		if err != nil {
 			yield(baton.Delta{}, c.errorf(baton.ProviderBadRequest, err, "%v", err))
 			return
@@ -212,7 +210,7 @@ func (p *Provider) Stream(ctx context.Context, req *baton.Request) iter.Seq2[bat
 		}
 		ctx, cancel := context.WithTimeoutCause(ctx, timeout, errCallTimeout)
 		defer cancel()
-		c.run(ctx, params, reqOpts, yield)
+		c.run(ctx, body, reqOpts, yield)
 	}
 }
 
@@ -228,12 +226,12 @@ type call struct {
 	finishReason string
 }
 
-func (c *call) run(ctx context.Context, params sdk.ChatCompletionNewParams, reqOpts []option.RequestOption, yield func(baton.Delta, error) bool) {
+func (c *call) run(ctx context.Context, body []byte, reqOpts []option.RequestOption, yield func(baton.Delta, error) bool) {
 	maxAttempts := c.p.maxRetries + 1
 	restarted := false // an attempt that had yielded deltas was sent again
 	for attempt := 1; ; attempt++ {
 		c.started, c.finished, c.finishReason = false, false, ""
-		ok, err := c.attempt(ctx, params, reqOpts, yield)
+		ok, err := c.attempt(ctx, body, reqOpts, yield)
 		if !ok {
 			return // the consumer stopped
 		}
@@ -282,7 +280,7 @@ func (c *call) run(ctx context.Context, params sdk.ChatCompletionNewParams, reqO
 // delta comes within the first-token timeout, or no chunk within the idle
 // timeout after the first delta; chunks before the first delta (a role, an
 // empty content, a keep-alive) do not count as progress.
-func (c *call) attempt(ctx context.Context, params sdk.ChatCompletionNewParams, reqOpts []option.RequestOption, yield func(baton.Delta, error) bool) (bool, error) {
+func (c *call) attempt(ctx context.Context, body []byte, reqOpts []option.RequestOption, yield func(baton.Delta, error) bool) (bool, error) {
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var watchdog *time.Timer
@@ -290,7 +288,7 @@ func (c *call) attempt(ctx context.Context, params sdk.ChatCompletionNewParams, 
 		watchdog = time.AfterFunc(c.firstToken, func() { cancel(errStalled) })
 		defer watchdog.Stop()
 	}
-	stream := c.p.client.Chat.Completions.NewStreaming(actx, params, reqOpts...)
+	stream := c.p.newStream(actx, body, reqOpts)
 	defer stream.Close()
 	chunks := 0
 	for stream.Next() {
@@ -335,21 +333,99 @@ func (c *call) attempt(ctx context.Context, params sdk.ChatCompletionNewParams, 
 	return true, nil
 }
 
+// newStream posts body (requestBody) through the SDK's client — its path,
+// authentication, headers and transport, as NewStreaming sends it — and
+// reads the reply with the SDK's SSE decoder and stream, but decodes each
+// chunk into streamChunk rather than sdk.ChatCompletionChunk: the SDK's
+// decoder of that type walks a large generated struct by reflection and
+// keeps each field's raw JSON, which cost more than the rest of a model
+// call (BenchmarkStream against BenchmarkSDKBaseline).
+func (p *Provider) newStream(ctx context.Context, body []byte, reqOpts []option.RequestOption) *ssestream.Stream[streamChunk] {
+	var raw *http.Response
+	err := p.client.Post(ctx, "chat/completions", body, &raw, reqOpts...)
+	return ssestream.NewStream[streamChunk](ssestream.NewDecoder(raw), err)
+}
+
+// streamChunk is the part of a streamed chat.completion.chunk the provider reads.
+// Fields it does not name are skipped by the decoder.
+type streamChunk struct {
+	ID      string        `json:"id"`
+	Choices []chunkChoice `json:"choices"`
+	Usage   *chunkUsage   `json:"usage"`
+}
+
+type chunkChoice struct {
+	Index        int64      `json:"index"`
+	Delta        chunkDelta `json:"delta"`
+	FinishReason string     `json:"finish_reason"`
+}
+
+type chunkDelta struct {
+	Content string `json:"content"`
+	Refusal string `json:"refusal"`
+	// Reasoning fragments some OpenAI-compatible servers send beside the
+	// content: "reasoning_content" (vLLM, DeepSeek, LM Studio) or
+	// "reasoning" (Ollama, OpenRouter).
+	ReasoningContent looseString     `json:"reasoning_content"`
+	Reasoning        looseString     `json:"reasoning"`
+	ToolCalls        []chunkToolCall `json:"tool_calls"`
+}
+
+type chunkToolCall struct {
+	Index    int64  `json:"index"`
+	ID       string `json:"id"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+type chunkUsage struct {
+	PromptTokens        int64 `json:"prompt_tokens"`
+	CompletionTokens    int64 `json:"completion_tokens"`
+	PromptTokensDetails struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+	CompletionTokensDetails struct {
+		ReasoningTokens int64 `json:"reasoning_tokens"`
+	} `json:"completion_tokens_details"`
+}
+
+// looseString is a string field that some servers fill with another kind
+// of value: anything but a string reads as "", instead of failing the chunk.
+type looseString string
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (s *looseString) UnmarshalJSON(b []byte) error {
+	if len(b) == 0 || b[0] != '"' {
+		*s = ""
+		return nil
+	}
+	var v string
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*s = looseString(v)
+	return nil
+}
+
 // emit yields the deltas of one chunk. It allocates nothing: the strings are
-// the SDK's.
-func (c *call) emit(chunk *sdk.ChatCompletionChunk, yield func(baton.Delta, error) bool) bool {
+// the decoded chunk's.
+func (c *call) emit(chunk *streamChunk, yield func(baton.Delta, error) bool) bool {
 	for i := range chunk.Choices {
 		ch := &chunk.Choices[i]
 		if ch.Index != 0 {
 			continue // baton asks for one choice
 		}
 		d := &ch.Delta
-		if len(d.JSON.ExtraFields) > 0 {
-			if r := reasoningText(d); r != "" {
-				c.started = true
-				if !yield(baton.Delta{Kind: baton.DeltaReasoning, Text: r}, nil) {
-					return false
-				}
+		r := d.ReasoningContent
+		if r == "" {
+			r = d.Reasoning
+		}
+		if r != "" {
+			c.started = true
+			if !yield(baton.Delta{Kind: baton.DeltaReasoning, Text: string(r)}, nil) {
+				return false
 			}
 		}
 		if d.Content != "" {
@@ -382,8 +458,7 @@ func (c *call) emit(chunk *sdk.ChatCompletionChunk, yield func(baton.Delta, erro
 			}
 		}
 	}
-	if chunk.JSON.Usage.Valid() {
-		u := &chunk.Usage
+	if u := chunk.Usage; u != nil {
 		c.started = true
 		if !yield(baton.Delta{Kind: baton.DeltaUsage, Usage: baton.Usage{
 			PromptTokens:     u.PromptTokens,
@@ -395,23 +470,6 @@ func (c *call) emit(chunk *sdk.ChatCompletionChunk, yield func(baton.Delta, erro
 		}
 	}
 	return true
-}
-
-// reasoningText returns the reasoning fragment some OpenAI-compatible servers
-// send beside the content: "reasoning_content" (vLLM, DeepSeek, LM Studio)
-// or "reasoning" (Ollama, OpenRouter).
-func reasoningText(d *sdk.ChatCompletionChunkChoiceDelta) string {
-	for _, key := range [...]string{"reasoning_content", "reasoning"} {
-		raw := d.JSON.ExtraFields[key].Raw()
-		if len(raw) < 2 || raw[0] != '"' {
-			continue // absent, null, or not a string
-		}
-		var s string
-		if json.Unmarshal([]byte(raw), &s) == nil && s != "" {
-			return s
-		}
-	}
-	return ""
 }
 
 // classify turns an SDK or transport error into a provider error. streaming
@@ -541,120 +599,164 @@ func isOpenAI(baseURL string) bool {
 	return strings.Contains(baseURL, "api.openai.com")
 }
 
-// buildParams translates a baton request into the SDK's parameters.
-func buildParams(req *baton.Request, openAI bool) (sdk.ChatCompletionNewParams, error) {
+// chatRequest is the body of a streamed chat completion, the JSON the SDK's
+// ChatCompletionNewParams marshals to for the fields baton sets. It is
+// encoded with encoding/json: the SDK's reflective encoder of its params
+// (and the decoding of each tool's parameters into a map for it to encode
+// again) took as much CPU as the rest of a model call's request.
+// TestRequestMatchesSDK holds it to the SDK's encoding.
+type chatRequest struct {
+	Model               string          `json:"model"`
+	Messages            []chatMessage   `json:"messages"`
+	Stream              bool            `json:"stream"`
+	StreamOptions       streamOptions   `json:"stream_options"`
+	Tools               []chatTool      `json:"tools,omitempty"`
+	ParallelToolCalls   *bool           `json:"parallel_tool_calls,omitempty"`
+	ResponseFormat      *responseFormat `json:"response_format,omitempty"`
+	Temperature         *float64        `json:"temperature,omitempty"`
+	Seed                *int64          `json:"seed,omitempty"`
+	MaxTokens           int64           `json:"max_tokens,omitempty"`
+	MaxCompletionTokens int64           `json:"max_completion_tokens,omitempty"`
+}
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+type chatMessage struct {
+	Role       string         `json:"role"`
+	Name       string         `json:"name,omitempty"`
+	Content    *string        `json:"content,omitempty"`
+	ToolCalls  []chatToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string         `json:"tool_call_id,omitempty"`
+}
+
+type chatToolCall struct {
+	ID       string       `json:"id"`
+	Type     string       `json:"type"`
+	Function chatFunction `json:"function"`
+}
+
+type chatFunction struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+type chatTool struct {
+	Type     string      `json:"type"`
+	Function functionDef `json:"function"`
+}
+
+type functionDef struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters,omitempty"`
+	Strict      bool            `json:"strict,omitempty"`
+}
+
+type responseFormat struct {
+	Type       string     `json:"type"`
+	JSONSchema jsonSchema `json:"json_schema"`
+}
+
+type jsonSchema struct {
+	Name   string          `json:"name"`
+	Schema json.RawMessage `json:"schema"`
+	Strict bool            `json:"strict"`
+}
+
+// requestBody encodes req as a streamed chat completion's body. openAI
+// says the endpoint is OpenAI's own (see MaxTokens).
+func requestBody(req *baton.Request, openAI bool) ([]byte, error) {
 	if req.Params.Model == "" {
-		return sdk.ChatCompletionNewParams{}, errors.New("no model configured")
+		return nil, errors.New("no model configured")
 	}
-	params := sdk.ChatCompletionNewParams{
-		Model:         shared.ChatModel(req.Params.Model),
-		Messages:      make([]sdk.ChatCompletionMessageParamUnion, 0, len(req.Messages)),
-		StreamOptions: sdk.ChatCompletionStreamOptionsParam{IncludeUsage: param.NewOpt(true)},
+	body := chatRequest{
+		Model:         req.Params.Model,
+		Messages:      make([]chatMessage, len(req.Messages)),
+		Stream:        true,
+		StreamOptions: streamOptions{IncludeUsage: true},
 	}
 	for i := range req.Messages {
-		m, err := message(&req.Messages[i])
-		if err != nil {
-			return params, fmt.Errorf("messages[%d]: %w", i, err)
+		if err := body.Messages[i].set(&req.Messages[i]); err != nil {
+			return nil, fmt.Errorf("messages[%d]: %w", i, err)
 		}
-		params.Messages = append(params.Messages, m)
-	}
-	for i, t := range req.Tools {
-		def := shared.FunctionDefinitionParam{Name: t.Name}
-		if t.Description != "" {
-			def.Description = param.NewOpt(t.Description)
-		}
-		if t.Strict {
-			def.Strict = param.NewOpt(true)
-		}
-		if len(t.Parameters) > 0 {
-			if err := json.Unmarshal(t.Parameters, &def.Parameters); err != nil {
-				return params, fmt.Errorf("tools[%d] %q: parameters: %w", i, t.Name, err)
-			}
-		}
-		params.Tools = append(params.Tools, sdk.ChatCompletionFunctionTool(def))
 	}
 	if len(req.Tools) > 0 {
-		params.ParallelToolCalls = param.NewOpt(true)
+		body.Tools = make([]chatTool, len(req.Tools))
+		for i, t := range req.Tools {
+			if len(t.Parameters) > 0 && !isJSONObject(t.Parameters) {
+				return nil, fmt.Errorf("tools[%d] %q: parameters: not a JSON object", i, t.Name)
+			}
+			body.Tools[i] = chatTool{Type: "function", Function: functionDef{Name: t.Name, Description: t.Description, Parameters: t.Parameters, Strict: t.Strict}}
+		}
+		yes := true
+		body.ParallelToolCalls = &yes
 	}
 	if rf := req.ResponseFormat; rf != nil {
 		if !json.Valid(rf.Schema) {
-			return params, fmt.Errorf("response format %q: schema is not valid JSON", rf.Name)
+			return nil, fmt.Errorf("response format %q: schema is not valid JSON", rf.Name)
 		}
-		params.ResponseFormat = sdk.ChatCompletionNewParamsResponseFormatUnion{
-			OfJSONSchema: &shared.ResponseFormatJSONSchemaParam{
-				JSONSchema: shared.ResponseFormatJSONSchemaJSONSchemaParam{
-					Name:   rf.Name,
-					Schema: rf.Schema,
-					Strict: param.NewOpt(true),
-				},
-			},
-		}
+		body.ResponseFormat = &responseFormat{Type: "json_schema", JSONSchema: jsonSchema{Name: rf.Name, Schema: rf.Schema, Strict: true}}
 	}
-	if req.Params.Temperature != nil {
-		params.Temperature = param.NewOpt(*req.Params.Temperature)
-	}
-	if req.Params.Seed != nil {
-		params.Seed = param.NewOpt(*req.Params.Seed)
-	}
+	body.Temperature = req.Params.Temperature
+	body.Seed = req.Params.Seed
 	if n := req.Params.MaxTokens; n > 0 {
 		// OpenAI's reasoning models accept only max_completion_tokens; many
 		// compatible servers know only max_tokens.
 		if openAI {
-			params.MaxCompletionTokens = param.NewOpt(int64(n))
+			body.MaxCompletionTokens = int64(n)
 		} else {
-			params.MaxTokens = param.NewOpt(int64(n))
+			body.MaxTokens = int64(n)
 		}
 	}
-	return params, nil
+	return json.Marshal(&body)
 }
 
-func message(m *baton.Message) (sdk.ChatCompletionMessageParamUnion, error) {
-	name := speakerName(m.Name)
-	switch m.Role {
-	case baton.RoleSystem:
-		p := &sdk.ChatCompletionSystemMessageParam{}
-		p.Content.OfString = param.NewOpt(m.Content)
-		if name != "" {
-			p.Name = param.NewOpt(name)
+// isJSONObject reports whether b is valid JSON holding an object.
+func isJSONObject(b []byte) bool {
+	for _, c := range b {
+		switch c {
+		case ' ', '\t', '\n', '\r':
+			continue
+		case '{':
+			return json.Valid(b)
 		}
-		return sdk.ChatCompletionMessageParamUnion{OfSystem: p}, nil
-	case baton.RoleUser:
-		p := &sdk.ChatCompletionUserMessageParam{}
-		p.Content.OfString = param.NewOpt(m.Content)
-		if name != "" {
-			p.Name = param.NewOpt(name)
-		}
-		return sdk.ChatCompletionMessageParamUnion{OfUser: p}, nil
-	case baton.RoleAssistant:
-		p := &sdk.ChatCompletionAssistantMessageParam{}
-		if m.Content != "" || len(m.ToolCalls) == 0 {
-			p.Content.OfString = param.NewOpt(m.Content)
-		}
-		if name != "" {
-			p.Name = param.NewOpt(name)
-		}
-		for _, tc := range m.ToolCalls {
-			args := tc.Arguments
-			if args == "" {
-				args = "{}"
-			}
-			p.ToolCalls = append(p.ToolCalls, sdk.ChatCompletionMessageToolCallUnionParam{
-				OfFunction: &sdk.ChatCompletionMessageFunctionToolCallParam{
-					ID:       tc.ID,
-					Function: sdk.ChatCompletionMessageFunctionToolCallFunctionParam{Name: tc.Name, Arguments: args},
-				},
-			})
-		}
-		return sdk.ChatCompletionMessageParamUnion{OfAssistant: p}, nil
-	case baton.RoleTool:
-		if m.ToolCallID == "" {
-			return sdk.ChatCompletionMessageParamUnion{}, errors.New("tool message without tool_call_id")
-		}
-		p := &sdk.ChatCompletionToolMessageParam{ToolCallID: m.ToolCallID}
-		p.Content.OfString = param.NewOpt(m.Content)
-		return sdk.ChatCompletionMessageParamUnion{OfTool: p}, nil
+		return false
 	}
-	return sdk.ChatCompletionMessageParamUnion{}, fmt.Errorf("unknown role %q", m.Role)
+	return false
+}
+
+// set makes m the API's form of the baton message b.
+func (m *chatMessage) set(b *baton.Message) error {
+	m.Name = speakerName(b.Name)
+	switch b.Role {
+	case baton.RoleSystem, baton.RoleUser:
+		m.Role, m.Content = string(b.Role), &b.Content
+	case baton.RoleAssistant:
+		m.Role = "assistant"
+		if b.Content != "" || len(b.ToolCalls) == 0 {
+			m.Content = &b.Content
+		}
+		if len(b.ToolCalls) > 0 {
+			m.ToolCalls = make([]chatToolCall, len(b.ToolCalls))
+			for i, tc := range b.ToolCalls {
+				args := tc.Arguments
+				if args == "" {
+					args = "{}"
+				}
+				m.ToolCalls[i] = chatToolCall{ID: tc.ID, Type: "function", Function: chatFunction{Name: tc.Name, Arguments: args}}
+			}
+		}
+	case baton.RoleTool:
+		if b.ToolCallID == "" {
+			return errors.New("tool message without tool_call_id")
+		}
+		m.Role, m.Name, m.Content, m.ToolCallID = "tool", "", &b.Content, b.ToolCallID
+	default:
+		return fmt.Errorf("unknown role %q", b.Role)
+	}
+	return nil
 }
 
 // speakerName makes a speaker's name fit OpenAI's `name` field
