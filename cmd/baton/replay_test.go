@@ -26,8 +26,8 @@ import (
 const secretCanary = "sk-canary-7f3a9c1e5b"
 
 // recordGenerator runs a generator chat to its end on the SQLite store
-// under dataDir, as `baton chat` would: the person's answer to the
-// interview, the secret form (answered with the canary) and the action
+// under dataDir, as `baton chat` would: started with a message and a
+// client-set variable, the person's answer to the interview, the secret form (answered with the canary) and the action
 // plan approved. It returns the chat's id.
 func recordGenerator(t *testing.T, dataDir string) string {
 	t.Helper()
@@ -41,7 +41,7 @@ func recordGenerator(t *testing.T, dataDir string) string {
 	}
 	defer rt.Close(context.Background())
 	msg := "A weekly newsletter from our notes"
-	out, err := replay.Drive(ctx, rt, baton.Scope{App: server.DefaultApp, User: server.DevUser}, "generator", replay.Script{Inputs: []chatlog.Input{
+	out, err := replay.Drive(ctx, rt, baton.Scope{App: server.DefaultApp, User: server.DevUser}, "generator", replay.Script{Message: "I want to automate our newsletter.", Context: map[string]json.RawMessage{"audience": json.RawMessage(`"marketing"`)}, Inputs: []chatlog.Input{
 		{Message: &msg},
 		{Secrets: map[string]string{"NEWSLETTER_API_KEY": secretCanary}},
 		{UI: &chatlog.UIInput{Status: "success", Data: json.RawMessage(`{"action":"approve"}`)}},
@@ -110,10 +110,27 @@ func TestExportReplay_Generator(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("replay: exit %d\n%s\n%s", code, out.String(), errb.String())
 	}
-	if !strings.Contains(out.String(), "no divergence") {
+	if !strings.Contains(out.String(), "no divergence") || !strings.Contains(out.String(), "model calls: 6 of 6 answered from the recording") {
 		t.Fatalf("replay output:\n%s", out.String())
 	}
-	t.Log(out.String())
+	// Without --workflow, the built-in example the export names.
+	out.Reset()
+	if code := run(ctx, []string{"replay", export, "--timeout", "60s"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "no divergence") {
+		t.Fatalf("replay against the built-in generator: exit %d\n%s\n%s", code, out.String(), errb.String())
+	}
+	// The start is replayed too: the first message and the client-set variable.
+	fh, err := os.Open(export)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := chatlog.Read(fh)
+	fh.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if start, _ := f.Inputs(); start != "I want to automate our newsletter." || string(f.Header.StartContext["audience"]) != `"marketing"` {
+		t.Fatalf("the export's start: %q, start_context %s", start, f.Header.StartContext)
+	}
 }
 
 func must[T any](v T, err error) T {
