@@ -5,11 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -252,5 +256,45 @@ func TestReplay_Usage(t *testing.T) {
 		if code := run(ctx, tc.args, &out, &errb); code != 2 || !strings.Contains(errb.String(), tc.want) {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", tc.args, code, errb.String(), tc.want)
 		}
+	}
+}
+
+// TestReplay_LiveFallback: with --model live, the calls that leave the
+// recording go to the workflow's OpenAI-compatible model (a fake server
+// here): DeliveryAgent's edited prompt reaches it, and its answer is the
+// first divergence.
+func TestReplay_LiveFallback(t *testing.T) {
+	dataDir := t.TempDir()
+	chatID := recordGenerator(t, dataDir)
+	var calls atomic.Int32
+	var sawPrompt atomic.Bool
+	model := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		body, _ := io.ReadAll(r.Body)
+		sawPrompt.Store(bytes.Contains(body, []byte("one cheerful sentence")))
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"Live goodbye."},"finish_reason":null}]}`+"\n\n")
+		fmt.Fprint(w, `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`+"\n\ndata: [DONE]\n\n")
+	}))
+	defer model.Close()
+	ctx := context.Background()
+	export := filepath.Join(t.TempDir(), "chat.jsonl")
+	var out, errb bytes.Buffer
+	if code := run(ctx, []string{"export", chatID, "--data-dir", dataDir, "-o", export}, &out, &errb); code != 0 {
+		t.Fatalf("export: exit %d: %s", code, errb.String())
+	}
+	wf := copyGenerator(t)
+	editFile(t, filepath.Join(wf, "agents.json"), "Confirm in two sentences", "Confirm in one cheerful sentence")
+	t.Setenv("OPENAI_BASE_URL", model.URL+"/v1")
+	t.Setenv("OPENAI_API_KEY", "sk-test")
+	out.Reset()
+	if code := run(ctx, []string{"replay", export, "--workflow", wf, "--model", "live", "--timeout", "60s"}, &out, &errb); code != 1 {
+		t.Fatalf("replay --model live: exit %d, want 1\n%s\n%s", code, out.String(), errb.String())
+	}
+	if calls.Load() != 1 || !sawPrompt.Load() {
+		t.Fatalf("the live model got %d calls (want 1, DeliveryAgent's, with the edited prompt: %v)", calls.Load(), sawPrompt.Load())
+	}
+	if want := fmt.Sprintf("got      #%d text DeliveryAgent: Live goodbye.", seqOf(t, export, "chat.text", "DeliveryAgent")); !strings.Contains(out.String(), want) {
+		t.Fatalf("replay output lacks %q:\n%s", want, out.String())
 	}
 }
