@@ -127,7 +127,44 @@ type Op struct {
 // Diff aligns the recorded steps (want) with the replayed ones (got) on
 // their longest common subsequence and returns the diff, in order.
 func Diff(want, got []Step) []Op {
+	// The common prefix and suffix need no table: a replay that matches
+	// until late (the usual case) costs little whatever the chat's length.
+	pre := 0
+	for pre < len(want) && pre < len(got) && same(&want[pre], &got[pre]) {
+		pre++
+	}
+	suf := 0
+	for suf < len(want)-pre && suf < len(got)-pre && same(&want[len(want)-1-suf], &got[len(got)-1-suf]) {
+		suf++
+	}
+	ops := make([]Op, 0, max(len(want), len(got)))
+	for i := range pre {
+		ops = append(ops, Op{Equal: true, Want: &want[i], Got: &got[i]})
+	}
+	ops = append(ops, diffMiddle(want[pre:len(want)-suf], got[pre:len(got)-suf])...)
+	for k := suf; k > 0; k-- {
+		ops = append(ops, Op{Equal: true, Want: &want[len(want)-k], Got: &got[len(got)-k]})
+	}
+	return ops
+}
+
+// maxDiffCells bounds the table of diffMiddle (4 bytes a cell); longer
+// differing middles are reported as all removed, then all added.
+const maxDiffCells = 16 << 20
+
+// diffMiddle aligns two sequences that differ at both ends.
+func diffMiddle(want, got []Step) []Op {
 	n, m := len(want), len(got)
+	if n*m > maxDiffCells {
+		ops := make([]Op, 0, n+m)
+		for i := range want {
+			ops = append(ops, Op{Want: &want[i]})
+		}
+		for j := range got {
+			ops = append(ops, Op{Got: &got[j]})
+		}
+		return ops
+	}
 	// lcs[i][j] is the LCS length of want[i:] and got[j:].
 	lcs := make([][]int32, n+1)
 	for i := range lcs {

@@ -560,7 +560,7 @@ func WriteTable(w io.Writer, rs []Result) {
 		fmt.Fprintf(w, "%-*s  %-6s  %7.2fs  %s\n", width, r.Name, verdict, r.Duration.Seconds(), detail)
 	}
 	s := Summarize(rs)
-	fmt.Fprintf(w, "\n%d cases: %d passed, %d failed, %d errors\n", s.Total, s.Passed, s.Failed, s.Errors)
+	fmt.Fprintf(w, "\n%s: %d passed, %d failed, %d errors\n", plural(s.Total, "case"), s.Passed, s.Failed, s.Errors)
 }
 
 // JUnit XML, in the shape CI systems read (the de facto JUnit schema:
@@ -627,4 +627,12 @@ func WriteJUnit(w io.Writer, suite string, rs []Result, at time.Time) error {
 	}
 	_, err := io.WriteString(w, "\n")
 	return err
+}
+
+// plural returns "1 case", "2 cases".
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
 }

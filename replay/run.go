@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/chatlog"
@@ -120,7 +121,7 @@ func answer(ctx context.Context, rt *runtime.Runtime, c *runtime.Chat, chat bato
 				}
 			}
 			for n := range form {
-				if !contains(names, n) {
+				if !slices.Contains(names, n) {
 					delete(form, n)
 				}
 			}
@@ -152,15 +153,6 @@ func secretNames(rt *runtime.Runtime, wfName, tool string) []string {
 		}
 	}
 	return nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // startContext returns the variables of vars that wf lets a client set at

@@ -166,7 +166,7 @@ func TestEval_FromExport(t *testing.T) {
 	if code := run(ctx, []string{"eval", cases, "--workflow", wf}, &out, &errb); code != 0 {
 		t.Fatalf("eval of the recorded case: exit %d\n%s\n%s", code, out.String(), errb.String())
 	}
-	if !strings.Contains(out.String(), "1 cases: 1 passed, 0 failed, 0 errors") {
+	if !strings.Contains(out.String(), "1 case: 1 passed, 0 failed, 0 errors") {
 		t.Fatalf("eval output:\n%s", out.String())
 	}
 	editFile(t, filepath.Join(wf, "scripted.json"), `"name": "Weekly Newsletter"`, `"name": "Daily Digest"`)

@@ -5,11 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,8 +30,8 @@ import (
 const secretCanary = "sk-canary-7f3a9c1e5b"
 
 // recordGenerator runs a generator chat to its end on the SQLite store
-// under dataDir, as `baton chat` would: the person's answer to the
-// interview, the secret form (answered with the canary) and the action
+// under dataDir, as `baton chat` would: started with a message and a
+// client-set variable, the person's answer to the interview, the secret form (answered with the canary) and the action
 // plan approved. It returns the chat's id.
 func recordGenerator(t *testing.T, dataDir string) string {
 	t.Helper()
@@ -41,7 +45,7 @@ func recordGenerator(t *testing.T, dataDir string) string {
 	}
 	defer rt.Close(context.Background())
 	msg := "A weekly newsletter from our notes"
-	out, err := replay.Drive(ctx, rt, baton.Scope{App: server.DefaultApp, User: server.DevUser}, "generator", replay.Script{Inputs: []chatlog.Input{
+	out, err := replay.Drive(ctx, rt, baton.Scope{App: server.DefaultApp, User: server.DevUser}, "generator", replay.Script{Message: "I want to automate our newsletter.", Context: map[string]json.RawMessage{"audience": json.RawMessage(`"marketing"`)}, Inputs: []chatlog.Input{
 		{Message: &msg},
 		{Secrets: map[string]string{"NEWSLETTER_API_KEY": secretCanary}},
 		{UI: &chatlog.UIInput{Status: "success", Data: json.RawMessage(`{"action":"approve"}`)}},
@@ -110,10 +114,27 @@ func TestExportReplay_Generator(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("replay: exit %d\n%s\n%s", code, out.String(), errb.String())
 	}
-	if !strings.Contains(out.String(), "no divergence") {
+	if !strings.Contains(out.String(), "no divergence") || !strings.Contains(out.String(), "model calls: 6 of 6 answered from the recording") {
 		t.Fatalf("replay output:\n%s", out.String())
 	}
-	t.Log(out.String())
+	// Without --workflow, the built-in example the export names.
+	out.Reset()
+	if code := run(ctx, []string{"replay", export, "--timeout", "60s"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "no divergence") {
+		t.Fatalf("replay against the built-in generator: exit %d\n%s\n%s", code, out.String(), errb.String())
+	}
+	// The start is replayed too: the first message and the client-set variable.
+	fh, err := os.Open(export)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := chatlog.Read(fh)
+	fh.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if start, _ := f.Inputs(); start != "I want to automate our newsletter." || string(f.Header.StartContext["audience"]) != `"marketing"` {
+		t.Fatalf("the export's start: %q, start_context %s", start, f.Header.StartContext)
+	}
 }
 
 func must[T any](v T, err error) T {
@@ -235,5 +256,45 @@ func TestReplay_Usage(t *testing.T) {
 		if code := run(ctx, tc.args, &out, &errb); code != 2 || !strings.Contains(errb.String(), tc.want) {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", tc.args, code, errb.String(), tc.want)
 		}
+	}
+}
+
+// TestReplay_LiveFallback: with --model live, the calls that leave the
+// recording go to the workflow's OpenAI-compatible model (a fake server
+// here): DeliveryAgent's edited prompt reaches it, and its answer is the
+// first divergence.
+func TestReplay_LiveFallback(t *testing.T) {
+	dataDir := t.TempDir()
+	chatID := recordGenerator(t, dataDir)
+	var calls atomic.Int32
+	var sawPrompt atomic.Bool
+	model := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		body, _ := io.ReadAll(r.Body)
+		sawPrompt.Store(bytes.Contains(body, []byte("one cheerful sentence")))
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"Live goodbye."},"finish_reason":null}]}`+"\n\n")
+		fmt.Fprint(w, `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`+"\n\ndata: [DONE]\n\n")
+	}))
+	defer model.Close()
+	ctx := context.Background()
+	export := filepath.Join(t.TempDir(), "chat.jsonl")
+	var out, errb bytes.Buffer
+	if code := run(ctx, []string{"export", chatID, "--data-dir", dataDir, "-o", export}, &out, &errb); code != 0 {
+		t.Fatalf("export: exit %d: %s", code, errb.String())
+	}
+	wf := copyGenerator(t)
+	editFile(t, filepath.Join(wf, "agents.json"), "Confirm in two sentences", "Confirm in one cheerful sentence")
+	t.Setenv("OPENAI_BASE_URL", model.URL+"/v1")
+	t.Setenv("OPENAI_API_KEY", "sk-test")
+	out.Reset()
+	if code := run(ctx, []string{"replay", export, "--workflow", wf, "--model", "live", "--timeout", "60s"}, &out, &errb); code != 1 {
+		t.Fatalf("replay --model live: exit %d, want 1\n%s\n%s", code, out.String(), errb.String())
+	}
+	if calls.Load() != 1 || !sawPrompt.Load() {
+		t.Fatalf("the live model got %d calls (want 1, DeliveryAgent's, with the edited prompt: %v)", calls.Load(), sawPrompt.Load())
+	}
+	if want := fmt.Sprintf("got      #%d text DeliveryAgent: Live goodbye.", seqOf(t, export, "chat.text", "DeliveryAgent")); !strings.Contains(out.String(), want) {
+		t.Fatalf("replay output lacks %q:\n%s", want, out.String())
 	}
 }
