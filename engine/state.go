@@ -431,7 +431,7 @@ func (st *state) varsForEval() map[string]any {
 	}
 	out := make(map[string]any, len(st.vars))
 	for k, raw := range st.vars {
-		if k == secretsVar {
+		if baton.IsReservedVariable(k) { // secretsVar, ForkedFromVar
 			continue
 		}
 		var v any
