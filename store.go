@@ -397,6 +397,33 @@ func RenameIn(payload []byte, rename map[string]string) []byte {
 	return payload
 }
 
+// ForkedFromVar is the reserved context variable of a forked chat:
+// {"chat_id": the chat it was forked from, "sequence": the last event
+// copied}. Reserved ("__"): models, conditions and the context a client
+// reads never see it; the API shows it as the chat's forked_from. Set by
+// engine.Fork.
+const ForkedFromVar = "__forked_from"
+
+// ForkedFrom is where a chat was forked from.
+type ForkedFrom struct {
+	ChatID   string `json:"chat_id"`
+	Sequence int64  `json:"sequence"`
+}
+
+// ForkedFromOf reads a chat's ForkedFromVar from its context snapshot; nil
+// for a chat that is no fork.
+func ForkedFromOf(c Chat) *ForkedFrom {
+	var snap map[string]json.RawMessage
+	if json.Unmarshal(c.Context, &snap) != nil || snap[ForkedFromVar] == nil {
+		return nil
+	}
+	var f ForkedFrom
+	if json.Unmarshal(snap[ForkedFromVar], &f) != nil || f.ChatID == "" {
+		return nil
+	}
+	return &f
+}
+
 // ForkStore copies the start of a chat's history into a new chat.
 type ForkStore interface {
 	// ForkChat creates f.Chat in scope, in one transaction with copies of

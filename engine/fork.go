@@ -10,32 +10,6 @@ import (
 	"github.com/batonhq/baton/workflow"
 )
 
-// ForkedFromVar is the reserved context variable of a forked chat:
-// {"chat_id": the chat it was forked from, "sequence": the last event
-// copied}. Reserved ("__"): models, conditions and the context a client
-// reads never see it; the API shows it as the chat's forked_from.
-const ForkedFromVar = "__forked_from"
-
-// ForkedFrom is where a chat was forked from.
-type ForkedFrom struct {
-	ChatID   string `json:"chat_id"`
-	Sequence int64  `json:"sequence"`
-}
-
-// ForkedFromOf reads a chat's ForkedFromVar from its context snapshot; nil
-// for a chat that is no fork.
-func ForkedFromOf(c baton.Chat) *ForkedFrom {
-	var snap map[string]json.RawMessage
-	if json.Unmarshal(c.Context, &snap) != nil || snap[ForkedFromVar] == nil {
-		return nil
-	}
-	var f ForkedFrom
-	if json.Unmarshal(snap[ForkedFromVar], &f) != nil || f.ChatID == "" {
-		return nil
-	}
-	return &f
-}
-
 // ChatAt is a chat as it stood after a given event: the fold of its events
 // up to there (Fold).
 type ChatAt struct {
@@ -224,7 +198,7 @@ func StepEnd(events []baton.Event, at int64) int64 {
 // Fork creates a chat of scope whose history is chat chatID's events 1 …
 // at (moved to the end of a model reply it falls inside: StepEnd), copied (store.ForkChat: same sequences and ids), with the context
 // variables, pending requests, speaker and status the chat had after event
-// at, and a ForkedFromVar naming where it came from. The copy goes on as a
+// at, and a baton.ForkedFromVar naming where it came from. The copy goes on as a
 // chat restored at that point would: a chat that waits for the person
 // keeps waiting, a running one is resumed. The original is not changed.
 // Its sealed secrets answered by then are copied sealed, still bound to
@@ -275,7 +249,7 @@ func (e *Engine) Fork(ctx context.Context, scope baton.Scope, chatID string, at 
 	if box := boundSecrets(src.ID, snap[secretsVar], secrets); box != nil {
 		vars[secretsVar] = box
 	}
-	vars[ForkedFromVar], _ = json.Marshal(ForkedFrom{ChatID: src.ID, Sequence: at})
+	vars[baton.ForkedFromVar], _ = json.Marshal(baton.ForkedFrom{ChatID: src.ID, Sequence: at})
 	ctxJSON, err := json.Marshal(vars)
 	if err != nil {
 		return baton.Chat{}, fmt.Errorf("fork chat %s: %w", chatID, err)

@@ -192,7 +192,7 @@ func TestFork_EveryPrefixOfGenerator(t *testing.T) {
 				at("pending request keeps the original's ui_event_id %s", p.UIEventID)
 			}
 		}
-		if ff := engine.ForkedFromOf(fork); ff == nil || ff.ChatID != id || ff.Sequence != n {
+		if ff := baton.ForkedFromOf(fork); ff == nil || ff.ChatID != id || ff.Sequence != n {
 			at("forked_from = %+v", ff)
 		}
 		if strings.Contains(string(fork.Context), testSecret) {
