@@ -375,6 +375,15 @@ func subset(want, got map[string]any) bool {
 	return true
 }
 
+// ModelName is the name the provider's calls are reported and priced
+// under (baton.ModelNamer), "scripted" whatever model the workflow names:
+// a scripted reply costs nothing, and is not billed as the model it stands
+// in for. A workflow's pricing may still price "scripted".
+func (p *Provider) ModelName(string) string { return Model }
+
+// Model is the scripted provider's model name.
+const Model = "scripted"
+
 // ProviderName is the provider's name in traces (gen_ai.provider.name).
 func (p *Provider) ProviderName() string { return "baton.scripted" }
 
