@@ -136,6 +136,26 @@ func (k DeltaKind) String() string {
 	return "DeltaKind(" + strconv.Itoa(int(k)) + ")"
 }
 
+// ModelNamer is implemented by a Provider that answers under a model name
+// of its own whatever the request names: the scripted provider is no
+// gpt-4o-mini. The engine reports a call's usage (chat.usage_summary, the
+// usage records, the metrics) under ModelName(requested) and prices it as
+// that model, so an offline demo costs 0 instead of a made-up price.
+type ModelNamer interface {
+	ModelName(requested string) string
+}
+
+// ModelOf returns the model name a call of p for requested is reported
+// and priced under: p's own (ModelNamer), else requested.
+func ModelOf(p Provider, requested string) string {
+	if n, ok := p.(ModelNamer); ok {
+		if m := n.ModelName(requested); m != "" {
+			return m
+		}
+	}
+	return requested
+}
+
 // Delta is one piece of a streamed model reply. It is a value type: a
 // provider yields it without allocating.
 type Delta struct {

@@ -333,6 +333,112 @@ type InboxStore interface {
 	ChatsWithInputs(ctx context.Context, limit int) ([]Chat, error)
 }
 
+// Fork asks ForkStore.ForkChat for a new chat whose history is the start
+// of another's.
+type Fork struct {
+	// From is the chat whose events are copied, and At the sequence of the
+	// last one copied: events 1 … At (1 <= At <= From's last sequence).
+	From string
+	At   int64
+	// Chat is the new chat as CreateChat takes it — its ID (empty for a
+	// fresh one), workflow, status, context, turn agent, cache seed and
+	// pending requests — as they were at At. The caller computes them
+	// (the engine folds the copied events); the store copies, it does not
+	// interpret.
+	Chat Chat
+	// Rename replaces, in the copied payloads, every occurrence of a key's
+	// text by its value. Ids that must be unique across chats (a pending
+	// request's ui_event_id) are given new ones this way. At most
+	// MaxForkRenames; keys must not be empty.
+	Rename map[string]string
+}
+
+// MaxForkRenames bounds Fork.Rename: a chat waits for few requests at once.
+const MaxForkRenames = 64
+
+// ValidateFork checks f for ForkChat: a source chat id, a sequence >= 1
+// (named at_sequence, the API's field), a valid new chat (Validate) and
+// renames within bounds. Stores call it first; the upper bound of At is
+// checked against the source chat in the store's transaction.
+func ValidateFork(f *Fork) error {
+	if err := validateID("from", f.From); err != nil {
+		return err
+	}
+	if f.At < 1 {
+		return Errorf(EINVALID, "at_sequence: must be a sequence of the chat (1 or more), got %d", f.At)
+	}
+	if len(f.Rename) > MaxForkRenames {
+		return Errorf(EINVALID, "rename: %d ids, at most %d", len(f.Rename), MaxForkRenames)
+	}
+	for k, v := range f.Rename {
+		if k == "" {
+			return Errorf(EINVALID, "rename: an empty id")
+		}
+		if err := validateTexts("rename", k, "rename", v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ForkBeyond is the error of a fork past the source chat's end.
+func ForkBeyond(at, last int64) error {
+	return Errorf(EINVALID, "at_sequence: %d is beyond the chat's last event (%d)", at, last)
+}
+
+// RenameIn applies renames to a payload as ForkChat does (for stores that
+// copy in Go rather than in SQL).
+func RenameIn(payload []byte, rename map[string]string) []byte {
+	for k, v := range rename {
+		if bytes.Contains(payload, []byte(k)) {
+			payload = bytes.ReplaceAll(payload, []byte(k), []byte(v))
+		}
+	}
+	return payload
+}
+
+// ForkedFromVar is the reserved context variable of a forked chat:
+// {"chat_id": the chat it was forked from, "sequence": the last event
+// copied}. Reserved ("__"): models, conditions and the context a client
+// reads never see it; the API shows it as the chat's forked_from. Set by
+// engine.Fork.
+const ForkedFromVar = "__forked_from"
+
+// ForkedFrom is where a chat was forked from.
+type ForkedFrom struct {
+	ChatID   string `json:"chat_id"`
+	Sequence int64  `json:"sequence"`
+}
+
+// ForkedFromOf reads a chat's ForkedFromVar from its context snapshot; nil
+// for a chat that is no fork.
+func ForkedFromOf(c Chat) *ForkedFrom {
+	var snap map[string]json.RawMessage
+	if json.Unmarshal(c.Context, &snap) != nil || snap[ForkedFromVar] == nil {
+		return nil
+	}
+	var f ForkedFrom
+	if json.Unmarshal(snap[ForkedFromVar], &f) != nil || f.ChatID == "" {
+		return nil
+	}
+	return &f
+}
+
+// ForkStore copies the start of a chat's history into a new chat.
+type ForkStore interface {
+	// ForkChat creates f.Chat in scope, in one transaction with copies of
+	// events 1 … f.At of chat f.From, which must be in scope: the same
+	// sequences, ids, types, timestamps, metadata (trigger_session_id the
+	// new chat's) and payloads (f.Rename applied). The new chat's
+	// LastSequence is f.At; nothing else of f.From (its inbox, effects,
+	// usage, leases) is copied, and f.From is not changed. A source chat
+	// not in scope (or deleted) is ENOTFOUND; f.At beyond its last
+	// sequence is EINVALID naming at_sequence; a new chat id in use, or a
+	// pending ui_event_id in use, is ECONFLICT. It returns the new chat as
+	// GetChat would.
+	ForkChat(ctx context.Context, scope Scope, f Fork) (Chat, error)
+}
+
 // Store is the durable state of baton: chats, their events, the effect
 // ledger, usage, background tasks and run leases. Implementations live in
 // store/sqlite and store/postgres and pass store/storetest. Every method
@@ -353,6 +459,7 @@ type Store interface {
 	LeaseStore
 	KeyStore
 	InboxStore
+	ForkStore
 	// Ping checks that the store can be reached.
 	Ping(ctx context.Context) error
 	// Close releases the store; later calls fail with an EUNAVAILABLE error.

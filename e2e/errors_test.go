@@ -230,7 +230,12 @@ func TestActionPlan_RequestChanges(t *testing.T) {
 			} `json:"data"`
 		} `json:"events"`
 	}
-	b.waitFor(t, "the run to go on", `!!document.querySelector(".msg.badge")`)
+	// The scripted reviewer follows the answer: it asks what to change
+	// (the chat waits for the person) instead of handing over to delivery.
+	b.waitFor(t, "the chat to ask what to change", `!document.querySelector("#composer-input").disabled`)
+	if eval[bool](t, b, `!!document.querySelector('#messages .msg.agent[data-agent="DeliveryAgent"]')`) {
+		t.Error("the delivery agent spoke after Request changes")
+	}
 	getJSON(t, "http://"+be.addr+"/api/chats/"+app+"/"+chatID+"/events", &hist)
 	var got map[string]string
 	for _, e := range hist.Events {

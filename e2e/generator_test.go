@@ -210,8 +210,10 @@ func TestGenerator_StartToRunComplete(t *testing.T) {
 	if got := eval[string](t, b, `document.querySelector("#dev-tokens").textContent`); tokens == 0 || got != itoa(tokens) {
 		t.Errorf("developer panel shows %s tokens, the chat's usage summaries sum to %d", got, tokens)
 	}
-	if eval[string](t, b, `document.querySelector("#dev-cost").textContent`) == "0.000000" {
-		t.Error("developer panel shows no cost")
+	// The scripted model reports its calls under its own model, at no
+	// cost: no made-up gpt-4o-mini price.
+	if got := eval[string](t, b, `document.querySelector("#dev-cost").textContent`); got != "0.000000" {
+		t.Errorf("developer panel shows cost %s for a scripted chat, want 0.000000", got)
 	}
 	seqs := messageSeqs(t, b)
 

@@ -62,6 +62,7 @@ type Store interface {
 	baton.InboxStore
 	baton.TaskStore
 	baton.LeaseStore
+	baton.ForkStore
 }
 
 // Broadcaster sends transient events (stream.*) to observers; *bus.Bus is one.

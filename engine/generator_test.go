@@ -179,3 +179,47 @@ func TestGenerator_ConceptOverviewReachesThePlanner(t *testing.T) {
 		t.Errorf("context concept_overview = %#v, want %q", got, overview)
 	}
 }
+
+// TestGenerator_RequestChangesLeadsToARevision: the scripted generator
+// follows the person — after "Request changes" on the plan the reviewer
+// asks what to change (it does not hand over to delivery), the person's
+// answer brings a revised plan, and approving that one completes the chat.
+func TestGenerator_RequestChangesLeadsToARevision(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	id := start(t, h, "generator")
+	h.waitStatus(id, baton.ChatWaitingInput)
+	if err := h.eng.Submit(ctx, testScope, id, "A weekly newsletter from our team notes.", "ws"); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus(id, baton.ChatWaitingSecret)
+	if err := h.eng.RespondUI(ctx, testScope, id, h.pending(id, baton.PendingSecret).UIEventID, "success", json.RawMessage(`{"NEWSLETTER_API_KEY":"`+testSecret+`"}`)); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus(id, baton.ChatWaitingUITool)
+	if err := h.eng.RespondUI(ctx, testScope, id, h.pending(id, baton.PendingUITool).UIEventID, "success", json.RawMessage(`{"action":"revise","feedback":"Send it on Fridays"}`)); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus(id, baton.ChatWaitingInput)
+	evs := h.events(id)
+	text := dump(evs)
+	if strings.Contains(text, "DeliveryAgent") || !strings.Contains(text, "ReviewAgent            You asked for changes") {
+		t.Fatalf("after Request changes:\n%s", text)
+	}
+	if err := h.eng.Submit(ctx, testScope, id, "Fridays at nine, please.", "ws"); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus(id, baton.ChatWaitingUITool)
+	if text := dump(h.events(id)); !strings.Contains(text, "revised as you asked") {
+		t.Fatalf("no revised plan:\n%s", text)
+	}
+	if err := h.eng.RespondUI(ctx, testScope, id, h.pending(id, baton.PendingUITool).UIEventID, "success", json.RawMessage(`{"action":"approve"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if c := h.waitStatus(id, baton.ChatCompleted, baton.ChatFailed); c.Status != baton.ChatCompleted {
+		t.Fatalf("ended %s:\n%s", c.Status, dump(h.events(id)))
+	}
+	if text := dump(h.events(id)); !strings.Contains(text, "DeliveryAgent          Your Weekly Newsletter workflow is approved") {
+		t.Fatalf("no delivery after the approval:\n%s", text)
+	}
+}

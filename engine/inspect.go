@@ -33,7 +33,7 @@ func (e *Engine) Inspect(ctx context.Context, scope baton.Scope, chatID string) 
 	}
 	st := r.st
 	vars := maps.Clone(st.vars)
-	delete(vars, secretsVar)
+	maps.DeleteFunc(vars, func(k string, _ json.RawMessage) bool { return baton.IsReservedVariable(k) })
 	in := Inspection{
 		Chat: st.chat, Messages: st.messages, Variables: vars, TurnAgent: st.turnAgent,
 		Turns: st.turns, Done: st.done, Failed: st.isFailed(),

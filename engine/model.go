@@ -144,7 +144,8 @@ func (r *run) callModel(ctx context.Context) error {
 	}
 
 	usage := acc.Usage()
-	cost := llm.Cost(cfg.Model, usage, pricing(r.wf))
+	model := baton.ModelOf(r.prov, cfg.Model) // the scripted provider's own name: no made-up price
+	cost := llm.Cost(model, usage, pricing(r.wf))
 	text := acc.Text()
 	calls := acc.ToolCalls()
 	var events []baton.Event
@@ -167,7 +168,7 @@ func (r *run) callModel(ctx context.Context) error {
 	}
 	usageRecorded := false
 	usageEv := baton.NewChatEvent(baton.TypeChatUsageSummary, st.chat.ID, agent.Name, baton.UsageSummaryPayload{
-		Kind: "usage_summary", Agent: agent.Name, Model: cfg.Model, AgentMessageID: msgID,
+		Kind: "usage_summary", Agent: agent.Name, Model: model, AgentMessageID: msgID,
 		PromptTokens: usage.PromptTokens, CompletionTokens: usage.CompletionTokens, CachedTokens: usage.CachedTokens,
 		ReasoningTokens: usage.ReasoningTokens, TotalTokens: usage.PromptTokens + usage.CompletionTokens, Cost: cost,
 		RequestDigest: baton.RequestDigest(req),
@@ -213,7 +214,7 @@ func (r *run) callModel(ctx context.Context) error {
 	// The call's usage row goes in the same append (see flush). A row the
 	// store would refuse is logged and left out, never a run error
 	// (invariant 9).
-	rec := baton.UsageRecord{ChatID: st.chat.ID, Workflow: r.wf.Name, Agent: agent.Name, Model: cfg.Model, Usage: usage, Cost: cost}
+	rec := baton.UsageRecord{ChatID: st.chat.ID, Workflow: r.wf.Name, Agent: agent.Name, Model: model, Usage: usage, Cost: cost}
 	if err := rec.Validate(); err != nil {
 		r.e.log.Warn("engine: record usage", "chat_id", rec.ChatID, "agent", rec.Agent, "err", err)
 	} else {
@@ -281,14 +282,14 @@ func (r *run) interrupted(agent, msgID, key string, acc *llm.Accumulator, gate *
 		}))
 	}
 	if usage := acc.Usage(); usage != (baton.Usage{}) {
-		cfg := r.wf.LLMFor(agent)
-		cost := llm.Cost(cfg.Model, usage, pricing(r.wf))
+		model := baton.ModelOf(r.prov, r.wf.LLMFor(agent).Model)
+		cost := llm.Cost(model, usage, pricing(r.wf))
 		events = append(events, baton.NewChatEvent(baton.TypeChatUsageSummary, st.chat.ID, agent, baton.UsageSummaryPayload{
-			Kind: "usage_summary", Agent: agent, Model: cfg.Model, AgentMessageID: msgID,
+			Kind: "usage_summary", Agent: agent, Model: model, AgentMessageID: msgID,
 			PromptTokens: usage.PromptTokens, CompletionTokens: usage.CompletionTokens, CachedTokens: usage.CachedTokens,
 			ReasoningTokens: usage.ReasoningTokens, TotalTokens: usage.PromptTokens + usage.CompletionTokens, Cost: cost,
 		}))
-		rec := baton.UsageRecord{ChatID: st.chat.ID, Workflow: r.wf.Name, Agent: agent, Model: cfg.Model, Usage: usage, Cost: cost}
+		rec := baton.UsageRecord{ChatID: st.chat.ID, Workflow: r.wf.Name, Agent: agent, Model: model, Usage: usage, Cost: cost}
 		if err := rec.Validate(); err != nil {
 			r.e.log.Warn("engine: record usage", "chat_id", rec.ChatID, "agent", rec.Agent, "err", err)
 		} else {

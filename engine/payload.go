@@ -137,6 +137,8 @@ func decodeToolResponse(data []byte, p *baton.ToolResponsePayload, n names) {
 			return jsonString(v, &p.ToolCallID)
 		case "content":
 			return jsonString(v, &p.Content)
+		case "payload": // an auto-tool's response, shown to the model
+			return jsonRaw(v, &p.Payload)
 		case "interaction_type":
 			return n.str(v, &p.InteractionType)
 		case "input_id":

@@ -145,7 +145,8 @@ func (s *sealer) openAll(chatID string, sealed json.RawMessage, declared func(na
 		if !declared(name) {
 			continue
 		}
-		if plain, err := s.open(chatID, name, v); err == nil {
+		bound, sealed := binding(chatID, v)
+		if plain, err := s.open(bound, name, sealed); err == nil {
 			out[name] = plain
 		}
 	}
@@ -190,4 +191,49 @@ func LoadSecretKey(path string) ([]byte, error) {
 		return nil, fmt.Errorf("secret key file: %w", err)
 	}
 	return k, nil
+}
+
+// boundSecrets returns the sealed secrets of box (a chat's secretsVar)
+// named in names, for a copy of the chat (Fork): each stays sealed as it
+// is, marked with the chat it is bound to (the additional data it was
+// sealed with), so that the copy's tools can open it without the value
+// ever being opened to copy it. nil when none is left.
+func boundSecrets(chatID string, box json.RawMessage, names []string) json.RawMessage {
+	if len(box) == 0 || len(names) == 0 {
+		return nil
+	}
+	var all map[string]string
+	if json.Unmarshal(box, &all) != nil {
+		return nil
+	}
+	out := map[string]string{}
+	for _, name := range names {
+		v, ok := all[name]
+		if !ok {
+			continue
+		}
+		if !strings.Contains(v, boundSep) { // a fork's fork keeps the first binding
+			v = chatID + boundSep + v
+		}
+		out[name] = v
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	raw, _ := json.Marshal(out)
+	return raw
+}
+
+// boundSep separates, in a copied secret, the chat it was sealed for from
+// the sealed value (base64, which never holds it).
+const boundSep = "|"
+
+// binding splits a stored secret into the chat its seal is bound to and
+// the sealed value: chatID and the value itself for one sealed in this
+// chat.
+func binding(chatID, stored string) (string, string) {
+	if i := strings.LastIndex(stored, boundSep); i >= 0 {
+		return stored[:i], stored[i+len(boundSep):]
+	}
+	return chatID, stored
 }

@@ -316,9 +316,15 @@ func (st *state) apply(ev *baton.Event) {
 			return
 		case interactionAutoTool:
 			// The model did not make this call; it learns the person's
-			// response as a message, so the next agent can act on it.
+			// response as a message, so the next agent can act on it: the
+			// response itself (its status and data: which button, what
+			// feedback), not only that the tool completed.
+			resp := p.Content
+			if len(p.Payload) > 0 {
+				resp = string(p.Payload)
+			}
 			st.messages = append(st.messages, baton.Message{Role: baton.RoleUser, Name: systemAgent,
-				Content: "The person responded to " + p.ToolName + ": " + p.Content})
+				Content: "The person responded to " + p.ToolName + ": " + resp})
 			if t := st.turn; t != nil {
 				t.open = removeCall(t.open, p.ToolCallID)
 			}
@@ -431,7 +437,7 @@ func (st *state) varsForEval() map[string]any {
 	}
 	out := make(map[string]any, len(st.vars))
 	for k, raw := range st.vars {
-		if k == secretsVar {
+		if baton.IsReservedVariable(k) { // secretsVar, ForkedFromVar
 			continue
 		}
 		var v any

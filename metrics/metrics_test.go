@@ -20,13 +20,15 @@ import (
 	"github.com/batonhq/baton/bus"
 	"github.com/batonhq/baton/internal/testenv"
 	"github.com/batonhq/baton/llm"
+	"github.com/batonhq/baton/llm/scripted"
 	"github.com/batonhq/baton/metrics"
 )
 
-// expectedCost is the cost of the scripted generator run at the
-// workflow's gpt-4o-mini prices.
+// expectedCost is the cost of the scripted generator run: the scripted
+// provider reports its calls under its own model, which has no price, not
+// under the workflow's gpt-4o-mini.
 func expectedCost(u baton.Usage) float64 {
-	return llm.Cost("gpt-4o-mini", u, map[string]llm.Price{"gpt-4o-mini": {Input: 0.15, Output: 0.6, CachedInput: 0.075}})
+	return llm.Cost(scripted.Model, u, nil)
 }
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-12 }
@@ -224,10 +226,10 @@ func TestPrometheus(t *testing.T) {
 		labels map[string]string
 		want   float64
 	}{
-		{"baton_tokens_total", map[string]string{"model": "gpt-4o-mini", "kind": "prompt"}, float64(want.PromptTokens)},
-		{"baton_tokens_total", map[string]string{"model": "gpt-4o-mini", "kind": "completion"}, float64(want.CompletionTokens)},
-		{"baton_model_calls_total", map[string]string{"model": "gpt-4o-mini"}, float64(calls)},
-		{"baton_model_latency_seconds", map[string]string{"model": "gpt-4o-mini"}, float64(calls)},
+		{"baton_tokens_total", map[string]string{"model": scripted.Model, "kind": "prompt"}, float64(want.PromptTokens)},
+		{"baton_tokens_total", map[string]string{"model": scripted.Model, "kind": "completion"}, float64(want.CompletionTokens)},
+		{"baton_model_calls_total", map[string]string{"model": scripted.Model}, float64(calls)},
+		{"baton_model_latency_seconds", map[string]string{"model": scripted.Model}, float64(calls)},
 		{"baton_runs_ended_total", map[string]string{"workflow": "generator", "status": "success"}, 1},
 		{"baton_websocket_connections", nil, 1},
 		{"baton_websocket_slow_consumer_drops_total", nil, 1},

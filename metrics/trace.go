@@ -434,8 +434,10 @@ func (t *Tracer) Observe(ev baton.Event) {
 			return
 		}
 		delete(ct.calls, p.AgentMessageID)
-		s.SetName("chat " + p.Model)
-		s.SetAttributes(attribute.String("gen_ai.request.model", p.Model), attribute.String("gen_ai.response.model", p.Model),
+		// The model that answered: the requested one for a real provider,
+		// the provider's own for the scripted one (the span keeps the
+		// requested model in its name and gen_ai.request.model).
+		s.SetAttributes(attribute.String("gen_ai.response.model", p.Model),
 			attribute.Int64("gen_ai.usage.input_tokens", p.PromptTokens), attribute.Int64("gen_ai.usage.output_tokens", p.CompletionTokens),
 			attribute.Int64("gen_ai.usage.cached_tokens", p.CachedTokens))
 		s.End(trace.WithTimestamp(ts))

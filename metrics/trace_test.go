@@ -68,7 +68,7 @@ func TestTraceTree(t *testing.T) {
 			}
 		case strings.HasPrefix(s.Name, "chat "):
 			chats++
-			if s.Name != "chat gpt-4o-mini" || attr(s, "gen_ai.request.model").AsString() != "gpt-4o-mini" {
+			if s.Name != "chat gpt-4o-mini" || attr(s, "gen_ai.request.model").AsString() != "gpt-4o-mini" || attr(s, "gen_ai.response.model").AsString() != "scripted" {
 				t.Errorf("model span %q", s.Name)
 			}
 			in += attr(s, "gen_ai.usage.input_tokens").AsInt64()

@@ -248,10 +248,73 @@ type chatSummary struct {
 	LastSequence int64            `json:"last_sequence"`
 	CreatedAt    time.Time        `json:"created_at"`
 	UpdatedAt    time.Time        `json:"updated_at"`
+	// ForkedFrom names the chat and sequence a fork was copied from.
+	ForkedFrom *baton.ForkedFrom `json:"forked_from,omitempty"`
 }
 
 func summaryOf(c baton.Chat) chatSummary {
-	return chatSummary{ChatID: c.ID, Workflow: c.Workflow, Status: c.Status, LastSequence: c.LastSequence, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt}
+	return chatSummary{ChatID: c.ID, Workflow: c.Workflow, Status: c.Status, LastSequence: c.LastSequence, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt,
+		ForkedFrom: baton.ForkedFromOf(c)}
+}
+
+// forkRequest is the body of POST /api/chats/{app}/{chat_id}/fork.
+type forkRequest struct {
+	AtSequence json.RawMessage `json:"at_sequence"`
+}
+
+// handleFork copies a chat's history up to at_sequence into a new chat of
+// the caller's and continues it (engine.Engine.Fork).
+func (s *Server) handleFork(w http.ResponseWriter, r *http.Request) {
+	err := func() error {
+		p, err := s.principal(r, r.PathValue("app"))
+		if err != nil {
+			return err
+		}
+		if err := s.needEngine(); err != nil {
+			return err
+		}
+		var req forkRequest
+		if err := s.decodeBody(w, r, &req, false); err != nil {
+			return err
+		}
+		at, err := sequenceField("at_sequence", req.AtSequence)
+		if err != nil {
+			return err
+		}
+		chatID := r.PathValue("chat_id")
+		if _, err := s.chatIn(r.Context(), p.scope, chatID); err != nil {
+			return err
+		}
+		chat, err := s.cfg.Engine.Fork(r.Context(), p.scope, chatID, at)
+		if err != nil {
+			if baton.ErrorCode(err) == baton.ENOTFOUND {
+				return baton.Errorf(baton.ENOTFOUND, "chat %q not found", truncate(chatID, baton.MaxEventIDLen))
+			}
+			return err
+		}
+		writeJSON(w, http.StatusCreated, map[string]any{"chat_id": chat.ID, "app": chat.App, "workflow": chat.Workflow,
+			"status": chat.Status, "last_sequence": chat.LastSequence, "forked_from": baton.ForkedFromOf(chat)})
+		return nil
+	}()
+	if err != nil {
+		s.writeError(w, r, err)
+	}
+}
+
+// sequenceField parses a required JSON field holding a sequence number
+// (an integer >= 1).
+func sequenceField(name string, raw json.RawMessage) (int64, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return 0, baton.Errorf(baton.EINVALID, "%s: required (the sequence of the last event to keep)", name)
+	}
+	n, err := strconv.ParseInt(string(raw), 10, 64)
+	if err != nil {
+		return 0, baton.Errorf(baton.EINVALID, "%s: must be a sequence number (an integer >= 1), not %s", name, truncate(string(raw), 32))
+	}
+	if n < 1 {
+		return 0, baton.Errorf(baton.EINVALID, "%s: must be a sequence number (an integer >= 1), not %d", name, n)
+	}
+	return n, nil
 }
 
 func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {

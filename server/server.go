@@ -61,6 +61,9 @@ type Runner interface {
 	RespondUI(ctx context.Context, scope baton.Scope, chatID, uiEventID, status string, data json.RawMessage) error
 	// RespondUIOnce is RespondUI under the response's event id.
 	RespondUIOnce(ctx context.Context, scope baton.Scope, chatID, eventID, uiEventID, status string, data json.RawMessage) error
+	// Fork creates a chat of scope whose history is chatID's up to event
+	// at, and continues it from there (engine.Engine.Fork).
+	Fork(ctx context.Context, scope baton.Scope, chatID string, at int64) (baton.Chat, error)
 	// PublishEvent publishes an environment event for a chat (kept in the
 	// inbox first when an event-handler agent observes it).
 	PublishEvent(ctx context.Context, scope baton.Scope, ev baton.Event) error
@@ -285,6 +288,7 @@ func New(cfg Config) (*Server, error) {
 		{"POST", "/api/chats/{app}/{workflow}/start", s.handleStart},
 		{"POST", "/api/chats/{app}/{chat_id}/resume", s.handleResume},
 		{"POST", "/api/chats/{app}/{chat_id}/cancel", s.handleCancel},
+		{"POST", "/api/chats/{app}/{chat_id}/fork", s.handleFork},
 		{"GET", "/api/me", s.handleMe},
 		{"GET", "/api/chats/{app}", s.handleList},
 		{"GET", "/api/chats/{app}/{chat_id}", s.handleGet},

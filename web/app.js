@@ -282,6 +282,7 @@ function newView(id, workflow) {
     metrics: undefined, // true: /metrics/perf/chats answers; false: it does not
     metricsTimer: null,
     retryButton: null, // the Retry of the last error, while it is current
+    syntheticSeq: 0, // the sequence of the last synthetic select_speaker (a speaker change shown with a text)
   };
 }
 
@@ -292,6 +293,7 @@ function closeChat() {
   clearTimeout(view.metricsTimer);
   if (view.socket) view.socket.close(1000, "chat closed");
   view = null;
+  $("export-button").hidden = true;
 }
 
 async function openChat(id, workflow) {
@@ -308,6 +310,7 @@ async function openChat(id, workflow) {
   if (!$("dev-panel").hidden) refreshMetrics();
   $("chat-title").textContent = workflow ? `${workflow} chat` : "Chat";
   $("chat-title").title = id;
+  $("export-button").hidden = false;
   setStatus("");
   hideBanner();
   setInput(false);
@@ -514,6 +517,11 @@ function onText(d, env) {
     const { node, body } = messageNode(agent, "user");
     body.textContent = d.content || "";
     node.dataset.seq = d.sequence;
+    // Edit and resend forks the chat before this message: before the
+    // speaker change shown with it, when there is one.
+    let at = d.sequence - 1;
+    if (view.syntheticSeq === at) at -= 1;
+    if (at >= 1 && !d.ui_hidden) addEditResend(node, body, at, d.content || "");
     append(node);
     setInput(false);
     return;
@@ -531,6 +539,69 @@ function onText(d, env) {
   scrollDown();
   void env;
 }
+
+// addEditResend puts an "Edit" button on a person's message: the edited
+// text is sent in a fork of the chat made at sequence at (the chat as it
+// stood before the message), which then opens. The original is kept.
+function addEditResend(node, body, at, content) {
+  const edit = el("button", { type: "button", class: "link edit-resend", text: "Edit", title: "Edit and resend: a new chat from this point" });
+  node.append(edit);
+  edit.addEventListener("click", () => {
+    const box = el("textarea", { class: "edit-box", rows: "3", "aria-label": "Edited message" });
+    box.value = content;
+    const resend = el("button", { type: "button", class: "resend", text: "Resend" });
+    const cancel = el("button", { type: "button", class: "secondary", text: "Cancel" });
+    const form = el("div", { class: "edit-form" }, box, el("div", { class: "buttons" }, resend, cancel));
+    body.hidden = true;
+    edit.hidden = true;
+    node.append(form);
+    box.focus();
+    cancel.addEventListener("click", () => {
+      form.remove();
+      body.hidden = false;
+      edit.hidden = false;
+    });
+    resend.addEventListener("click", async () => {
+      const text = box.value.trim();
+      if (!text) return;
+      resend.disabled = true;
+      const from = view.id;
+      const workflow = view.workflow;
+      try {
+        const f = await api("POST", `/api/chats/${enc(state.app)}/${enc(from)}/fork`, { at_sequence: at });
+        await api("POST", "/api/input/submit", { app: state.app, chat_id: f.chat_id, content: text });
+        await openChat(f.chat_id, f.workflow || workflow);
+        loadChats();
+      } catch (err) {
+        resend.disabled = false;
+        showBanner(`Could not edit and resend: ${err.message}`, "error");
+      }
+    });
+  });
+}
+
+// exportChat downloads the open chat's recorded events (GET …/export) as a
+// file: fetched with the key, since a plain link would not send it.
+async function exportChat() {
+  if (!view) return;
+  const id = view.id;
+  const headers = {};
+  if (state.key) headers.Authorization = `Bearer ${state.key}`;
+  try {
+    const res = await fetch(`/api/chats/${enc(state.app)}/${enc(id)}/export`, { headers });
+    if (!res.ok) throw new Error(`${res.status} ${res.statusText}`);
+    const url = URL.createObjectURL(await res.blob());
+    const a = el("a", { href: url, download: `chat-${id}.jsonl` });
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 1000);
+  } catch (err) {
+    showBanner(`Could not export the chat: ${err.message}`, "error");
+  }
+}
+
+$("export-button").addEventListener("click", exportChat);
 
 // RESULT_PREVIEW is how much of a tool's result is shown before "Show all".
 const RESULT_PREVIEW = 400;
@@ -982,6 +1053,7 @@ function handle(env) {
   // A notice stands until the next event of the chat, but for the retry's
   // own stream.start and the stream.error before it.
   if (view.notice && env.type !== "chat.notice" && env.type !== "stream.start" && env.type !== "stream.error") removeNotice();
+  if (env.type === "chat.select_speaker" && d.source === "synthetic") view.syntheticSeq = d.sequence;
   switch (env.type) {
     case "stream.start":
       if (d.message_id && view.streams.has(d.message_id)) {

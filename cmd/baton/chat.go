@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,13 +29,16 @@ func init() {
 	register(command{
 		name:    "chat",
 		summary: "chat with a workflow in the terminal (runs in-process)",
-		usage:   "chat [flags] WORKFLOW\n       baton chat [flags] --resume CHAT_ID",
+		usage:   "chat [flags] WORKFLOW\n       baton chat [flags] --resume CHAT_ID\n       baton chat [flags] --fork CHAT_ID[@SEQ]",
 		about: "Runs one chat of WORKFLOW in this process, against the store `baton serve` uses, and shows it\n" +
 			"as the web UI does: the agents' streamed text, tool calls, handoffs, structured outputs as fields;\n" +
 			"internal agents' text and hidden messages are not printed. It asks you for messages (an empty line\n" +
 			"asks again), UI tool responses (JSON, \"approve\" or \"cancel\") and secrets (without echo).\n" +
-			"Logs go to <data-dir>/" + chatLogName + ". Ctrl-D leaves the chat waiting, to resume later.",
-		example: "baton chat hello                      # runs to the end with no input\nbaton chat generator\nbaton chat --resume 01a2149e-5f09-7eae-b7e9-6026f28fd384",
+			"Logs go to <data-dir>/" + chatLogName + ". Ctrl-D leaves the chat waiting, to resume later.\n" +
+			"--fork CHAT_ID@SEQ branches a chat: a new chat whose history is CHAT_ID's events 1 … SEQ (the\n" +
+			"whole chat without @SEQ), with its variables, requests and speaker as they were there; it goes on\n" +
+			"from that point and the original is not changed.",
+		example: "baton chat hello                      # runs to the end with no input\nbaton chat generator\nbaton chat --resume 01a2149e-5f09-7eae-b7e9-6026f28fd384\nbaton chat --fork 01a2149e-5f09-7eae-b7e9-6026f28fd384@7   # answer the interview again",
 		args:    argWorkflows,
 		flags:   chatFlags,
 	})
@@ -47,8 +51,13 @@ func chatFlags(fs *flag.FlagSet) runner {
 	fs.StringVar(&o.app, "app", envOr("BATON_APP", server.DefaultApp), "the chat's app (tenant); the web UI and the examples use the same (env BATON_APP)")
 	fs.StringVar(&o.user, "user", envOr("BATON_USER", server.DevUser), "the chat's user; the default is --dev mode's, so the web UI in --dev mode shows the chat (env BATON_USER)")
 	fs.StringVar(&o.resume, "resume", "", "resume this chat id instead of starting a new chat")
+	fs.StringVar(&o.fork, "fork", "", "fork CHAT_ID[@SEQ]: a new chat with CHAT_ID's history up to event SEQ (all of it without @SEQ), going on from there")
 	return func(ctx context.Context, fs *flag.FlagSet, stdout, stderr io.Writer) error {
-		if fs.NArg() != 1 && o.resume == "" || fs.NArg() > 1 {
+		if o.resume != "" && o.fork != "" {
+			return fmt.Errorf("--resume and --fork: give one")
+		}
+		joined := o.resume != "" || o.fork != ""
+		if fs.NArg() != 1 && !joined || fs.NArg() > 1 || joined && fs.NArg() > 0 {
 			fs.Usage()
 			return errUsage
 		}
@@ -58,8 +67,24 @@ func chatFlags(fs *flag.FlagSet) runner {
 
 // chatOptions are the flags of `baton chat`.
 type chatOptions struct {
-	rc                runtimeConfig
-	app, user, resume string
+	rc                      runtimeConfig
+	app, user, resume, fork string
+}
+
+// parseForkArg reads --fork's CHAT_ID[@SEQ]; seq is 0 without @SEQ.
+func parseForkArg(v string) (chatID string, seq int64, err error) {
+	chatID, s, hasSeq := strings.Cut(v, "@")
+	if chatID == "" {
+		return "", 0, fmt.Errorf("--fork %q: want CHAT_ID or CHAT_ID@SEQ", v)
+	}
+	if !hasSeq {
+		return chatID, 0, nil
+	}
+	seq, err = strconv.ParseInt(s, 10, 64)
+	if err != nil || seq < 1 {
+		return "", 0, fmt.Errorf("--fork %q: SEQ must be a sequence number (an integer >= 1)", v)
+	}
+	return chatID, seq, nil
 }
 
 // runChat runs one chat of a workflow in this process, against the same
@@ -91,6 +116,25 @@ func runChat(ctx context.Context, o chatOptions, workflowName string, stdout io.
 		_ = rt.Close(cctx)
 	}()
 	scope := baton.Scope{App: app, User: user}
+	if o.fork != "" {
+		from, at, err := parseForkArg(o.fork)
+		if err != nil {
+			return err
+		}
+		if at == 0 {
+			src, err := rt.Store().GetChat(ctx, scope, from)
+			if err != nil {
+				return fmt.Errorf("fork %s: %w", from, err)
+			}
+			at = src.LastSequence
+		}
+		forked, err := rt.Engine().Fork(ctx, scope, from, at)
+		if err != nil {
+			return fmt.Errorf("fork %s: %w", from, err)
+		}
+		fmt.Fprintf(stdout, "chat %s forked from %s at event %d (resume with: baton chat --resume %s)\n", forked.ID, from, forked.LastSequence, forked.ID)
+		resume = forked.ID
+	}
 	chatID := resume
 	if chatID == "" {
 		chatID = baton.NewID()
@@ -110,6 +154,12 @@ func runChat(ctx context.Context, o chatOptions, workflowName string, stdout io.
 		c.def = rt.Engine().Workflow(c.wf)
 		if err := c.replay(ctx); err != nil {
 			return err
+		}
+		// The chat as it is after the replay: a run going on (a fork's)
+		// may have paused meanwhile, and its pause was replayed, not
+		// shown live (show skips what was printed).
+		if chat, err = rt.Store().GetChat(ctx, scope, resume); err != nil {
+			return fmt.Errorf("resume %s: %w", resume, err)
 		}
 		if err := c.prompt(ctx, chat); err != nil {
 			return c.end(err)
@@ -181,6 +231,7 @@ type chatUI struct {
 	out       io.Writer
 	in        *bufio.Reader
 	streaming string // the message being streamed
+	shown     int64  // the sequence of the last recorded event printed (replayed or live)
 }
 
 // replay prints what the chat recorded before this process joined it.
@@ -237,6 +288,9 @@ func (c *chatUI) show(ctx context.Context, ev baton.Event) (bool, error) {
 	if !baton.IsChatType(ev.Type) {
 		return false, nil
 	}
+	if ev.Sequence <= c.shown {
+		return false, nil // replayed already
+	}
 	done, err := c.showRecorded(ev)
 	if done || err != nil {
 		return done, err
@@ -269,6 +323,7 @@ func (c *chatUI) structured(agent string) bool {
 // handoffs stay out, as in the web UI); true means the chat ended. A
 // payload of another shape prints with empty fields.
 func (c *chatUI) showRecorded(ev baton.Event) (bool, error) {
+	c.shown = max(c.shown, ev.Sequence)
 	if !server.Visible(c.def, &ev) {
 		if ev.Type == baton.TypeChatText {
 			if p, _ := baton.DecodePayload[baton.TextPayload](&ev); c.streaming == p.AgentMessageID {

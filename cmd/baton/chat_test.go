@@ -154,3 +154,52 @@ func TestChat_StructuredTextPrintsAsFields(t *testing.T) {
 		t.Errorf("the structured output shows as JSON:\n%s", out.String())
 	}
 }
+
+// TestChat_Fork runs `baton chat hello`, then `baton chat --fork ID@2` on
+// the same store: the copy goes on from event 2 to the end, the original's
+// first events are replayed, and bad --fork values are refused.
+func TestChat_Fork(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	if code := run(ctx, []string{"chat", "--data-dir", dir, "hello"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	}
+	var id string
+	if _, err := fmt.Sscanf(out.String(), "chat %s of hello", &id); err != nil {
+		t.Fatalf("no chat id in %q: %v", out.String(), err)
+	}
+	out.Reset()
+	errb.Reset()
+	if code := run(ctx, []string{"chat", "--data-dir", dir, "--fork", id + "@2"}, &out, &errb); code != 0 {
+		t.Fatalf("fork: exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	}
+	for _, want := range []string{"forked from " + id + " at event 2", "✓ chat complete"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("fork output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if n := strings.Count(out.String(), "Greeter: Hello!"); n != 1 {
+		t.Errorf("the greeting is shown %d times, want once:\n%s", n, out.String())
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--fork", id + "@x"}, 1, "SEQ must be a sequence number"},
+		{[]string{"--fork", id + "@0"}, 1, "SEQ must be a sequence number"},
+		{[]string{"--fork", id + "@999"}, 1, "at_sequence: 999 is beyond"},
+		{[]string{"--fork", "no-such-chat"}, 1, "not found"},
+		{[]string{"--fork", id, "--resume", id}, 1, "give one"},
+		{[]string{"--fork", id, "hello"}, 2, "Usage: baton chat"},
+	} {
+		out.Reset()
+		errb.Reset()
+		args := append([]string{"chat", "--data-dir", dir}, tc.args...)
+		if code := run(ctx, args, &out, &errb); code != tc.code || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want %d and %q", tc.args, code, errb.String(), tc.code, tc.want)
+		}
+	}
+}

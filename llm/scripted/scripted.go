@@ -9,6 +9,8 @@
 //	      {"text": "Hello!", "usage": {"prompt_tokens": 50, "completion_tokens": 3, "cached_tokens": 0}},
 //	      {"tool_calls": [{"name": "get_time", "arguments": {"tz": "UTC"}}]},
 //	      {"match": "(?i)approve", "text": "Great, approved."},
+//	      {"when": {"input_contains": "weekly"}, "text": "Weekly it is."},
+//	      {"when": {"ui_response": {"status": "success", "data": {"action": "revise"}}}, "text": "Revising."},
 //	      {"json": {"agent_message": "Review the plan"}},
 //	      {"reasoning": "thinking…", "text": "…"},
 //	      {"error": {"status": 429, "message": "rate limited"}}
@@ -50,13 +52,14 @@ type Provider struct {
 }
 
 type agentScript struct {
-	matched   []*entry // entries with "match", in script order
+	matched   []*entry // entries with "match" or "when", in script order
 	unmatched []*entry // the others, used in order
 }
 
 type entry struct {
 	pos       int // position in the agent's list, for messages
 	match     *regexp.Regexp
+	when      *whenJSON
 	text      string
 	reasoning string
 	json      string // compact
@@ -77,12 +80,33 @@ type fileJSON struct {
 
 type entryJSON struct {
 	Match     string          `json:"match"`
+	When      json.RawMessage `json:"when"`
 	Text      *string         `json:"text"`
 	Reasoning string          `json:"reasoning"`
 	ToolCalls []toolCallJSON  `json:"tool_calls"`
 	JSON      json.RawMessage `json:"json"`
 	Error     *scriptError    `json:"error"`
 	Usage     *usageJSON      `json:"usage"`
+}
+
+// whenJSON is an entry's condition on the conversation: exactly one of
+// its fields is set.
+type whenJSON struct {
+	// InputContains holds when the person's last message contains the
+	// text (case-insensitively).
+	InputContains *string `json:"input_contains"`
+	// UIResponse holds when the last UI tool or form response matches.
+	UIResponse *uiResponseJSON `json:"ui_response"`
+}
+
+// uiResponseJSON matches a UI response: each field given must match; data
+// matches when every key it names has that value in the response's data
+// (objects compared the same way, key by key; other values equal as JSON).
+type uiResponseJSON struct {
+	Tool   string          `json:"tool"`
+	Status string          `json:"status"`
+	Data   json.RawMessage `json:"data"`
+	data   map[string]any
 }
 
 type toolCallJSON struct {
@@ -135,7 +159,7 @@ func Parse(name string, data []byte) (*Provider, error) {
 				return nil, baton.Errorf(baton.EINVALID, "%s: agents.%s[%d]: %s", name, agent, i, err)
 			}
 			e.pos = i
-			if e.match != nil {
+			if e.match != nil || e.when != nil {
 				s.matched = append(s.matched, e)
 			} else {
 				s.unmatched = append(s.unmatched, e)
@@ -174,6 +198,16 @@ func parseEntry(raw json.RawMessage) (*entry, error) {
 		return nil, err
 	}
 	e := &entry{reasoning: j.Reasoning}
+	if len(j.When) > 0 {
+		if j.Match != "" {
+			return nil, errors.New(`"match" and "when" cannot both be set`)
+		}
+		w, err := parseWhen(j.When)
+		if err != nil {
+			return nil, err
+		}
+		e.when = w
+	}
 	if j.Match != "" {
 		re, err := regexp.Compile(j.Match)
 		if err != nil {
@@ -228,6 +262,132 @@ func parseEntry(raw json.RawMessage) (*entry, error) {
 	return e, nil
 }
 
+// parseWhen checks an entry's "when": one condition, its fields of the
+// right types, errors naming the field.
+func parseWhen(raw json.RawMessage) (*whenJSON, error) {
+	var w whenJSON
+	if err := strictDecode(raw, &w); err != nil {
+		return nil, fmt.Errorf("when: %v", err)
+	}
+	switch {
+	case w.InputContains != nil && w.UIResponse != nil:
+		return nil, errors.New(`when: give one of "input_contains" and "ui_response"`)
+	case w.InputContains != nil:
+		if *w.InputContains == "" {
+			return nil, errors.New("when.input_contains: must not be empty")
+		}
+	case w.UIResponse != nil:
+		if d := bytes.TrimSpace(w.UIResponse.Data); len(d) > 0 {
+			if d[0] != '{' {
+				return nil, errors.New("when.ui_response.data: must be an object (the fields the response's data must have)")
+			}
+			if err := json.Unmarshal(d, &w.UIResponse.data); err != nil {
+				return nil, fmt.Errorf("when.ui_response.data: %v", err)
+			}
+		}
+	default:
+		return nil, errors.New(`when: needs "input_contains" or "ui_response"`)
+	}
+	return &w, nil
+}
+
+// holds reports whether w holds for messages, whose last message of the
+// agent is at lastSelf (-1 for none): the input it looks at must be newer.
+func (w *whenJSON) holds(msgs []baton.Message, lastSelf int) bool {
+	if w.InputContains != nil {
+		for i := len(msgs) - 1; i > lastSelf; i-- {
+			if m := &msgs[i]; m.Role == baton.RoleUser && m.Name == "user" {
+				return strings.Contains(strings.ToLower(m.Content), strings.ToLower(*w.InputContains))
+			}
+		}
+		return false
+	}
+	for i := len(msgs) - 1; i > lastSelf; i-- {
+		tool, res, ok := uiResponseIn(&msgs[i])
+		if !ok {
+			continue
+		}
+		u := w.UIResponse
+		return (u.Tool == "" || u.Tool == tool) && (u.Status == "" || u.Status == res.Status) && subset(u.data, res.Data)
+	}
+	return false
+}
+
+// uiResult is the JSON a UI response is shown to the model as (tool.UIResult).
+type uiResult struct {
+	Status string         `json:"status"`
+	Data   map[string]any `json:"data"`
+}
+
+// uiResponsePrefix starts the message a UI response of an auto-tool (or a
+// lifecycle form) is shown as: "The person responded to TOOL: {json}".
+const uiResponsePrefix = "The person responded to "
+
+// uiResponseIn reads a UI response from a message: a tool result holding
+// a UI result, or the engine's note of one.
+func uiResponseIn(m *baton.Message) (tool string, res uiResult, ok bool) {
+	content := m.Content
+	switch {
+	case m.Role == baton.RoleTool:
+		tool = m.Name
+	case m.Role == baton.RoleUser && strings.HasPrefix(content, uiResponsePrefix):
+		rest := content[len(uiResponsePrefix):]
+		name, js, found := strings.Cut(rest, ": ")
+		if !found {
+			return "", res, false
+		}
+		tool, content = name, js
+	default:
+		return "", res, false
+	}
+	var probe struct {
+		Status    *string        `json:"status"`
+		UIEventID string         `json:"ui_event_id"`
+		Data      map[string]any `json:"data"`
+	}
+	if json.Unmarshal([]byte(content), &probe) != nil || probe.Status == nil || probe.UIEventID == "" {
+		return "", res, false
+	}
+	return tool, uiResult{Status: *probe.Status, Data: probe.Data}, true
+}
+
+// subset reports whether every key of want has its value in got (objects
+// compared the same way).
+func subset(want, got map[string]any) bool {
+	for k, w := range want {
+		g, ok := got[k]
+		if !ok {
+			return false
+		}
+		wm, wObj := w.(map[string]any)
+		gm, gObj := g.(map[string]any)
+		switch {
+		case wObj && gObj:
+			if !subset(wm, gm) {
+				return false
+			}
+		case wObj || gObj:
+			return false
+		default:
+			a, _ := json.Marshal(w)
+			b, _ := json.Marshal(g)
+			if !bytes.Equal(a, b) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// ModelName is the name the provider's calls are reported and priced
+// under (baton.ModelNamer), "scripted" whatever model the workflow names:
+// a scripted reply costs nothing, and is not billed as the model it stands
+// in for. A workflow's pricing may still price "scripted".
+func (p *Provider) ModelName(string) string { return Model }
+
+// Model is the scripted provider's model name.
+const Model = "scripted"
+
 // ProviderName is the provider's name in traces (gen_ai.provider.name).
 func (p *Provider) ProviderName() string { return "baton.scripted" }
 
@@ -246,7 +406,11 @@ func (p *Provider) Agents() []string {
 //   - an entry with "match" answers when its regular expression matches the
 //     content of the last user-role message and the agent has not spoken
 //     since that message (so a tool-call answer is not repeated after its
-//     result comes back); the first such entry in script order wins;
+//     result comes back); an entry with "when" answers when its condition
+//     holds for an input newer than the agent's last message — the person's
+//     last message contains "input_contains", or the last UI tool or form
+//     response matches "ui_response" (its tool, status, and the fields
+//     given of its data); the first such entry in script order wins;
 //   - otherwise the N-th entry without "match" answers, where N is the
 //     number of assistant messages named req.Agent already in req.Messages
 //     (an assistant message with tool calls counts as one).
@@ -325,12 +489,14 @@ func (p *Provider) choose(req *baton.Request) (*entry, int, error) {
 			lastUser = i
 		}
 	}
-	if lastUser > lastSelf {
-		content := req.Messages[lastUser].Content
-		for _, e := range s.matched {
-			if e.match.MatchString(content) {
+	for _, e := range s.matched {
+		switch {
+		case e.when != nil:
+			if e.when.holds(req.Messages, lastSelf) {
 				return e, n, nil
 			}
+		case lastUser > lastSelf && e.match.MatchString(req.Messages[lastUser].Content):
+			return e, n, nil
 		}
 	}
 	if n >= len(s.unmatched) {

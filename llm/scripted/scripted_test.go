@@ -273,3 +273,66 @@ func BenchmarkScriptedStream(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(deltas), "ns/delta")
 }
+
+// TestWhen: an entry with "when" answers when the person's last message or
+// the last UI response (a tool result, or the engine's note of an
+// auto-tool's response) matches, newer than the agent's last message; else
+// the N-th plain entry answers, as in a script without conditions.
+func TestWhen(t *testing.T) {
+	const script = `{"agents": {"AgentName": [
+		{"when": {"ui_response": {"data": {"action": "revise"}}}, "text": "Revising."},
+		{"when": {"ui_response": {"tool": "pick", "status": "cancelled"}}, "text": "Cancelled."},
+		{"when": {"ui_response": {"data": {"plan": {"day": "friday"}}}}, "text": "Friday."},
+		{"when": {"input_contains": "WEEKLY"}, "text": "Weekly it is."},
+		{"text": "plain 0"},
+		{"text": "plain 1"}
+	]}}`
+	p := load(t, script)
+	note := func(tool, js string) baton.Message {
+		return baton.Message{Role: baton.RoleUser, Name: "system", Content: "The person responded to " + tool + ": " + js}
+	}
+	cases := []struct {
+		name string
+		msgs []baton.Message
+		want string
+	}{
+		{"auto-tool revise", []baton.Message{note("action_plan", `{"status":"success","ui_event_id":"ui_1","data":{"action":"revise","feedback":"x"}}`)}, "Revising."},
+		{"auto-tool approve", []baton.Message{note("action_plan", `{"status":"success","ui_event_id":"ui_1","data":{"action":"approve"}}`)}, "plain 0"},
+		{"tool result cancelled", []baton.Message{
+			{Role: baton.RoleAssistant, Name: "Other", ToolCalls: []baton.ToolCall{{ID: "c", Name: "pick"}}},
+			{Role: baton.RoleTool, Name: "pick", ToolCallID: "c", Content: `{"status":"cancelled","ui_event_id":"ui_2"}`}}, "Cancelled."},
+		{"other tool cancelled", []baton.Message{{Role: baton.RoleTool, Name: "choose", Content: `{"status":"cancelled","ui_event_id":"ui_2"}`}}, "plain 0"},
+		{"nested data", []baton.Message{note("f", `{"status":"success","ui_event_id":"u","data":{"plan":{"day":"friday","time":"9"}}}`)}, "Friday."},
+		{"nested data differs", []baton.Message{note("f", `{"status":"success","ui_event_id":"u","data":{"plan":"friday"}}`)}, "plain 0"},
+		{"input", []baton.Message{{Role: baton.RoleUser, Name: "user", Content: "a weekly digest"}}, "Weekly it is."},
+		{"input answered already", []baton.Message{
+			{Role: baton.RoleUser, Name: "user", Content: "a weekly digest"},
+			{Role: baton.RoleAssistant, Name: "AgentName", Content: "Weekly it is."}}, "plain 1"},
+		{"not a ui result", []baton.Message{{Role: baton.RoleTool, Name: "pick", Content: `{"action":"revise"}`}}, "plain 0"},
+	}
+	for _, tc := range cases {
+		req := &baton.Request{ChatID: "c", Agent: "AgentName", Messages: tc.msgs}
+		_, acc, err := run(t.Context(), p, req)
+		if err != nil || acc.FinalText() != tc.want {
+			t.Errorf("%s: err %v, text %q, want %q", tc.name, err, acc.FinalText(), tc.want)
+		}
+	}
+}
+
+func TestWhenErrors(t *testing.T) {
+	for _, tc := range []struct{ entry, want string }{
+		{`{"when": {"input_contains": ""}, "text": "x"}`, "agents.A[0]: when.input_contains: must not be empty"},
+		{`{"when": {}, "text": "x"}`, `agents.A[0]: when: needs "input_contains" or "ui_response"`},
+		{`{"when": {"input_contains": "a", "ui_response": {}}, "text": "x"}`, `agents.A[0]: when: give one of`},
+		{`{"when": {"ui_response": {"data": [1]}}, "text": "x"}`, "agents.A[0]: when.ui_response.data: must be an object"},
+		{`{"when": {"ui_respons": {}}, "text": "x"}`, `agents.A[0]: when: unknown field "ui_respons"`},
+		{`{"when": {"ui_response": {"status": 3}}, "text": "x"}`, "agents.A[0]: when: ui_response.status: must be string"},
+		{`{"when": {"input_contains": "a"}, "match": "a", "text": "x"}`, `agents.A[0]: "match" and "when" cannot both be set`},
+		{`{"when": {"input_contains": "a"}}`, `agents.A[0]: needs one of`},
+	} {
+		_, err := Parse("wf/scripted.json", []byte(`{"agents": {"A": [`+tc.entry+`]}}`))
+		if baton.ErrorCode(err) != baton.EINVALID || !strings.Contains(err.Error(), "wf/scripted.json: "+tc.want) {
+			t.Errorf("%s: %v, want %q", tc.entry, err, tc.want)
+		}
+	}
+}

@@ -209,3 +209,33 @@ func (s *Store) ChatsWithInputs(ctx context.Context, limit int) ([]baton.Chat, e
 	}
 	return out, nil
 }
+
+// ForkChat creates f.Chat with copies of the first f.At events of f.From;
+// see baton.ForkStore.
+func (s *Store) ForkChat(ctx context.Context, scope baton.Scope, f baton.Fork) (baton.Chat, error) {
+	if err := baton.ValidateFork(&f); err != nil {
+		return baton.Chat{}, err
+	}
+	c := f.Chat
+	if err := c.PrepareCreate(scope); err != nil {
+		return baton.Chat{}, err
+	}
+	var copied []baton.Event
+	err := s.read(ctx, scope, f.From, func(src *chat) error {
+		if last := int64(len(src.events)); f.At > last {
+			return baton.ForkBeyond(f.At, last)
+		}
+		copied = make([]baton.Event, f.At)
+		for i := range copied {
+			e := cloneEvent(src.events[i])
+			e.Payload = baton.RenameIn(e.Payload, f.Rename)
+			e.Metadata.TriggerSessionID = c.ID
+			copied[i] = e
+		}
+		return nil
+	})
+	if err != nil {
+		return baton.Chat{}, err
+	}
+	return s.create(scope, c, copied)
+}

@@ -196,6 +196,11 @@ func (s *Store) CreateChat(ctx context.Context, scope baton.Scope, c baton.Chat)
 	if err := c.PrepareCreate(scope); err != nil {
 		return baton.Chat{}, err
 	}
+	return s.create(scope, c, nil)
+}
+
+// create adds c, prepared, with its first events (already numbered 1 …).
+func (s *Store) create(scope baton.Scope, c baton.Chat, events []baton.Event) (baton.Chat, error) {
 	ch := &chat{
 		ids: map[string]struct{}{}, used: map[string]struct{}{}, inputID: map[string]*baton.Input{},
 		effects: map[string]*effect{}, usage: map[string]*baton.UsageTotal{},
@@ -217,6 +222,11 @@ func (s *Store) CreateChat(ctx context.Context, scope baton.Scope, c baton.Chat)
 	c.CreatedAt, c.UpdatedAt = t, t
 	ch.pending = addPending(nil, c.Pending, t)
 	c.Pending = nil
+	ch.events = events
+	for i := range events {
+		ch.ids[events[i].ID] = struct{}{}
+	}
+	c.LastSequence = int64(len(events))
 	ch.c, ch.n = c, len(s.order)
 	s.setStatus(ch, "", c.Status)
 	s.chats.Store(c.ID, ch)

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/batonhq/baton"
@@ -294,4 +297,73 @@ func addPending(ctx context.Context, tx pgx.Tx, chatID string, ps []baton.Pendin
 		}
 	}
 	return nil
+}
+
+// ForkChat creates f.Chat with copies of the first f.At events of f.From,
+// in one transaction; see baton.ForkStore.
+func (s *Store) ForkChat(ctx context.Context, scope baton.Scope, f baton.Fork) (baton.Chat, error) {
+	if err := s.check(); err != nil {
+		return baton.Chat{}, err
+	}
+	if err := baton.ValidateFork(&f); err != nil {
+		return baton.Chat{}, err
+	}
+	c := f.Chat
+	if err := c.PrepareCreate(scope); err != nil {
+		return baton.Chat{}, err
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	c.CreatedAt, c.UpdatedAt = now, now
+	pending := c.Pending
+	c.Pending = nil
+	err := s.writeTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		// FOR SHARE: the source may not be deleted while its events are
+		// copied (appends beyond f.At do not matter, and are not held up
+		// for long).
+		var last int64
+		err := tx.QueryRow(ctx, `SELECT last_sequence FROM chats WHERE id = $1 AND app = $2 AND user_id = $3 AND NOT deleted FOR SHARE`,
+			f.From, scope.App, scope.User).Scan(&last)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return notFound(f.From)
+		}
+		if err != nil {
+			return err
+		}
+		if f.At > last {
+			return baton.ForkBeyond(f.At, last)
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO chats (id, app, user_id, workflow, status, last_sequence, context, turn_agent, cache_seed, created_at, updated_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10)`,
+			c.ID, c.App, c.User, c.Workflow, string(c.Status), f.At, []byte(c.Context), c.TurnAgent, c.CacheSeed, now)
+		if _, ok := isUnique(err); ok {
+			return baton.Errorf(baton.ECONFLICT, "chat %q already exists", c.ID)
+		}
+		if err != nil {
+			return err
+		}
+		keys := slices.Sorted(maps.Keys(f.Rename))
+		payload := "payload"
+		args := []any{c.ID, f.From, f.At}
+		for _, k := range keys {
+			args = append(args, k, f.Rename[k])
+			payload = fmt.Sprintf("replace(%s, $%d::text, $%d::text)", payload, len(args)-1, len(args))
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO events (chat_id, sequence, id, type, ts, agent_id, agent_name, env_name, source, extra, payload)
+			SELECT $1::text, sequence, id, type, ts, agent_id, agent_name, env_name, source, extra, `+payload+`
+			FROM events WHERE chat_id = $2 AND sequence <= $3 ORDER BY sequence`, args...); err != nil {
+			return err
+		}
+		return addPending(ctx, tx, c.ID, pending, now)
+	})
+	if err != nil {
+		return baton.Chat{}, s.dbErr("fork chat", err)
+	}
+	c.LastSequence = f.At
+	for _, p := range pending {
+		if p.CreatedAt.IsZero() {
+			p.CreatedAt = now
+		}
+		c.Pending = append(c.Pending, p)
+	}
+	return c, nil
 }

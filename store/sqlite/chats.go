@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -352,4 +353,73 @@ func addPending(ctx context.Context, w *wconn, chatID string, ps []baton.Pending
 		}
 	}
 	return nil
+}
+
+// renameSQL returns the SQL expression of col with renames applied
+// (nested replace calls) and its arguments, in a stable order.
+func renameSQL(col string, rename map[string]string) (string, []any) {
+	keys := slices.Sorted(maps.Keys(rename))
+	expr := col
+	args := make([]any, 0, 2*len(keys))
+	for _, k := range keys {
+		expr = "replace(" + expr + ", ?, ?)"
+		args = append(args, k, rename[k])
+	}
+	return expr, args
+}
+
+// ForkChat creates f.Chat with copies of the first f.At events of f.From,
+// in one transaction; see baton.ForkStore.
+func (s *Store) ForkChat(ctx context.Context, scope baton.Scope, f baton.Fork) (baton.Chat, error) {
+	if err := baton.ValidateFork(&f); err != nil {
+		return baton.Chat{}, err
+	}
+	c := f.Chat
+	if err := c.PrepareCreate(scope); err != nil {
+		return baton.Chat{}, err
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	c.CreatedAt, c.UpdatedAt = now, now
+	pending := c.Pending
+	c.Pending = nil
+	err := s.write(ctx, func(ctx context.Context, w *wconn) error {
+		last, err := chatSeq(ctx, w, scope, f.From)
+		if err != nil {
+			return err
+		}
+		if f.At > last {
+			return baton.ForkBeyond(f.At, last)
+		}
+		_, err = w.exec(ctx, `INSERT INTO chats (id, app, user_id, workflow, status, last_sequence, context, turn_agent, cache_seed, created_at, updated_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			c.ID, c.App, c.User, c.Workflow, string(c.Status), f.At, string(c.Context), c.TurnAgent, c.CacheSeed, micros(now), micros(now))
+		if isUnique(err) {
+			return baton.Errorf(baton.ECONFLICT, "chat %q already exists", c.ID)
+		}
+		if err != nil {
+			return storeErr("fork chat", err)
+		}
+		payload, args := renameSQL("payload", f.Rename)
+		args = append([]any{c.ID}, args...)
+		args = append(args, f.From, f.At)
+		// One statement copies the prefix, in sequence order: the rows of
+		// the new chat are written together (see the events table's note).
+		if _, err := w.exec(ctx, `INSERT INTO events (chat_id, sequence, id, type, ts, agent_id, agent_name, env_name, source, extra, payload)
+			SELECT ?, sequence, id, type, ts, agent_id, agent_name, env_name, source, extra, `+payload+`
+			FROM events WHERE chat_id = ? AND sequence <= ? ORDER BY sequence`, args...); err != nil {
+			return storeErr("fork chat", err)
+		}
+		return addPending(ctx, w, c.ID, pending, now)
+	})
+	if err != nil {
+		return baton.Chat{}, err
+	}
+	c.LastSequence = f.At
+	for _, p := range pending {
+		if p.CreatedAt.IsZero() {
+			p.CreatedAt = now
+		}
+		c.Pending = append(c.Pending, p)
+	}
+	return c, nil
 }

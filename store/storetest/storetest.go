@@ -41,6 +41,7 @@ func Run(t *testing.T, newStore func(t *testing.T) baton.Store) {
 		{"GaplessManyChats", testGaplessManyChats},
 		{"AtomicAppend", testAtomicAppend},
 		{"Pending", testPending},
+		{"Fork", testFork},
 		{"Inbox", testInbox},
 		{"TenantIsolation", testTenantIsolation},
 		{"EffectLedger", testEffectLedger},
