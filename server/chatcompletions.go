@@ -301,7 +301,10 @@ func (s *Server) oaiResolve(ctx context.Context, scope baton.Scope, model, chatI
 	var err error
 	if chatID != "" {
 		if chat, err = s.chatIn(ctx, scope, chatID); err != nil {
-			return oaiTurn{}, &oaiCoded{code: "chat_not_found", param: "X-Baton-Chat-Id", err: err}
+			if baton.ErrorCode(err) == baton.ENOTFOUND {
+				err = &oaiCoded{code: "chat_not_found", param: "X-Baton-Chat-Id", err: err}
+			}
+			return oaiTurn{}, err
 		}
 		if chat.Workflow != model {
 			return oaiTurn{chat: chat}, baton.Errorf(baton.EINVALID, "model: chat %s is a chat of %s, not %s", chat.ID, chat.Workflow, truncate(model, 128))
@@ -501,16 +504,20 @@ func oaiMatch(tr, items []oaiItem) int {
 	return matchNone
 }
 
-// oaiFind finds the chat a full history continues: the newest of the
-// caller's oaiScanChats most recent chats of model whose transcript it
-// continues or repeats. No index is kept: a transcript is read from the
-// chat's events, newest chat first, and a client continuing its current
-// conversation finds it in the first read. Chat.ID is "" when none does.
+// oaiFind finds the chat a full history continues: of the caller's
+// oaiScanChats most recently created chats of model, the one updated last
+// whose transcript it continues or repeats. No index is kept: a transcript
+// is read from the chat's events, the chat updated last first, so a client
+// continuing its current conversation finds it in the first read. Chat.ID
+// is "" when none does.
 func (s *Server) oaiFind(ctx context.Context, scope baton.Scope, model string, items []oaiItem) (baton.Chat, []oaiItem, int, error) {
 	chats, err := s.cfg.Store.ListChats(ctx, scope, baton.ListOptions{Workflow: model, Limit: oaiScanChats})
 	if err != nil {
 		return baton.Chat{}, nil, 0, err
 	}
+	// The conversation a client continues is most often the one that
+	// moved last: read it first.
+	slices.SortStableFunc(chats, func(a, b baton.Chat) int { return b.UpdatedAt.Compare(a.UpdatedAt) })
 	for _, c := range chats {
 		tr, err := s.oaiTranscript(ctx, scope, c)
 		if err != nil {
