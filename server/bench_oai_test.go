@@ -120,6 +120,7 @@ func TestHelperTurnClients(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr := &http.Transport{MaxIdleConnsPerHost: cfg.Chats}
+	defer tr.CloseIdleConnections() // the test binary checks for leaked goroutines
 	client := &http.Client{Transport: tr}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
