@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -225,19 +226,44 @@ func (s *Server) oaiStream(w http.ResponseWriter, r *http.Request, scope baton.S
 		nullUsage = &oaiUsage{} // replaced by null below: see chunk
 	}
 	buf := make([]byte, 0, 512)
-	chunk := func(d oaiDelta, finish *string) error {
+	encode := func(d oaiDelta, finish *string) ([]byte, error) {
 		c := oaiChunk{ID: out.id, Object: "chat.completion.chunk", Created: out.created, Model: out.model,
 			SystemFingerprint: oaiFingerprint, ChatID: out.chatID,
 			Choices: []oaiChunkChoice{{Delta: d, FinishReason: finish}}}
 		b, err := json.Marshal(c)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if nullUsage != nil {
 			// OpenAI sends "usage": null in every chunk but the last.
 			b = append(b[:len(b)-1], `,"usage":null}`...)
 		}
+		return b, nil
+	}
+	chunk := func(d oaiDelta, finish *string) error {
+		b, err := encode(d, finish)
+		if err != nil {
+			return err
+		}
 		buf = append(append(append(buf[:0], "data: "...), b...), "\n\n"...)
+		return write(buf)
+	}
+	// A content chunk is the same bytes around its text: encoded once, so
+	// that a delta costs the encoding of its text only (the WebSocket
+	// sends the hub's frame as it is; this keeps the stream's CPU near it).
+	empty := ""
+	template, err := encode(oaiDelta{Content: &empty}, nil)
+	if err != nil {
+		return
+	}
+	at := bytes.Index(template, []byte(`"content":""`)) + len(`"content":`)
+	head, tail := template[:at], template[at+len(`""`):]
+	content := func(text string) error {
+		q, err := json.Marshal(text)
+		if err != nil {
+			return err
+		}
+		buf = append(append(append(append(append(buf[:0], "data: "...), head...), q...), tail...), "\n\n"...)
 		return write(buf)
 	}
 	hbDone := make(chan struct{})
@@ -262,17 +288,16 @@ func (s *Server) oaiStream(w http.ResponseWriter, r *http.Request, scope baton.S
 	defer hb.Wait()
 	defer close(hbDone)
 
-	empty := ""
 	if chunk(oaiDelta{Role: "assistant", Content: &empty}, nil) != nil {
 		return
 	}
 	lastAgent := ""
 	out.emitText = func(agent, text string) error {
-		d := oaiDelta{Content: &text}
-		if agent != "" && agent != lastAgent {
-			d.Name, lastAgent = agent, agent
+		if agent == "" || agent == lastAgent {
+			return content(text)
 		}
-		return chunk(d, nil)
+		lastAgent = agent
+		return chunk(oaiDelta{Content: &text, Name: agent}, nil)
 	}
 	out.emitTool = func(tc oaiToolCall) error {
 		return chunk(oaiDelta{ToolCalls: []oaiToolCall{tc}}, nil)
