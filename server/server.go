@@ -300,6 +300,9 @@ func New(cfg Config) (*Server, error) {
 		{"POST", "/api/events", s.handleExternalEvent},
 		{"POST", "/sessions/{id}/prompt", s.handlePrompt},
 		{"GET", "/ws/{app}/{chat_id}", s.handleWS},
+		{"POST", "/v1/chat/completions", s.handleChatCompletions},
+		{"GET", "/v1/models", s.handleOAIModels},
+		{"GET", "/v1/models/{model}", s.handleOAIModel},
 		{"GET", "/metrics/perf/aggregate", s.aggregateHandler()},
 		{"GET", "/metrics/perf/chats/{chat_id}", s.perfHandler((*metrics.Collector).ChatHandler)},
 		{"GET", "/metrics/prometheus", s.metricsHandler(prometheusHandler(s))},
@@ -322,7 +325,7 @@ func New(cfg Config) (*Server, error) {
 // apiPath reports whether path belongs to the API, whose unknown paths are
 // JSON 404s rather than the UI's.
 func apiPath(path string) bool {
-	for _, p := range []string{"/api/", "/ws/", "/sessions/", "/metrics"} {
+	for _, p := range []string{"/api/", "/ws/", "/sessions/", "/metrics", "/v1/"} {
 		if strings.HasPrefix(path, p) {
 			return true
 		}
