@@ -195,6 +195,8 @@ type Server struct {
 	handshakes    *limiter // unauthenticated WebSocket handshakes, per client address
 	pendingMu     sync.Mutex
 	pendingByAddr map[string]int // WebSockets waiting for their auth message, per client address
+
+	mcpHTTP mcpEndpoint // the /mcp handler (mcp.go)
 }
 
 // route is one endpoint of the API.
@@ -289,6 +291,9 @@ func New(cfg Config) (*Server, error) {
 		{"POST", "/api/events", s.handleExternalEvent},
 		{"POST", "/sessions/{id}/prompt", s.handlePrompt},
 		{"GET", "/ws/{app}/{chat_id}", s.handleWS},
+		{"POST", "/mcp", s.handleMCP},
+		{"GET", "/mcp", s.handleMCP},
+		{"DELETE", "/mcp", s.handleMCP},
 		{"GET", "/metrics/perf/aggregate", s.aggregateHandler()},
 		{"GET", "/metrics/perf/chats/{chat_id}", s.perfHandler((*metrics.Collector).ChatHandler)},
 		{"GET", "/metrics/prometheus", s.metricsHandler(prometheusHandler(s))},
@@ -311,7 +316,7 @@ func New(cfg Config) (*Server, error) {
 // apiPath reports whether path belongs to the API, whose unknown paths are
 // JSON 404s rather than the UI's.
 func apiPath(path string) bool {
-	for _, p := range []string{"/api/", "/ws/", "/sessions/", "/metrics"} {
+	for _, p := range []string{"/api/", "/ws/", "/sessions/", "/metrics", "/mcp"} {
 		if strings.HasPrefix(path, p) {
 			return true
 		}
