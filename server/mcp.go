@@ -113,8 +113,6 @@ func (s *Server) newMCPServer(caller func(*mcp.CallToolRequest) (mcpCaller, erro
 	return srv
 }
 
-
-
 // versionOf is the server's version as MCP's serverInfo reports it.
 func versionOf() string { return "1" }
 
