@@ -426,7 +426,10 @@ func decodeMCPArgs(raw json.RawMessage, args *mcpArgs) error {
 		case strings.HasPrefix(err.Error(), "json: unknown field "):
 			return baton.Errorf(baton.EINVALID, "%s: unknown argument (the arguments are input, chat_id and idempotency_key)", strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`))
 		}
-		return baton.Errorf(baton.EINVALID, "arguments: not a JSON object: %v", err)
+		return baton.Errorf(baton.EINVALID, "arguments: not a JSON object of input, chat_id and idempotency_key")
+	}
+	if dec.More() {
+		return baton.Errorf(baton.EINVALID, "arguments: one JSON object, nothing after it")
 	}
 	return nil
 }

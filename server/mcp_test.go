@@ -388,3 +388,45 @@ func TestMCPToolName(t *testing.T) {
 		}
 	}
 }
+
+// FuzzMCPArgs: a tool call's arguments decode or fail with EINVALID and a
+// message; what decodes was one JSON object (or nothing).
+func FuzzMCPArgs(f *testing.F) {
+	for _, s := range []string{`{"input":"hi"}`, `{"input":"hi","chat_id":"c","idempotency_key":"k"}`, `{"input":1}`,
+		`{"message":"x"}`, `[]`, `null`, ``, `{} {}`, `{"input":"a"`, "\xff"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var args mcpArgs
+		err := decodeMCPArgs(data, &args)
+		if err != nil {
+			if baton.ErrorCode(err) != baton.EINVALID || baton.ErrorMessage(err) == "" {
+				t.Fatalf("error %v: code %q", err, baton.ErrorCode(err))
+			}
+			return
+		}
+		if len(data) > 0 && string(data) != "null" && !json.Valid(data) {
+			t.Fatalf("accepted %q", data)
+		}
+	})
+}
+
+// FuzzMCPState: a requestState from the client decodes to a chat, a
+// request and a sequence, or is refused with EINVALID.
+func FuzzMCPState(f *testing.F) {
+	f.Add("eyJjIjoiYyIsInIiOiJyIiwibCI6M30") // {"c":"c","r":"r","l":3}
+	f.Add("")
+	f.Add("!!")
+	f.Fuzz(func(t *testing.T, s string) {
+		st, err := decodeMCPState(s)
+		if err != nil {
+			if baton.ErrorCode(err) != baton.EINVALID {
+				t.Fatalf("error %v", err)
+			}
+			return
+		}
+		if st.ChatID == "" || st.Request == "" || st.Last < 0 {
+			t.Fatalf("accepted %q as %+v", s, st)
+		}
+	})
+}
