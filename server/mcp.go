@@ -82,7 +82,6 @@ func (s *Server) newMCPServer(caller func(*mcp.CallToolRequest) (mcpCaller, erro
 		Instructions: "Each tool runs a baton workflow: pass the message as input. A workflow may pause for the person " +
 			"(a question, an approval): answer it when asked, or call the tool again with the chat_id from the result " +
 			"and the answer as input.",
-		HasTools: true,
 	})
 	if s.cfg.Engine == nil {
 		return srv
