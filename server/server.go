@@ -204,6 +204,8 @@ type Server struct {
 	handshakes    *limiter // unauthenticated WebSocket handshakes, per client address
 	pendingMu     sync.Mutex
 	pendingByAddr map[string]int // WebSockets waiting for their auth message, per client address
+
+	mcpHTTP mcpEndpoint // the /mcp handler (mcp.go)
 }
 
 // route is one endpoint of the API.
@@ -303,6 +305,9 @@ func New(cfg Config) (*Server, error) {
 		{"POST", "/v1/chat/completions", s.handleChatCompletions},
 		{"GET", "/v1/models", s.handleOAIModels},
 		{"GET", "/v1/models/{model}", s.handleOAIModel},
+		{"POST", "/mcp", s.handleMCP},
+		{"GET", "/mcp", s.handleMCP},
+		{"DELETE", "/mcp", s.handleMCP},
 		{"GET", "/metrics/perf/aggregate", s.aggregateHandler()},
 		{"GET", "/metrics/perf/chats/{chat_id}", s.perfHandler((*metrics.Collector).ChatHandler)},
 		{"GET", "/metrics/prometheus", s.metricsHandler(prometheusHandler(s))},
@@ -325,7 +330,7 @@ func New(cfg Config) (*Server, error) {
 // apiPath reports whether path belongs to the API, whose unknown paths are
 // JSON 404s rather than the UI's.
 func apiPath(path string) bool {
-	for _, p := range []string{"/api/", "/ws/", "/sessions/", "/metrics", "/v1/"} {
+	for _, p := range []string{"/api/", "/ws/", "/sessions/", "/metrics", "/v1/", "/mcp"} {
 		if strings.HasPrefix(path, p) {
 			return true
 		}
