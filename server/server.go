@@ -289,6 +289,8 @@ func New(cfg Config) (*Server, error) {
 		{"POST", "/api/events", s.handleExternalEvent},
 		{"POST", "/sessions/{id}/prompt", s.handlePrompt},
 		{"GET", "/ws/{app}/{chat_id}", s.handleWS},
+		{"GET", "/a2a/{app}/{workflow}/.well-known/agent-card.json", s.handleA2ACard},
+		{"POST", "/a2a/{app}/{workflow}", s.handleA2A},
 		{"GET", "/metrics/perf/aggregate", s.aggregateHandler()},
 		{"GET", "/metrics/perf/chats/{chat_id}", s.perfHandler((*metrics.Collector).ChatHandler)},
 		{"GET", "/metrics/prometheus", s.metricsHandler(prometheusHandler(s))},
@@ -311,7 +313,7 @@ func New(cfg Config) (*Server, error) {
 // apiPath reports whether path belongs to the API, whose unknown paths are
 // JSON 404s rather than the UI's.
 func apiPath(path string) bool {
-	for _, p := range []string{"/api/", "/ws/", "/sessions/", "/metrics"} {
+	for _, p := range []string{"/api/", "/ws/", "/sessions/", "/metrics", "/a2a/"} {
 		if strings.HasPrefix(path, p) {
 			return true
 		}
