@@ -78,11 +78,11 @@ hello/tools.json: tools[2].server: required for an mcp tool (a name from workflo
 hello/tools.json: tools[2].tools[0]: must not be empty
 hello/tools.json: tools[2].url: only an http tool has a url
 hello/tools.json: tools[2]: headers and headers_from_env are for http tools
-hello/tools.json: tools[2].allow_private_network: only an http tool has allow_private_network
+hello/tools.json: tools[2].allow_private_network: only an http or a2a tool has allow_private_network
 hello/tools.json: tools[2].parameters: an mcp tool takes its parameters from the server
 hello/tools.json: tools[3].name: required (or function)
 hello/tools.json: tools[3].tool_type: required (one of Agent_Tool, UI_Tool, Lifecycle_Tool)
-hello/tools.json: tools[3].kind: "rust" is not one of go, command, http, mcp, ui
+hello/tools.json: tools[3].kind: "rust" is not one of go, command, http, mcp, ui, a2a
 hello/tools.json: tools[4].function: required for a go tool (the name it is registered under)
 hello/tools.json: tools[5].kind: a UI_Tool must be of kind ui
 hello/tools.json: tools[5].file: required for a command tool (an executable in tools/)
