@@ -31,6 +31,11 @@ func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // a2a-go's resolver and returns a2a-go's client for it, with key.
 func (e *env) a2aClient(t *testing.T, app, wf, key string) (*a2aclient.Client, *a2a.AgentCard) {
 	t.Helper()
+	return e.a2aClientTB(t, app, wf, key)
+}
+
+func (e *env) a2aClientTB(t testing.TB, app, wf, key string) (*a2aclient.Client, *a2a.AgentCard) {
+	t.Helper()
 	ctx := context.Background()
 	hc := &http.Client{Transport: bearerTransport{key}}
 	card, err := agentcard.NewResolver(hc).Resolve(ctx, e.ts.URL+"/a2a/"+app+"/"+wf)
@@ -380,6 +385,24 @@ func TestA2ACancel(t *testing.T) {
 	}
 	if _, err := c.CancelTask(ctx, &a2a.TaskIDParams{ID: id}); err != nil {
 		t.Errorf("cancel a canceled task again: %v", err)
+	}
+	// The canceled task is immutable: a message naming it is refused; one
+	// naming only its context starts the context's next task.
+	m := userMessage("c-next", a2a.TextPart{Text: "Go on."})
+	m.TaskID = id
+	if _, err := c.SendMessage(ctx, &a2a.MessageSendParams{Message: m}); !errors.Is(err, a2a.ErrUnsupportedOperation) {
+		t.Errorf("message to a canceled task: %v", err)
+	}
+	m.TaskID, m.ContextID = "", task.ContextID
+	next, err := c.SendMessage(ctx, &a2a.MessageSendParams{Message: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := next.(*a2a.Task); string(got.ID) != task.ContextID+".2" || !got.Status.State.Terminal() {
+		t.Errorf("next task %s %s, want %s.2 ended", got.ID, got.Status.State, task.ContextID)
+	}
+	if again, err := c.GetTask(ctx, &a2a.TaskQueryParams{ID: id}); err != nil || again.Status.State != a2a.TaskStateCanceled {
+		t.Errorf("the first task after the second: %v %+v", err, again)
 	}
 	e2 := newEnv(t)
 	c2, _ := e2.a2aClient(t, "acme", "hello", e2.keys[scopeAda])
