@@ -231,19 +231,36 @@ func terminal(st baton.ChatStatus) bool {
 	return st == baton.ChatCompleted || st == baton.ChatFailed || st == baton.ChatCancelled
 }
 
-// runs counts a chat's ended runs, and returns the sequence of the last
-// run's end (0 for none): the current run, if any, starts after it.
-func (h *a2aAgent) runs(ctx context.Context, chat baton.Chat) (ended int, lastEnd int64, err error) {
+// runs counts a chat's ended runs. With a key, it also finds the input an
+// A2A message with that key was recorded as (a person's chat.text, or a
+// UI tool's or form's chat.tool_response, whose input_id is derived from
+// the key): applied, its sequence, and the ended runs before it.
+func (h *a2aAgent) runs(ctx context.Context, chat baton.Chat, key string) (ended int, applied int64, endedBefore int, err error) {
+	msgID := inputEventID(h.p.scope, chat.ID, key)
 	for ev, err := range baton.EventsAfter(ctx, h.s.cfg.Store, h.p.scope, chat.ID, 0, replayPage) {
 		if err != nil {
-			return 0, 0, fmt.Errorf("a2a: read chat %s: %w", chat.ID, err)
+			return 0, 0, 0, fmt.Errorf("a2a: read chat %s: %w", chat.ID, err)
 		}
-		if ev.Type == baton.TypeChatRunComplete || ev.Type == baton.TypeChatError {
+		switch ev.Type {
+		case baton.TypeChatRunComplete, baton.TypeChatError:
 			ended++
-			lastEnd = ev.Sequence
+		case baton.TypeChatText, baton.TypeChatToolResponse:
+			if applied != 0 || key == "" {
+				break
+			}
+			var in struct {
+				InputID   string `json:"input_id"`
+				UIEventID string `json:"ui_event_id"`
+			}
+			if json.Unmarshal(ev.Payload, &in) != nil || in.InputID == "" {
+				break
+			}
+			if in.InputID == msgID || (in.UIEventID != "" && in.InputID == inputEventID(h.p.scope, chat.ID, key, in.UIEventID)) {
+				applied, endedBefore = ev.Sequence, ended
+			}
 		}
 	}
-	return ended, lastEnd, nil
+	return ended, applied, endedBefore, nil
 }
 
 // OnSendMessage handles message/send: the message starts a chat, answers
@@ -503,9 +520,14 @@ func (h *a2aAgent) submit(ctx context.Context, params *a2a.MessageSendParams) (a
 	if err != nil {
 		return a2aTaskID{}, baton.Chat{}, 0, err
 	}
-	ended, _, err := h.runs(ctx, chat)
+	ended, applied, endedBefore, err := h.runs(ctx, chat, key)
 	if err != nil {
 		return a2aTaskID{}, baton.Chat{}, 0, h.a2aError(ctx, err)
+	}
+	if applied != 0 {
+		// A retry of a message that was applied: its task, followed from
+		// the input on, whatever the chat does now; nothing is sent again.
+		return a2aTaskID{chat: chat.ID, run: endedBefore + 1}, chat, applied - 1, nil
 	}
 	cur := a2aTaskID{chat: chat.ID, run: ended + 1}
 	if terminal(chat.Status) {

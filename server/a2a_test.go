@@ -536,6 +536,16 @@ func TestA2AInputAcrossTurns(t *testing.T) {
 		}
 		return nil
 	})
+	// A blocking retry once the message was applied (the chat waits for a
+	// form now, which a text would not answer) is still the same input: it
+	// returns the task as the input left it.
+	res, err = c.SendMessage(ctx, &a2a.MessageSendParams{Message: m})
+	if err != nil {
+		t.Fatalf("blocking retry: %v", err)
+	}
+	if got := res.(*a2a.Task); got.ID != task.ID || got.Status.State != a2a.TaskStateInputRequired {
+		t.Errorf("blocking retry: task %s %s", got.ID, got.Status.State)
+	}
 	got, _ := c.GetTask(ctx, &a2a.TaskQueryParams{ID: task.ID})
 	if n := strings.Count(historyText(got), "user: A newsletter."); n != 1 {
 		t.Errorf("the message is in the history %d times:\n%s", n, historyText(got))
