@@ -1065,6 +1065,9 @@ func specsOf(wf *workflow.Workflow) []tool.Spec {
 		if t.UI != nil {
 			s.UI = tool.UISpec{Component: t.UI.Component, Mode: t.UI.Mode}
 		}
+		if t.A2A != nil {
+			s.A2A = tool.A2ASpec{CardURL: t.A2A.CardURL, Skill: t.A2A.Skill, TokenFrom: t.A2A.TokenFrom}
+		}
 		specs = append(specs, s)
 	}
 	return specs

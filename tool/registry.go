@@ -270,6 +270,8 @@ func inferKind(s *Spec, funcs map[string]baton.Tool) string {
 		return KindMCP
 	case s.URL != "":
 		return KindHTTP
+	case s.A2A.CardURL != "":
+		return KindA2A
 	case funcs[s.Function] != nil && s.Function != "":
 		return KindGo
 	case s.File != "":
@@ -297,6 +299,11 @@ func (r *Registry) build(s *Spec) (baton.Tool, error) {
 		return newHTTPTool(r, s)
 	case KindUI:
 		return newUITool(s)
+	case KindA2A:
+		// A message to a remote agent acts on the world: it goes through
+		// the effect ledger, its id derived from the effect key.
+		s.SideEffects = true
+		return newA2ATool(r, s)
 	}
 	return nil, baton.Errorf(baton.EINVALID, "kind %q is not one of go, command, http, mcp, ui", s.Kind)
 }

@@ -14,6 +14,7 @@ const (
 	KindHTTP    = "http"    // an HTTP endpoint the arguments are POSTed to
 	KindMCP     = "mcp"     // the tools of an MCP server
 	KindUI      = "ui"      // a component shown to the person (a UI_Tool)
+	KindA2A     = "a2a"     // a remote A2A agent the model's message is sent to
 )
 
 // Tool types of tools.json, the values of Spec.ToolType.
@@ -96,6 +97,20 @@ type Spec struct {
 	// Prefix is put before the names of an mcp entry's tools, to keep them
 	// apart from other tools of the same name.
 	Prefix string
+	// A2A is an a2a tool's remote agent.
+	A2A A2ASpec
+}
+
+// A2ASpec is an a2a tool's remote agent: tools.json's "a2a" block.
+type A2ASpec struct {
+	// CardURL is the agent's URL (its card at the well-known path under
+	// it) or its card's URL (ending in .json); ${VAR} is expanded.
+	CardURL string
+	// Skill, if set, must be a skill of the card.
+	Skill string
+	// TokenFrom names the secret or environment variable holding the
+	// bearer token.
+	TokenFrom string
 }
 
 // UISpec is the component a UI tool shows: tools.json's "ui" object.

@@ -78,12 +78,58 @@ hello/tools.json: tools[2].server: required for an mcp tool (a name from workflo
 hello/tools.json: tools[2].tools[0]: must not be empty
 hello/tools.json: tools[2].url: only an http tool has a url
 hello/tools.json: tools[2]: headers and headers_from_env are for http tools
-hello/tools.json: tools[2].allow_private_network: only an http tool has allow_private_network
+hello/tools.json: tools[2].allow_private_network: only an http or a2a tool has allow_private_network
 hello/tools.json: tools[2].parameters: an mcp tool takes its parameters from the server
 hello/tools.json: tools[3].name: required (or function)
 hello/tools.json: tools[3].tool_type: required (one of Agent_Tool, UI_Tool, Lifecycle_Tool)
-hello/tools.json: tools[3].kind: "rust" is not one of go, command, http, mcp, ui
+hello/tools.json: tools[3].kind: "rust" is not one of go, command, http, mcp, ui, a2a
 hello/tools.json: tools[4].function: required for a go tool (the name it is registered under)
 hello/tools.json: tools[5].kind: a UI_Tool must be of kind ui
 hello/tools.json: tools[5].file: required for a command tool (an executable in tools/)
 `
+
+// TestA2AToolChecks: an a2a tool's block is checked at load, each mistake
+// naming the file and the field; its card is not fetched (a good block
+// loads whatever its URL).
+func TestA2AToolChecks(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		tool *workflow.Tool
+		want []string
+	}{
+		{"good", &workflow.Tool{Agent: "Greeter", Name: "ask", ToolType: workflow.AgentTool, Kind: workflow.KindA2A,
+			A2A: &workflow.A2AConfig{CardURL: "${REMOTE}/a2a/acme/hello", TokenFrom: "REMOTE_TOKEN"}, AllowPrivateNetwork: true}, nil},
+		{"no block", &workflow.Tool{Agent: "Greeter", Name: "ask", ToolType: workflow.AgentTool, Kind: workflow.KindA2A},
+			[]string{"tools[1].a2a: required for an a2a tool"}},
+		{"no url", &workflow.Tool{Agent: "Greeter", Name: "ask", ToolType: workflow.AgentTool, Kind: workflow.KindA2A, A2A: &workflow.A2AConfig{}},
+			[]string{"tools[1].a2a.card_url: required for an a2a tool"}},
+		{"bad url and token", &workflow.Tool{Agent: "Greeter", Name: "ask", ToolType: workflow.AgentTool, Kind: workflow.KindA2A,
+			A2A: &workflow.A2AConfig{CardURL: "ftp://x", TokenFrom: "bad name"}},
+			[]string{`tools[1].a2a.card_url: "ftp://x" is not an http or https URL`, `tools[1].a2a.token_from: "bad name" is not a secret or environment variable name`}},
+		{"baton's own token", &workflow.Tool{Agent: "Greeter", Name: "ask", ToolType: workflow.AgentTool, Kind: workflow.KindA2A,
+			A2A: &workflow.A2AConfig{CardURL: "https://x", TokenFrom: "BATON_SECRET_KEY"}},
+			[]string{"tools[1].a2a.token_from: BATON_SECRET_KEY is baton's own credential"}},
+		{"block on another kind", &workflow.Tool{Agent: "Greeter", Name: "ask", ToolType: workflow.AgentTool, Kind: workflow.KindHTTP,
+			URL: "https://x", A2A: &workflow.A2AConfig{CardURL: "https://x"}},
+			[]string{"tools[1].a2a: only an a2a tool has an a2a block"}},
+	} {
+		def := helloDefinition()
+		def.Tools = append(def.Tools, c.tool)
+		_, err := workflow.Build(def)
+		if c.want == nil {
+			if err != nil {
+				t.Errorf("%s: %v", c.name, err)
+			}
+			continue
+		}
+		if err == nil {
+			t.Errorf("%s: accepted", c.name)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), "tools.json: "+w) {
+				t.Errorf("%s: %v\nwant %q", c.name, err, w)
+			}
+		}
+	}
+}

@@ -750,7 +750,7 @@ func (l *loader) checkHandoffs() {
 }
 
 // toolKinds are the kinds a tool may be of.
-var toolKinds = []string{KindGo, KindCommand, KindHTTP, KindMCP, KindUI}
+var toolKinds = []string{KindGo, KindCommand, KindHTTP, KindMCP, KindUI, KindA2A}
 
 // checkTools validates every tool: the checks every tool shares, then the
 // fields of its own kind through checkToolKind, then the fields that belong
@@ -900,6 +900,31 @@ func (l *loader) checkToolKind(t *Tool, p string) {
 		l.checkHTTPTool(t, p)
 	case KindMCP:
 		l.checkMCPTool(t, p)
+	case KindA2A:
+		l.checkA2ATool(t, p)
+	}
+}
+
+// checkA2ATool checks an a2a tool's block: the card URL (its environment
+// references too) and the name of the token's secret or variable. The card
+// itself is fetched at the first call.
+func (l *loader) checkA2ATool(t *Tool, p string) {
+	if t.A2A == nil {
+		l.errorf(FileTools, p+".a2a", "required for an a2a tool (card_url, and optionally skill and token_from)")
+		return
+	}
+	switch {
+	case t.A2A.CardURL == "":
+		l.errorf(FileTools, p+".a2a.card_url", "required for an a2a tool")
+	case !isHTTPURL(t.A2A.CardURL):
+		l.errorf(FileTools, p+".a2a.card_url", "%q is not an http or https URL", t.A2A.CardURL)
+	}
+	l.checkEnvRefs(FileTools, p+".a2a.card_url", t.A2A.CardURL)
+	if n := t.A2A.TokenFrom; n != "" {
+		if !envNameRe.MatchString(n) {
+			l.errorf(FileTools, p+".a2a.token_from", "%q is not a secret or environment variable name", n)
+		}
+		l.checkEnvName(FileTools, p+".a2a.token_from", n)
 	}
 }
 
@@ -949,8 +974,11 @@ func (l *loader) checkForeignFields(t *Tool, p string) {
 		l.errorf(FileTools, p+".file", "only a command tool has a file")
 	}
 	l.checkToolHeaders(t, p)
-	if t.Kind != KindHTTP && t.AllowPrivateNetwork {
-		l.errorf(FileTools, p+".allow_private_network", "only an http tool has allow_private_network")
+	if t.Kind != KindHTTP && t.Kind != KindA2A && t.AllowPrivateNetwork {
+		l.errorf(FileTools, p+".allow_private_network", "only an http or a2a tool has allow_private_network")
+	}
+	if t.Kind != KindA2A && t.A2A != nil {
+		l.errorf(FileTools, p+".a2a", "only an a2a tool has an a2a block")
 	}
 	for i, env := range t.Env {
 		if !envNameRe.MatchString(env) {

@@ -76,6 +76,7 @@ const (
 	KindHTTP    = "http"    // a POST to url
 	KindMCP     = "mcp"     // the tools of an MCP server from workflow.json mcp_servers
 	KindUI      = "ui"      // a component shown to the person (ui)
+	KindA2A     = "a2a"     // a remote A2A agent (a2a)
 )
 
 // UI modes (tools[].ui.mode).
@@ -388,6 +389,22 @@ func (r *HandoffRule) TransferToolName() string {
 	return "transfer_to_" + r.TargetAgent
 }
 
+// A2AConfig is an a2a tool's "a2a" block: the remote Agent2Agent agent the
+// model's message goes to.
+type A2AConfig struct {
+	// CardURL is the agent's URL (its card at the well-known path
+	// /.well-known/agent-card.json under it) or the card's own URL (ending
+	// in .json). ${VAR} is expanded from a secret or the environment. The
+	// card is fetched at the tool's first call, not at load.
+	CardURL string `json:"card_url"`
+	// Skill, if set, must be one of the card's skills; it is sent in the
+	// message's metadata.
+	Skill string `json:"skill,omitempty"`
+	// TokenFrom names the secret (declared by a secret form) or the
+	// environment variable holding the bearer token sent to the agent.
+	TokenFrom string `json:"token_from,omitempty"`
+}
+
 // Tool is one entry of tools.json.
 type Tool struct {
 	// Agent owns the tool; for lifecycle tools it is the agent whose turn
@@ -444,6 +461,8 @@ type Tool struct {
 	Tools []string `json:"tools,omitempty"`
 	// Prefix is prepended to the names of the MCP tools.
 	Prefix string `json:"prefix,omitempty"`
+	// A2A is an a2a tool's remote agent.
+	A2A *A2AConfig `json:"a2a,omitempty"`
 
 	// SecretNames are, for a masked form (a Lifecycle_Tool of kind ui whose
 	// arguments say "masked": true), the names of the secrets it asks for

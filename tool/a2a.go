@@ -1,0 +1,260 @@
+package tool
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+
+	"github.com/a2aproject/a2a-go/a2a"
+	"github.com/a2aproject/a2a-go/a2aclient"
+	"github.com/a2aproject/a2a-go/a2aclient/agentcard"
+
+	"github.com/batonhq/baton"
+)
+
+// a2aParams is the schema of an a2a tool's arguments: the message to the
+// remote agent, and, to answer a remote task that waits for input, its id.
+var a2aParams = json.RawMessage(`{"type":"object","properties":{` +
+	`"message":{"type":"string","description":"the message to the remote agent"},` +
+	`"task_id":{"type":"string","description":"the remote task to answer, when an earlier call said it needs input"}},` +
+	`"required":["message"],"additionalProperties":false}`)
+
+// a2aTool sends the model's message to a remote A2A agent (another baton
+// workflow, an ADK agent…) and returns the remote task's outcome: the
+// agent's messages and artifacts when it completed; what it asks for, with
+// the task id to answer it with, when it needs input; an error result when
+// it failed, was canceled or was rejected.
+//
+// The message id is derived from the call's effect key, so a call run
+// again after a restart (the effect ledger's recovery) sends the same
+// message: the remote agent takes it as a retry of the same message (a
+// baton agent starts no second chat) and baton follows the same task. The
+// agent card is resolved at the first call, not at load: an unreachable
+// card is that call's error, naming the URL.
+type a2aTool struct {
+	reg        *Registry
+	name, desc string
+	cardURL    string // the agent's base URL (the card is under /.well-known/agent-card.json) or the card's own URL
+	skill      string
+	tokenFrom  string // a declared secret or environment variable holding the bearer token
+	client     *http.Client
+
+	mu   sync.Mutex
+	card *a2a.AgentCard // resolved at the first call that reached it
+}
+
+func newA2ATool(r *Registry, s *Spec) (*a2aTool, error) {
+	if s.A2A.CardURL == "" {
+		return nil, baton.Errorf(baton.EINVALID, "a2a tool needs a2a.card_url")
+	}
+	desc := s.Description
+	if desc == "" {
+		desc = "Ask the remote agent at " + s.A2A.CardURL + "."
+	}
+	return &a2aTool{
+		reg: r, name: s.toolName(), desc: desc, cardURL: s.A2A.CardURL, skill: s.A2A.Skill, tokenFrom: s.A2A.TokenFrom,
+		client: guardedClient(r.opts.httpClient, !s.AllowPrivateNetwork, []string{"Authorization"}),
+	}, nil
+}
+
+func (t *a2aTool) Name() string                { return t.name }
+func (t *a2aTool) Description() string         { return t.desc }
+func (t *a2aTool) Parameters() json.RawMessage { return a2aParams }
+
+// a2aAuth adds the bearer token to each request of the A2A client.
+type a2aAuth struct {
+	next  http.RoundTripper
+	token string
+}
+
+func (a a2aAuth) RoundTrip(r *http.Request) (*http.Response, error) {
+	if a.token != "" {
+		r = r.Clone(r.Context())
+		r.Header.Set("Authorization", "Bearer "+a.token)
+	}
+	return a.next.RoundTrip(r)
+}
+
+// resolve returns the agent card, fetching it at the first call.
+func (t *a2aTool) resolve(ctx context.Context, hc *http.Client, base, path string) (*a2a.AgentCard, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.card != nil {
+		return t.card, nil
+	}
+	var opts []agentcard.ResolveOption
+	if path != "" {
+		opts = append(opts, agentcard.WithPath(path))
+	}
+	card, err := agentcard.NewResolver(hc).Resolve(ctx, base, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if t.skill != "" && !hasSkill(card, t.skill) {
+		return nil, fmt.Errorf("the agent card has no skill %q", t.skill)
+	}
+	t.card = card
+	return card, nil
+}
+
+func hasSkill(card *a2a.AgentCard, id string) bool {
+	for _, s := range card.Skills {
+		if s.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// splitCardURL splits the configured URL into the base the resolver joins
+// the card's path to, and that path: an URL ending in .json is the card's
+// own; any other is the agent's base, whose card is at the well-known path.
+func splitCardURL(u string) (base, path string) {
+	if strings.HasSuffix(u, ".json") {
+		if i := strings.LastIndex(u, "/.well-known/"); i > 0 {
+			return u[:i], u[i:]
+		}
+		if i := strings.LastIndexByte(u, '/'); i > 0 {
+			return u[:i], u[i:]
+		}
+	}
+	return u, ""
+}
+
+func (t *a2aTool) Call(ctx context.Context, cc *baton.CallContext, args json.RawMessage) (baton.ToolResult, error) {
+	var in struct {
+		Message string `json:"message"`
+		TaskID  string `json:"task_id"`
+	}
+	if err := json.Unmarshal(args, &in); err != nil || strings.TrimSpace(in.Message) == "" {
+		return errorResult("tool %s: message: required (the text for the remote agent)", t.name), nil
+	}
+	url, err := expandEnv(t.cardURL, cc.Secrets)
+	if err != nil {
+		return errorResult("tool %s: a2a.card_url: %s", t.name, baton.ErrorMessage(err)), nil
+	}
+	token := ""
+	if t.tokenFrom != "" {
+		if token, err = lookupSecret(t.tokenFrom, cc.Secrets); err != nil {
+			return errorResult("tool %s: a2a.token_from: %s", t.name, baton.ErrorMessage(err)), nil
+		}
+	}
+	base := t.client.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	hc := *t.client
+	hc.Transport = a2aAuth{next: base, token: token}
+	cardBase, cardPath := splitCardURL(url)
+	card, err := t.resolve(ctx, &hc, cardBase, cardPath)
+	if err != nil {
+		if ctx.Err() != nil {
+			return baton.ToolResult{}, ctx.Err()
+		}
+		return errorResult("tool %s: agent card at %s: %v", t.name, url, redact(err, url)), nil
+	}
+	client, err := a2aclient.NewFromCard(ctx, card, a2aclient.WithJSONRPCTransport(&hc))
+	if err != nil {
+		return errorResult("tool %s: agent card at %s: %v", t.name, url, err), nil
+	}
+	defer func() { _ = client.Destroy() }()
+
+	key := cc.EffectKey
+	if key == "" {
+		key = baton.EffectKey(cc.ChatID, cc.TurnKey, cc.ToolCallID)
+	}
+	msg := &a2a.Message{ID: "baton-" + key, Role: a2a.MessageRoleUser, TaskID: a2a.TaskID(in.TaskID),
+		Parts: a2a.ContentParts{a2a.TextPart{Text: in.Message}}}
+	if t.skill != "" {
+		msg.Metadata = map[string]any{"skill": t.skill}
+	}
+	var taskID a2a.TaskID
+	var last *a2a.Message // a direct answer (a message, not a task)
+	// Streaming where the card says so (SendStreamingMessage falls back to
+	// message/send otherwise): the remote run is followed to its end or its
+	// pause.
+	for ev, err := range client.SendStreamingMessage(ctx, &a2a.MessageSendParams{Message: msg}) {
+		if err != nil {
+			if ctx.Err() != nil {
+				return baton.ToolResult{}, ctx.Err()
+			}
+			return errorResult("tool %s: the agent at %s: %v", t.name, url, err), nil
+		}
+		switch ev := ev.(type) {
+		case *a2a.Message:
+			last = ev
+		default:
+			if id := ev.TaskInfo().TaskID; id != "" {
+				taskID = id
+			}
+		}
+	}
+	if taskID == "" {
+		if last == nil {
+			return errorResult("tool %s: the agent at %s answered nothing", t.name, url), nil
+		}
+		return baton.ToolResult{Status: baton.ToolStatusOK, Content: messageText(last)}, nil
+	}
+	// The task as it stands is the result: a stream replayed from its
+	// start (a retried message) may end at an earlier pause.
+	task, err := client.GetTask(ctx, &a2a.TaskQueryParams{ID: taskID})
+	if err != nil {
+		if ctx.Err() != nil {
+			return baton.ToolResult{}, ctx.Err()
+		}
+		return errorResult("tool %s: the agent at %s: task %s: %v", t.name, url, taskID, err), nil
+	}
+	return taskResult(t.name, task), nil
+}
+
+// taskResult is the tool result of a remote task.
+func taskResult(name string, task *a2a.Task) baton.ToolResult {
+	var b strings.Builder
+	for _, m := range task.History {
+		if m.Role == a2a.MessageRoleAgent {
+			if s := messageText(m); s != "" {
+				b.WriteString(s)
+				b.WriteString("\n")
+			}
+		}
+	}
+	for _, a := range task.Artifacts {
+		for _, p := range a.Parts {
+			switch p := p.(type) {
+			case a2a.DataPart:
+				raw, _ := json.Marshal(p.Data)
+				fmt.Fprintf(&b, "[artifact %s] %s\n", a.Name, raw)
+			case a2a.TextPart:
+				fmt.Fprintf(&b, "[artifact %s] %s\n", a.Name, p.Text)
+			}
+		}
+	}
+	said := strings.TrimSpace(b.String())
+	status := messageText(task.Status.Message)
+	switch task.Status.State {
+	case a2a.TaskStateCompleted:
+		return baton.ToolResult{Status: baton.ToolStatusOK, Content: said}
+	case a2a.TaskStateInputRequired, a2a.TaskStateAuthRequired:
+		return baton.ToolResult{Status: baton.ToolStatusOK, Content: fmt.Sprintf(
+			"%s\n\nThe remote agent needs input (task_id %s): %s\nCall %s again with task_id %q and the answer as message.",
+			said, task.ID, status, name, task.ID)}
+	}
+	return errorResult("tool %s: the remote task %s ended %s: %s", name, task.ID, task.Status.State, strings.TrimSpace(status+"\n"+said))
+}
+
+// messageText joins a message's text parts.
+func messageText(m *a2a.Message) string {
+	if m == nil {
+		return ""
+	}
+	var parts []string
+	for _, p := range m.Parts {
+		if tp, ok := p.(a2a.TextPart); ok && tp.Text != "" {
+			parts = append(parts, tp.Text)
+		}
+	}
+	return strings.Join(parts, "\n")
+}
