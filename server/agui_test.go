@@ -1,0 +1,354 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton"
+)
+
+// aguiEvent is a received AG-UI event, decoded.
+type aguiEv map[string]any
+
+func (v aguiEv) typ() string         { s, _ := v["type"].(string); return s }
+func (v aguiEv) str(k string) string { s, _ := v[k].(string); return s }
+
+// aguiResult is an AG-UI run's answer: its status and, for a stream, its
+// events and their raw data lines.
+type aguiResult struct {
+	status int
+	body   []byte // an error's body
+	events []aguiEv
+	raw    [][]byte
+}
+
+func (r aguiResult) types() []string {
+	var out []string
+	for _, ev := range r.events {
+		out = append(out, ev.typ())
+	}
+	return out
+}
+
+// aguiInputOf builds a RunAgentInput.
+func aguiInputOf(thread, run string, msgs ...map[string]any) map[string]any {
+	if msgs == nil {
+		msgs = []map[string]any{}
+	}
+	return map[string]any{"threadId": thread, "runId": run, "messages": msgs, "tools": []any{}, "context": []any{}, "state": map[string]any{}, "forwardedProps": map[string]any{}}
+}
+
+func userMsg(id, content string) map[string]any {
+	return map[string]any{"id": id, "role": "user", "content": content}
+}
+
+// agui posts input to /agui/acme/{wf} with key and reads the whole answer.
+func (e *env) agui(t testing.TB, wf, key string, input any) aguiResult {
+	t.Helper()
+	return e.aguiPath(t, "/agui/acme/"+wf, key, input)
+}
+
+func (e *env) aguiPath(t testing.TB, path, key string, input any) aguiResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var body []byte
+	switch b := input.(type) {
+	case string:
+		body = []byte(b)
+	default:
+		var err error
+		if body, err = json.Marshal(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	req, err := http.NewRequestWithContext(ctx, "POST", e.ts.URL+path, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := e.ts.Client().Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	res := aguiResult{status: resp.StatusCode}
+	if resp.StatusCode != http.StatusOK {
+		res.body, _ = io.ReadAll(resp.Body)
+		return res
+	}
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
+		t.Fatalf("POST %s: Content-Type %q", path, ct)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 8<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		data, ok := bytes.CutPrefix(line, []byte("data: "))
+		if !ok {
+			continue
+		}
+		var ev aguiEv
+		if err := json.Unmarshal(data, &ev); err != nil {
+			t.Fatalf("event is not JSON: %v: %s", err, data)
+		}
+		res.events = append(res.events, ev)
+		res.raw = append(res.raw, append([]byte(nil), data...))
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("read the stream: %v", err)
+	}
+	return res
+}
+
+
+// verifyAGUI checks the rules of an AG-UI run that @ag-ui/client's
+// verifier enforces (so that they are checked where node is missing too):
+// RUN_STARTED first, RUN_FINISHED or RUN_ERROR last and nothing after it,
+// text messages and tool calls opened once, continued and closed in order,
+// no step, message or call open at the end; a step closed by name.
+func verifyAGUI(t testing.TB, r aguiResult) {
+	t.Helper()
+	if r.status != http.StatusOK {
+		t.Fatalf("AG-UI run: %d %s", r.status, r.body)
+	}
+	evs := r.events
+	if len(evs) < 2 || evs[0].typ() != "RUN_STARTED" {
+		t.Fatalf("AG-UI run: want RUN_STARTED first, got %v", r.types())
+	}
+	if last := evs[len(evs)-1].typ(); last != "RUN_FINISHED" && last != "RUN_ERROR" {
+		t.Fatalf("AG-UI run: want RUN_FINISHED or RUN_ERROR last, got %v", r.types())
+	}
+	texts, calls, steps := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	seenText, seenCall := map[string]bool{}, map[string]bool{}
+	for i, ev := range evs {
+		fail := func(format string, args ...any) {
+			t.Helper()
+			t.Fatalf("AG-UI event %d %s: %s\nall: %v", i, ev.typ(), fmt.Sprintf(format, args...), r.types())
+		}
+		if i > 0 && (ev.typ() == "RUN_STARTED") {
+			fail("a second RUN_STARTED")
+		}
+		if i < len(evs)-1 && (ev.typ() == "RUN_FINISHED" || ev.typ() == "RUN_ERROR") {
+			fail("events after the run ended")
+		}
+		switch ev.typ() {
+		case "TEXT_MESSAGE_START":
+			id := ev.str("messageId")
+			if texts[id] || seenText[id] || id == "" {
+				fail("message %q started twice (or no id)", id)
+			}
+			texts[id], seenText[id] = true, true
+		case "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END":
+			id := ev.str("messageId")
+			if !texts[id] {
+				fail("message %q is not open", id)
+			}
+			if ev.typ() == "TEXT_MESSAGE_END" {
+				delete(texts, id)
+			} else if ev.str("delta") == "" {
+				fail("empty delta")
+			}
+		case "TOOL_CALL_START":
+			id := ev.str("toolCallId")
+			if calls[id] || seenCall[id] || id == "" || ev.str("toolCallName") == "" {
+				fail("tool call %q started twice (or no id or name)", id)
+			}
+			calls[id], seenCall[id] = true, true
+		case "TOOL_CALL_ARGS", "TOOL_CALL_END":
+			id := ev.str("toolCallId")
+			if !calls[id] {
+				fail("tool call %q is not open", id)
+			}
+			if ev.typ() == "TOOL_CALL_END" {
+				delete(calls, id)
+			}
+		case "TOOL_CALL_RESULT":
+			if !seenCall[ev.str("toolCallId")] {
+				fail("a result of tool call %q, never started", ev.str("toolCallId"))
+			}
+		case "STEP_STARTED":
+			if steps[ev.str("stepName")] {
+				fail("step %q started twice", ev.str("stepName"))
+			}
+			steps[ev.str("stepName")] = true
+		case "STEP_FINISHED":
+			if !steps[ev.str("stepName")] {
+				fail("step %q is not open", ev.str("stepName"))
+			}
+			delete(steps, ev.str("stepName"))
+		case "RUN_FINISHED", "RUN_ERROR":
+			if len(texts)+len(calls)+len(steps) > 0 {
+				fail("still open: messages %v, calls %v, steps %v", texts, calls, steps)
+			}
+		}
+	}
+}
+
+// find returns the events of type typ.
+func (r aguiResult) find(typ string) []aguiEv {
+	var out []aguiEv
+	for _, ev := range r.events {
+		if ev.typ() == typ {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// texts returns the text of each message of the run, by id, in order.
+func (r aguiResult) texts() (ids []string, text map[string]string) {
+	text = map[string]string{}
+	for _, ev := range r.events {
+		switch ev.typ() {
+		case "TEXT_MESSAGE_START":
+			ids = append(ids, ev.str("messageId"))
+		case "TEXT_MESSAGE_CONTENT":
+			text[ev.str("messageId")] += ev.str("delta")
+		}
+	}
+	return ids, text
+}
+
+func (r aguiResult) last() aguiEv { return r.events[len(r.events)-1] }
+
+// outcome returns RUN_FINISHED's outcome and result.
+func (r aguiResult) outcome(t testing.TB) (outcome, result map[string]any) {
+	t.Helper()
+	last := r.last()
+	if last.typ() != "RUN_FINISHED" {
+		t.Fatalf("run ended with %v, want RUN_FINISHED", last)
+	}
+	outcome, _ = last["outcome"].(map[string]any)
+	result, _ = last["result"].(map[string]any)
+	return outcome, result
+}
+
+func pendingCalls(outcome map[string]any) []string {
+	var ids []string
+	for _, v := range outcome["pendingToolCallIds"].([]any) {
+		ids = append(ids, v.(string))
+	}
+	return ids
+}
+
+// chatTexts returns the person's and the agents' recorded texts of a chat.
+func (e *env) chatTexts(t testing.TB, scope baton.Scope, chatID string) []baton.TextPayload {
+	t.Helper()
+	evs, err := e.store.Events(context.Background(), scope, chatID, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []baton.TextPayload
+	for _, ev := range evs {
+		if ev.Type == baton.TypeChatText {
+			p, err := baton.DecodePayload[baton.TextPayload](&ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func TestAGUI_HelloRun(t *testing.T) {
+	e := newEnv(t)
+	r := e.agui(t, "hello", e.keys[scopeAda], aguiInputOf("hello-1", "run-1"))
+	verifyAGUI(t, r)
+	types := r.types()
+	for _, want := range []string{"STATE_SNAPSHOT", "STEP_STARTED", "TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "TOOL_CALL_RESULT", "STATE_DELTA", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END", "STEP_FINISHED"} {
+		if !slices.Contains(types, want) {
+			t.Errorf("no %s in %v", want, types)
+		}
+	}
+	if slices.Contains(types, "MESSAGES_SNAPSHOT") {
+		t.Errorf("a first run sent MESSAGES_SNAPSHOT: %v", types)
+	}
+	start := r.events[0]
+	if start.str("threadId") != "hello-1" || start.str("runId") != "run-1" {
+		t.Errorf("RUN_STARTED %v: want the input's threadId and runId", start)
+	}
+	outcome, result := r.outcome(t)
+	if outcome["type"] != "success" || result["status"] != "success" {
+		t.Errorf("RUN_FINISHED outcome %v result %v", outcome, result)
+	}
+	chatID, _ := result["chat_id"].(string)
+	if chatID != aguiChatID(scopeAda, "hello", "hello-1") {
+		t.Fatalf("result.chat_id %q", chatID)
+	}
+	// The text is the agent's, under its model call's id from start to end.
+	ids, text := r.texts()
+	var agentMsg baton.TextPayload
+	for _, p := range e.chatTexts(t, scopeAda, chatID) {
+		if p.Agent == "Greeter" && !p.ToolOnly {
+			agentMsg = p
+		}
+	}
+	if len(ids) != 1 || ids[0] != agentMsg.AgentMessageID || text[ids[0]] != agentMsg.Content {
+		t.Fatalf("text messages %v %q, want one, %s: %q", ids, text, agentMsg.AgentMessageID, agentMsg.Content)
+	}
+	if got := r.find("TEXT_MESSAGE_START")[0].str("name"); got != "Greeter" {
+		t.Errorf("TEXT_MESSAGE_START name %q, want the agent", got)
+	}
+	call := r.find("TOOL_CALL_START")[0]
+	if call.str("toolCallName") != "get_time" || r.find("TOOL_CALL_ARGS")[0].str("delta") != `{"tz":"UTC"}` {
+		t.Errorf("tool call %v %v", call, r.find("TOOL_CALL_ARGS"))
+	}
+	res := r.find("TOOL_CALL_RESULT")[0]
+	if res.str("toolCallId") != call.str("toolCallId") || !strings.Contains(res.str("content"), `"time"`) {
+		t.Errorf("tool result %v", res)
+	}
+	// The state: the snapshot, then the tool's variable as a JSON Patch.
+	snap := r.find("STATE_SNAPSHOT")[0]["snapshot"].(map[string]any)
+	if snap["time_told"] != false {
+		t.Errorf("STATE_SNAPSHOT %v", snap)
+	}
+	delta := r.find("STATE_DELTA")[0]["delta"].([]any)
+	if op := delta[0].(map[string]any); op["op"] != "add" || op["path"] != "/time_told" || op["value"] != true {
+		t.Errorf("STATE_DELTA %v", delta)
+	}
+	usage, _ := r.last()["usage"].([]any)
+	if len(usage) != 1 || usage[0].(map[string]any)["totalTokens"].(float64) <= 0 {
+		t.Errorf("RUN_FINISHED usage %v", usage)
+	}
+	checkAGUISchema(t, r)
+
+	// The same input again (the client lost the answer): the same chat,
+	// not a second one; the history as MESSAGES_SNAPSHOT, and the run ends.
+	e.waitStatus(t, chatID, baton.ChatCompleted)
+	before := len(e.history(t, chatID))
+	again := e.agui(t, "hello", e.keys[scopeAda], aguiInputOf("hello-1", "run-1"))
+	verifyAGUI(t, again)
+	if got := again.types(); !slices.Equal(got, []string{"RUN_STARTED", "STATE_SNAPSHOT", "MESSAGES_SNAPSHOT", "RUN_FINISHED"}) {
+		t.Fatalf("reconnect to an ended thread: %v", got)
+	}
+	msgs := again.find("MESSAGES_SNAPSHOT")[0]["messages"].([]any)
+	var roles []string
+	for _, m := range msgs {
+		roles = append(roles, m.(map[string]any)["role"].(string))
+	}
+	if !slices.Equal(roles, []string{"assistant", "tool", "assistant"}) {
+		t.Fatalf("MESSAGES_SNAPSHOT roles %v: %s", roles, again.raw[2])
+	}
+	if got := msgs[2].(map[string]any)["id"]; got != ids[0] {
+		t.Errorf("the snapshot's message id %v, the stream's %s", got, ids[0])
+	}
+	if after := len(e.history(t, chatID)); after != before {
+		t.Fatalf("the reconnect changed the chat: %d events, then %d", before, after)
+	}
+	checkAGUISchema(t, again)
+}
