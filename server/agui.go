@@ -400,6 +400,10 @@ func (s *Server) aguiContinue(ctx context.Context, scope baton.Scope, chat baton
 		return err == nil, renameField(err, "data", field+".content")
 	}
 	// A user message.
+	recorded, err := s.aguiRecorded(ctx, scope, chat, inputEventID(scope, chat.ID, aguiInputKey(msg.ID)), in, n)
+	if err != nil || recorded {
+		return false, err
+	}
 	for _, p := range chat.Pending {
 		if p.Kind == baton.PendingSecret {
 			return false, baton.Errorf(baton.ECONFLICT, "%s: the chat waits for a secret form, which is never answered over AG-UI: answer it in the web UI (%s)", field, m.webURL)
@@ -407,10 +411,6 @@ func (s *Server) aguiContinue(ctx context.Context, scope baton.Scope, chat baton
 		if p.Kind == baton.PendingUITool {
 			return false, baton.Errorf(baton.ECONFLICT, "%s: the chat waits for the result of tool call %q: send it as a tool message with that toolCallId", field, p.ToolCallID)
 		}
-	}
-	recorded, err := s.aguiRecorded(ctx, scope, chat, inputEventID(scope, chat.ID, aguiInputKey(msg.ID)), in, n)
-	if err != nil || recorded {
-		return false, err
 	}
 	content := msg.text
 	err = s.input(ctx, scope, chat.ID, clientMessage{Type: msgSubmit, ID: aguiInputKey(msg.ID), Content: &content}, "agui")

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/batonhq/baton"
 )
 
 // The AG-UI reference checks: @ag-ui/core's zod schemas and @ag-ui/client's
@@ -64,4 +66,69 @@ func checkAGUISchema(t *testing.T, res aguiResult) {
 	if err := json.Unmarshal(out, &got); err != nil || got.Checked != len(res.raw) {
 		t.Fatalf("schema check: %s (%v), want %d events checked", out, err, len(res.raw))
 	}
+}
+
+// clientRun is what check.mjs's client mode reports.
+type clientRun struct {
+	ThreadID string `json:"threadId"`
+	Runs     []struct {
+		Label  string         `json:"label"`
+		Types  []string       `json:"types"`
+		Result map[string]any `json:"result"`
+	} `json:"runs"`
+	Messages []map[string]any `json:"messages"`
+	State    map[string]any   `json:"state"`
+}
+
+// TestAGUI_HttpAgent runs hello and generator through @ag-ui/client's own
+// HttpAgent against the live server: its event verification and its
+// schema enforcement (a warning about an unknown field fails too) accept
+// every run, and its messages and state end as the chat's.
+func TestAGUI_HttpAgent(t *testing.T) {
+	aguiNode(t)
+	e := newEnv(t)
+	t.Run("hello", func(t *testing.T) {
+		var got clientRun
+		if err := json.Unmarshal(runNode(t, nil, "client", e.ts.URL, e.keys[scopeAda], "hello"), &got); err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Runs) != 1 || got.Runs[0].Result["status"] != "success" {
+			t.Fatalf("runs %+v", got.Runs)
+		}
+		if n := len(got.Messages); n != 3 || got.Messages[2]["role"] != "assistant" || !strings.Contains(got.Messages[2]["content"].(string), "Hello!") {
+			t.Fatalf("the client's messages: %v", got.Messages)
+		}
+		if got.State["time_told"] != true {
+			t.Fatalf("the client's state %v: want the snapshot with the delta applied", got.State)
+		}
+	})
+	t.Run("generator", func(t *testing.T) {
+		var got clientRun
+		if err := json.Unmarshal(runNode(t, nil, "client", e.ts.URL, e.keys[scopeAda], "generator"), &got); err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Runs) != 4 || got.Runs[3].Result["status"] != "success" {
+			t.Fatalf("runs %+v", got.Runs)
+		}
+		chatID := aguiChatID(scopeAda, "generator", got.ThreadID)
+		e.waitStatus(t, chatID, baton.ChatCompleted)
+		// The client's transcript: the person's answer once, the plan's
+		// call and its result, the delivery, and no secret.
+		users := 0
+		for _, m := range got.Messages {
+			if m["role"] == "user" {
+				users++
+				if m["id"] != "u-answer" {
+					t.Errorf("the person's message is %v, want the client's id", m)
+				}
+			}
+		}
+		raw, _ := json.Marshal(got.Messages)
+		if users != 1 || !bytes.Contains(raw, []byte("approved and ready")) || bytes.Contains(raw, []byte("sk-agui-test")) {
+			t.Fatalf("the client's messages: %s", raw)
+		}
+		if got.State["plan_name"] != "Weekly Newsletter" {
+			t.Fatalf("the client's state %v", got.State)
+		}
+	})
 }

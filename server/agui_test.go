@@ -352,3 +352,125 @@ func TestAGUI_HelloRun(t *testing.T) {
 	}
 	checkAGUISchema(t, again)
 }
+
+// TestAGUI_GeneratorRun drives the generator over AG-UI as a client would:
+// the interview's question ends a run (an input request); the answer's run
+// ends at the secret form with a pointer to the web UI (the secret never
+// passes over AG-UI); once it is answered there, the next run replays the
+// thread (MESSAGES_SNAPSHOT) and ends at the action plan, a frontend tool
+// call; its result, a tool message, finishes the chat.
+func TestAGUI_GeneratorRun(t *testing.T) {
+	e := newEnv(t)
+	key := e.keys[scopeAda]
+	var all []aguiResult
+
+	ask := e.agui(t, "generator", key, aguiInputOf("gen-1", "r1"))
+	verifyAGUI(t, ask)
+	all = append(all, ask)
+	_, result := ask.outcome(t)
+	chatID := result["chat_id"].(string)
+	if result["waiting"] != "input" {
+		t.Fatalf("first run: result %v, want it waiting for input", result)
+	}
+	ids, text := ask.texts()
+	if len(ids) != 1 || text[ids[0]] != "What would you like to automate?" {
+		t.Fatalf("first run's messages %v %v", ids, text)
+	}
+	history := []map[string]any{{"id": ids[0], "role": "assistant", "content": text[ids[0]]}, userMsg("u-1", "A weekly newsletter from our team notes.")}
+
+	answer := e.agui(t, "generator", key, aguiInputOf("gen-1", "r2", history...))
+	verifyAGUI(t, answer)
+	all = append(all, answer)
+	_, result = answer.outcome(t)
+	if result["waiting"] != "secret" || !strings.Contains(result["web_url"].(string), "#chat="+chatID) {
+		t.Fatalf("second run's result %v: want it waiting for the secret form, with the web UI's link", result)
+	}
+	_, text = answer.texts()
+	notice := text["secret-"+result["ui_event_id"].(string)]
+	if !strings.Contains(notice, result["web_url"].(string)) {
+		t.Fatalf("no message points to the web UI: %v", text)
+	}
+	for _, ev := range answer.events {
+		if ev.typ() == "TOOL_CALL_START" {
+			t.Fatalf("the secret form went out as a tool call: %v", ev)
+		}
+	}
+	// The hidden "NEXT" never shows; the user's message is not echoed.
+	for id, s := range text {
+		if strings.Contains(s, "NEXT") || strings.Contains(s, "weekly newsletter from our") {
+			t.Fatalf("message %s %q: hidden or echoed", id, s)
+		}
+	}
+	// Posting the answer again while the secret waits: the same message,
+	// not sent twice.
+	again := e.agui(t, "generator", key, aguiInputOf("gen-1", "r2", history...))
+	verifyAGUI(t, again)
+	users := 0
+	for _, p := range e.chatTexts(t, scopeAda, chatID) {
+		if p.Agent == "user" && p.Source == "agui" {
+			users++
+		}
+	}
+	if users != 1 {
+		t.Fatalf("the person's message recorded %d times", users)
+	}
+
+	e.submitHTTP(t, &clientMessage{ChatID: chatID, UIEventID: result["ui_event_id"].(string), Status: "success", Data: json.RawMessage(`{"NEWSLETTER_API_KEY":"` + testSecret + `"}`)})
+	plan := e.agui(t, "generator", key, aguiInputOf("gen-1", "r3", history...))
+	verifyAGUI(t, plan)
+	all = append(all, plan)
+	if plan.events[2].typ() != "MESSAGES_SNAPSHOT" {
+		t.Fatalf("a run without new input: want MESSAGES_SNAPSHOT after the state, got %v", plan.types())
+	}
+	outcome, _ := plan.outcome(t)
+	pending := pendingCalls(outcome)
+	var call aguiEv
+	for _, ev := range plan.find("TOOL_CALL_START") {
+		if ev.str("toolCallId") == pending[0] {
+			call = ev
+		}
+	}
+	if len(pending) != 1 || call == nil || call.str("toolCallName") != "action_plan" {
+		t.Fatalf("third run: pending %v, calls %v: want the action plan as a frontend tool call", pending, plan.find("TOOL_CALL_START"))
+	}
+	if md, _ := call["metadata"].(map[string]any); md == nil || md["baton"].(map[string]any)["component"] != "ActionPlan" {
+		t.Errorf("the UI tool's call carries no component: %v", call)
+	}
+	for _, raw := range plan.raw {
+		if bytes.Contains(raw, []byte(testSecret)) {
+			t.Fatalf("the secret went out over AG-UI: %s", raw)
+		}
+	}
+	history = append(history,
+		map[string]any{"id": "a-plan", "role": "assistant", "toolCalls": []any{map[string]any{"id": pending[0], "type": "function", "function": map[string]any{"name": "action_plan", "arguments": "{}"}}}},
+		map[string]any{"id": "t-1", "role": "tool", "toolCallId": pending[0], "content": `{"action":"approve"}`})
+	done := e.agui(t, "generator", key, aguiInputOf("gen-1", "r4", history...))
+	verifyAGUI(t, done)
+	all = append(all, done)
+	if _, result := done.outcome(t); result["status"] != "success" {
+		t.Fatalf("last run's result %v", result)
+	}
+	for _, ev := range done.find("TOOL_CALL_RESULT") {
+		if ev.str("toolCallId") == pending[0] {
+			t.Errorf("the client's own tool result echoed: %v", ev)
+		}
+	}
+	_, text = done.texts()
+	found := false
+	for _, s := range text {
+		found = found || strings.Contains(s, "approved and ready")
+	}
+	if !found {
+		t.Fatalf("the delivery's message is missing: %v", text)
+	}
+	// The response reached the UI tool once, as the engine's record says.
+	if got := e.uiResponses(t, chatID, call["metadata"].(map[string]any)["baton"].(map[string]any)["ui_event_id"].(string)); len(got) != 1 {
+		t.Fatalf("UI tool responses %v, want one", got)
+	}
+	// Sent again (a retry of the last run): nothing is sent twice.
+	verifyAGUI(t, e.agui(t, "generator", key, aguiInputOf("gen-1", "r4", history...)))
+	e.waitStatus(t, chatID, baton.ChatCompleted)
+	for _, r := range all {
+		checkAGUISchema(t, r)
+	}
+}
