@@ -7,13 +7,19 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"iter"
 	"net/http"
+	"path"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/llm/scripted"
+	"github.com/batonhq/baton/workflow"
 )
 
 // aguiEvent is a received AG-UI event, decoded.
@@ -473,4 +479,159 @@ func TestAGUI_GeneratorRun(t *testing.T) {
 	for _, r := range all {
 		checkAGUISchema(t, r)
 	}
+}
+
+// gatedModel is the scripted provider, except that the call number gate
+// (counted from 1 over the env's chats) stops after its first text delta
+// until release is closed (or its context ends); entered receives then.
+type gatedModel struct {
+	gate    int32
+	calls   atomic.Int32
+	entered chan struct{}
+	release chan struct{}
+}
+
+func newGatedModel(gate int32) *gatedModel {
+	return &gatedModel{gate: gate, entered: make(chan struct{}, 1), release: make(chan struct{})}
+}
+
+func (m *gatedModel) providers(wf *workflow.Workflow) (baton.Provider, error) {
+	sp, err := scripted.Load(wf.FS, path.Join(wf.Dir, "scripted.json"))
+	if err != nil {
+		return nil, err
+	}
+	return providerFunc(func(ctx context.Context, req *baton.Request) iter.Seq2[baton.Delta, error] {
+		gated := m.calls.Add(1) == m.gate
+		return func(yield func(baton.Delta, error) bool) {
+			for d, err := range sp.Stream(ctx, req) {
+				if !yield(d, err) {
+					return
+				}
+				if gated && d.Kind == baton.DeltaText {
+					gated = false
+					m.entered <- struct{}{}
+					select {
+					case <-m.release:
+					case <-ctx.Done():
+						yield(baton.Delta{}, ctx.Err())
+						return
+					}
+				}
+			}
+		}
+	}), nil
+}
+
+// TestAGUI_ReconnectMidRun: a client loses the stream while the agent is
+// speaking and posts the same input again. The second run sends the
+// history up to then as MESSAGES_SNAPSHOT and the rest live: every message
+// of the chat exactly once (no duplicate), the one being spoken whole (no
+// gap), and the chat is not started again.
+func TestAGUI_ReconnectMidRun(t *testing.T) {
+	m := newGatedModel(2) // hello's second model call: the answer
+	e := newEnv(t, withProvider(m.providers))
+	key := e.keys[scopeAda]
+	input := aguiInputOf("re-1", "run-1")
+	body, _ := json.Marshal(input)
+
+	// The first stream, cut off mid-answer.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", e.ts.URL+"/agui/acme/hello", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := e.ts.Client().Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("first run: %v %v", resp, err)
+	}
+	select {
+	case <-m.entered:
+	case <-ctx.Done():
+		t.Fatal("the answer's model call did not start")
+	}
+	var first []aguiEv
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if data, ok := bytes.CutPrefix(sc.Bytes(), []byte("data: ")); ok {
+			var ev aguiEv
+			_ = json.Unmarshal(data, &ev)
+			first = append(first, ev)
+			if ev.typ() == "TEXT_MESSAGE_CONTENT" {
+				break // the first words of the answer: the connection drops
+			}
+		}
+	}
+	resp.Body.Close()
+	cancel()
+	if len(first) == 0 || first[len(first)-1].typ() != "TEXT_MESSAGE_CONTENT" {
+		t.Fatalf("first run: %v", first)
+	}
+	chatID := aguiChatID(scopeAda, "hello", "re-1")
+	testenv.Eventually(t, 20*time.Second, "the server to notice the first client left", func() error {
+		if n := e.srv.hub.subscribers(); n != 0 {
+			return fmt.Errorf("%d followers", n)
+		}
+		return nil
+	})
+
+	// The same input again; the model goes on once it is connected.
+	done := make(chan aguiResult, 1)
+	go func() { done <- e.agui(t, "hello", key, input) }()
+	testenv.Eventually(t, 20*time.Second, "the second run to follow the chat", func() error {
+		if e.srv.hub.subscribers() == 0 {
+			return fmt.Errorf("no follower")
+		}
+		return nil
+	})
+	close(m.release)
+	second := <-done
+	verifyAGUI(t, second)
+	if second.events[2].typ() != "MESSAGES_SNAPSHOT" {
+		t.Fatalf("reconnect: %v, want MESSAGES_SNAPSHOT after the state", second.types())
+	}
+	seen := map[string]string{}
+	var order []string
+	for _, msg := range second.events[2]["messages"].([]any) {
+		m := msg.(map[string]any)
+		id := m["id"].(string)
+		c, _ := m["content"].(string)
+		seen[id], order = c, append(order, id)
+	}
+	ids, text := second.texts()
+	for _, id := range ids {
+		if _, dup := seen[id]; dup {
+			t.Fatalf("message %s both in the snapshot and live", id)
+		}
+		seen[id], order = text[id], append(order, id)
+	}
+	for _, ev := range second.find("TOOL_CALL_RESULT") {
+		if _, dup := seen[ev.str("messageId")]; dup {
+			t.Fatalf("tool result %s both in the snapshot and live", ev.str("messageId"))
+		}
+	}
+	// What the client has now is the chat's visible transcript.
+	e.waitStatus(t, chatID, baton.ChatCompleted)
+	var want []string
+	for _, p := range e.chatTexts(t, scopeAda, chatID) {
+		if p.Agent == "Greeter" {
+			// A tool-only message is the snapshot's assistant message of
+			// its calls.
+			want = append(want, p.AgentMessageID)
+			if !p.ToolOnly && seen[p.AgentMessageID] != p.Content {
+				t.Fatalf("message %s reads %q, the chat's %q", p.AgentMessageID, seen[p.AgentMessageID], p.Content)
+			}
+		}
+	}
+	var got []string
+	for _, id := range order {
+		if strings.HasPrefix(id, "turn_") {
+			got = append(got, id)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("the client's agent messages %v, the chat's %v", got, want)
+	}
+	if n := len(e.chatTexts(t, scopeAda, chatID)); n != 3 {
+		t.Fatalf("%d texts: the reconnect changed the chat", n)
+	}
+	checkAGUISchema(t, second)
 }
