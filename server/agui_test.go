@@ -120,7 +120,6 @@ func (e *env) aguiPath(t testing.TB, path, key string, input any) aguiResult {
 	return res
 }
 
-
 // verifyAGUI checks the rules of an AG-UI run that @ag-ui/client's
 // verifier enforces (so that they are checked where node is missing too):
 // RUN_STARTED first, RUN_FINISHED or RUN_ERROR last and nothing after it,
