@@ -634,3 +634,107 @@ func TestAGUI_ReconnectMidRun(t *testing.T) {
 	}
 	checkAGUISchema(t, second)
 }
+
+// TestAGUI_Tenants: a thread is its scope's. Another user of the app who
+// posts the same threadId gets a thread of their own, with none of the
+// first one's messages, and leaves it as it was; a key of another app is
+// not found at this app's route.
+func TestAGUI_Tenants(t *testing.T) {
+	e := newEnv(t)
+	adaMsgs := []map[string]any{userMsg("u-1", "secret plans of ada")}
+	r := e.agui(t, "generator", e.keys[scopeAda], aguiInputOf("shared-thread", "r1", adaMsgs...))
+	verifyAGUI(t, r)
+	_, result := r.outcome(t)
+	adaChat := result["chat_id"].(string)
+	e.waitStatus(t, adaChat, baton.ChatWaitingInput)
+	before := len(e.history(t, adaChat))
+
+	bob := e.agui(t, "generator", e.keys[scopeBob], aguiInputOf("shared-thread", "r1", userMsg("u-1", "bob's own words"), userMsg("u-2", "and more")))
+	verifyAGUI(t, bob)
+	_, result = bob.outcome(t)
+	if result["chat_id"] == adaChat {
+		t.Fatalf("bob's thread is ada's chat")
+	}
+	for _, raw := range bob.raw {
+		if bytes.Contains(raw, []byte("secret plans")) || bytes.Contains(raw, []byte(adaChat)) {
+			t.Fatalf("bob's stream carries ada's data: %s", raw)
+		}
+	}
+	if after := len(e.history(t, adaChat)); after != before {
+		t.Fatalf("bob's post changed ada's chat: %d events, then %d", before, after)
+	}
+	if _, err := e.store.GetChat(context.Background(), scopeBob, adaChat); baton.ErrorCode(err) != baton.ENOTFOUND {
+		t.Fatalf("bob reads ada's chat: %v", err)
+	}
+	// Another app's key at acme's route, and no key at all.
+	if r := e.agui(t, "generator", e.keys[scopeMallory], aguiInputOf("shared-thread", "r1")); r.status != http.StatusNotFound || bytes.Contains(r.body, []byte("secret plans")) {
+		t.Fatalf("another app's key: %d %s", r.status, r.body)
+	}
+	if r := e.agui(t, "generator", "", aguiInputOf("shared-thread", "r1")); r.status != http.StatusUnauthorized {
+		t.Fatalf("no key: %d %s", r.status, r.body)
+	}
+	// Mallory in her own app has a thread of the same name of her own.
+	if r := e.aguiPath(t, "/agui/umbrella/generator", e.keys[scopeMallory], aguiInputOf("shared-thread", "r1")); r.status != http.StatusOK {
+		t.Fatalf("mallory's own thread: %d %s", r.status, r.body)
+	} else if _, res := r.outcome(t); res["chat_id"] == adaChat {
+		t.Fatal("mallory's thread is ada's chat")
+	}
+}
+
+// TestAGUI_BadInput: what the route refuses, with a 4xx naming the field.
+func TestAGUI_BadInput(t *testing.T) {
+	e := newEnv(t, withConfig(func(c *Config) { c.MaxBody = 64 << 10 }))
+	key := e.keys[scopeAda]
+	valid := func(mod func(map[string]any)) map[string]any {
+		in := aguiInputOf("bad-1", "r1", userMsg("u-1", "hello"))
+		mod(in)
+		return in
+	}
+	big := strings.Repeat("x", 70<<10)
+	cases := []struct {
+		name   string
+		wf     string
+		body   any
+		status int
+		want   string
+	}{
+		{"malformed", "hello", `{"threadId":`, 400, "incomplete JSON"},
+		{"not an object", "hello", `[1]`, 400, "body: must be a JSON object"},
+		{"trailing", "hello", `{"threadId":"t","runId":"r","messages":[]} {}`, 400, "after the JSON"},
+		{"empty", "hello", ``, 400, "body: required"},
+		{"no threadId", "hello", valid(func(m map[string]any) { delete(m, "threadId") }), 400, "threadId: required"},
+		{"threadId mistyped", "hello", valid(func(m map[string]any) { m["threadId"] = 7 }), 400, "threadId: must be a string"},
+		{"threadId control", "hello", valid(func(m map[string]any) { m["threadId"] = "a\nb" }), 400, "threadId: contains a control character"},
+		{"threadId long", "hello", valid(func(m map[string]any) { m["threadId"] = strings.Repeat("t", 300) }), 400, "threadId: longer than"},
+		{"no runId", "hello", valid(func(m map[string]any) { m["runId"] = "" }), 400, "runId: required"},
+		{"no messages", "hello", valid(func(m map[string]any) { delete(m, "messages") }), 400, "messages: required"},
+		{"message without id", "hello", valid(func(m map[string]any) { m["messages"] = []any{map[string]any{"role": "user", "content": "x"}} }), 400, "messages[0].id: required"},
+		{"message role", "hello", valid(func(m map[string]any) { m["messages"] = []any{map[string]any{"id": "m", "role": "robot", "content": "x"}} }), 400, "messages[0].role"},
+		{"message content", "hello", valid(func(m map[string]any) { m["messages"] = []any{map[string]any{"id": "m", "role": "user", "content": 5}} }), 400, "messages[0].content"},
+		{"tool without call id", "hello", valid(func(m map[string]any) { m["messages"] = []any{map[string]any{"id": "m", "role": "tool", "content": "x"}} }), 400, "messages[0].toolCallId: required"},
+		{"state not an object", "hello", valid(func(m map[string]any) { m["state"] = []int{1} }), 400, "state: must be an object"},
+		{"state unknown variable", "generator", valid(func(m map[string]any) { m["state"] = map[string]any{"nope": 1} }), 400, "state.nope"},
+		{"state not settable", "generator", valid(func(m map[string]any) { m["state"] = map[string]any{"plan_name": "x"} }), 400, "state.plan_name"},
+		{"tool without name", "hello", valid(func(m map[string]any) { m["tools"] = []any{map[string]any{"description": "d"}} }), 400, "tools[0].name: required"},
+		{"unknown workflow", "nope", valid(func(map[string]any) {}), 404, `nope\" not found`},
+		{"oversized", "hello", valid(func(m map[string]any) { m["messages"] = []any{userMsg("u", big)} }), 413, "body: larger than"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := e.agui(t, c.wf, key, c.body)
+			if r.status != c.status || !strings.Contains(string(r.body), c.want) {
+				t.Fatalf("%d %s, want %d naming %q", r.status, r.body, c.status, c.want)
+			}
+		})
+	}
+	// A user message while the chat waits for a frontend tool's result.
+	r := e.agui(t, "generator", key, aguiInputOf("hitl", "r1"))
+	_, res := r.outcome(t)
+	chatID := res["chat_id"].(string)
+	e.submitHTTP(t, &clientMessage{ChatID: chatID, Content: ptr("A newsletter.")})
+	e.waitStatus(t, chatID, baton.ChatWaitingSecret)
+	r = e.agui(t, "generator", key, aguiInputOf("hitl", "r2", userMsg("u-9", "what now?")))
+	if r.status != http.StatusConflict || !strings.Contains(string(r.body), "messages[0]") || !strings.Contains(string(r.body), "#chat="+chatID) {
+		t.Fatalf("a message while a secret form waits: %d %s", r.status, r.body)
+	}
+}
