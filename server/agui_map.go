@@ -435,7 +435,8 @@ func (m *aguiMapper) secret(p baton.ToolCallPayload) error {
 	if err := m.closeAll(); err != nil {
 		return err
 	}
-	if err := m.wholeText("secret-"+p.UIEventID, "assistant", p.Agent, m.secretNotice()); err != nil {
+	// No agent name: the form's agent is often one people do not see.
+	if err := m.wholeText("secret-"+p.UIEventID, "assistant", "", m.secretNotice()); err != nil {
 		return err
 	}
 	return m.finish(&aguiOutcome{Type: "success"}, map[string]any{"waiting": "secret", "ui_event_id": p.UIEventID, "web_url": m.webURL})
@@ -558,7 +559,7 @@ func (m *aguiMapper) endWaiting(chat baton.Chat) error {
 	case baton.ChatWaitingSecret:
 		for _, p := range chat.Pending {
 			if p.Kind == baton.PendingSecret {
-				return m.secret(baton.ToolCallPayload{UIEventID: p.UIEventID, Agent: p.Agent})
+				return m.secret(baton.ToolCallPayload{UIEventID: p.UIEventID})
 			}
 		}
 	case baton.ChatWaitingInput:

@@ -709,9 +709,13 @@ func TestAGUI_BadInput(t *testing.T) {
 		{"no runId", "hello", valid(func(m map[string]any) { m["runId"] = "" }), 400, "runId: required"},
 		{"no messages", "hello", valid(func(m map[string]any) { delete(m, "messages") }), 400, "messages: required"},
 		{"message without id", "hello", valid(func(m map[string]any) { m["messages"] = []any{map[string]any{"role": "user", "content": "x"}} }), 400, "messages[0].id: required"},
-		{"message role", "hello", valid(func(m map[string]any) { m["messages"] = []any{map[string]any{"id": "m", "role": "robot", "content": "x"}} }), 400, "messages[0].role"},
+		{"message role", "hello", valid(func(m map[string]any) {
+			m["messages"] = []any{map[string]any{"id": "m", "role": "robot", "content": "x"}}
+		}), 400, "messages[0].role"},
 		{"message content", "hello", valid(func(m map[string]any) { m["messages"] = []any{map[string]any{"id": "m", "role": "user", "content": 5}} }), 400, "messages[0].content"},
-		{"tool without call id", "hello", valid(func(m map[string]any) { m["messages"] = []any{map[string]any{"id": "m", "role": "tool", "content": "x"}} }), 400, "messages[0].toolCallId: required"},
+		{"tool without call id", "hello", valid(func(m map[string]any) {
+			m["messages"] = []any{map[string]any{"id": "m", "role": "tool", "content": "x"}}
+		}), 400, "messages[0].toolCallId: required"},
 		{"state not an object", "hello", valid(func(m map[string]any) { m["state"] = []int{1} }), 400, "state: must be an object"},
 		{"state unknown variable", "generator", valid(func(m map[string]any) { m["state"] = map[string]any{"nope": 1} }), 400, "state.nope"},
 		{"state not settable", "generator", valid(func(m map[string]any) { m["state"] = map[string]any{"plan_name": "x"} }), 400, "state.plan_name"},
