@@ -117,7 +117,7 @@ func TestAGUIMap_WhatTextsShow(t *testing.T) {
 		[2]string{"chat.text", `{"agent":"A","content":"NEXT","agent_message_id":"m1","ui_hidden":true,"sequence":3}`},
 		[2]string{"chat.text", `{"agent":"A","content":"Action completed","agent_message_id":"m2","tool_only":true,"sequence":4}`},
 		[2]string{"chat.text", `{"agent":"system","content":"[SYSTEM_RESUME_SIGNAL]","sequence":5}`},
-		[2]string{"chat.text", `{"agent":"user","content":"mine","input_id":"`+inputEventID(scopeAda, "chat-1", aguiInputKey("u-2"))+`","sequence":6}`},
+		[2]string{"chat.text", `{"agent":"user","content":"mine","input_id":"` + inputEventID(scopeAda, "chat-1", aguiInputKey("u-2")) + `","sequence":6}`},
 		[2]string{"chat.text", `{"agent":"user","content":"from the web","source":"ws","input_id":"in-7","sequence":7}`},
 	)
 	want := []string{
