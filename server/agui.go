@@ -272,10 +272,6 @@ func (s *Server) agui(w http.ResponseWriter, r *http.Request) error {
 		if chat, err = s.aguiStart(ctx, p.scope, wf.Name, in, chatID); err != nil {
 			return err
 		}
-		if n := in.firstUser(); n >= 0 {
-			m.own[inputEventID(p.scope, chatID, aguiInputKey(in.Messages[n].ID))] = in.Messages[n].ID
-		}
-		m.startMessage = in.firstUser()
 	case err != nil:
 		return err
 	default:
@@ -347,7 +343,13 @@ func (s *Server) aguiStart(ctx context.Context, scope baton.Scope, wf string, in
 	}
 	chat, _, err := s.cfg.Engine.StartOnce(ctx, scope, wf, inputEventID(scope, "agui-thread:"+wf, in.ThreadID), opts)
 	if err != nil {
-		if code := baton.ErrorCode(err); code == baton.EINVALID {
+		switch code := baton.ErrorCode(err); code {
+		case baton.ECONFLICT:
+			// The thread's chat id is taken by a chat that was deleted
+			// (the store keeps it, soft-deleted), or this thread's first
+			// run is being retried with another start message or state.
+			return baton.Chat{}, baton.Errorf(code, "threadId: %q names a chat that was deleted, or was started with another first message or state: use a new threadId", truncate(in.ThreadID, maxAGUIID))
+		case baton.EINVALID:
 			// The engine names context variables as "context.x": for AG-UI
 			// they are the state's.
 			return baton.Chat{}, baton.Errorf(code, "%s", strings.Replace(err.Error(), "context.", "state.", 1))
@@ -369,7 +371,6 @@ func (s *Server) aguiContinue(ctx context.Context, scope baton.Scope, chat baton
 			m.own[inputEventID(scope, chat.ID, aguiInputKey(msg.ID))] = msg.ID
 		}
 	}
-	m.startMessage = in.firstUser()
 	n := in.newestInput()
 	if n < 0 {
 		return false, nil

@@ -731,7 +731,16 @@ func TestAGUI_BadInput(t *testing.T) {
 			}
 		})
 	}
-	// A user message while the chat waits for a frontend tool's result.
+	// A thread whose chat was deleted is not started again under its id.
+	r0 := e.agui(t, "hello", key, aguiInputOf("deleted", "r1"))
+	_, res0 := r0.outcome(t)
+	if d := e.do(t, "DELETE", "/api/chats/acme/"+res0["chat_id"].(string), key, nil); d.status/100 != 2 {
+		t.Fatalf("delete: %d %s", d.status, d.body)
+	}
+	if r := e.agui(t, "hello", key, aguiInputOf("deleted", "r2")); r.status != http.StatusConflict || !strings.Contains(string(r.body), "threadId: ") {
+		t.Fatalf("a deleted thread: %d %s", r.status, r.body)
+	}
+	// A user message while the chat waits for a secret form.
 	r := e.agui(t, "generator", key, aguiInputOf("hitl", "r1"))
 	_, res := r.outcome(t)
 	chatID := res["chat_id"].(string)
