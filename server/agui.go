@@ -259,6 +259,13 @@ func (s *Server) agui(w http.ResponseWriter, r *http.Request) error {
 	if wf == nil {
 		return baton.Errorf(baton.ENOTFOUND, "workflow %q not found", truncate(wfName, 200))
 	}
+	// The stream's slot first: an input is not sent for a run that cannot
+	// be streamed.
+	slot, err := s.acquireStream(p)
+	if err != nil {
+		return err
+	}
+	defer slot.release()
 	ctx := r.Context()
 	chatID := aguiChatID(p.scope, wf.Name, in.ThreadID)
 	m := newAGUIMapper(in, wf, p.scope, chatID, webURL(r, chatID))
@@ -286,11 +293,6 @@ func (s *Server) agui(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 
-	slot, err := s.acquireStream(p)
-	if err != nil {
-		return err
-	}
-	defer slot.release()
 	out, err := startAGUIStream(w, s.cfg.WriteTimeout)
 	if err != nil {
 		return nil // the client is gone
