@@ -61,6 +61,7 @@ type aguiToolCall struct {
 		Name      string `json:"name"`
 		Arguments string `json:"arguments"`
 	} `json:"function"`
+	Metadata map[string]any `json:"metadata,omitempty"` // a UI tool's component (uiMetadata)
 }
 
 // aguiTool is a tool the client offers (RunAgentInput.tools).
@@ -289,7 +290,10 @@ func (s *Server) agui(w http.ResponseWriter, r *http.Request) error {
 		}
 		if !sent {
 			replay = true
-			waiting = chat.Status != baton.ChatRunning
+			if chat, waiting, err = s.aguiWaits(ctx, p.scope, chatID); err != nil {
+				return err
+			}
+			from = chat.LastSequence
 		}
 	}
 
@@ -310,6 +314,24 @@ func (s *Server) agui(w http.ResponseWriter, r *http.Request) error {
 		_ = m.fail(err)
 	}
 	return nil
+}
+
+// aguiWaits reads the chat for a reconnect and reports whether it waits
+// for the person (or has ended): then the run ends after the snapshot. A
+// chat whose inbox holds an input not yet taken (a response just sent
+// through the web UI) does not wait: its run is about to go on. The inbox
+// is read before the chat, so that an input taken in between shows in the
+// chat's status.
+func (s *Server) aguiWaits(ctx context.Context, scope baton.Scope, chatID string) (baton.Chat, bool, error) {
+	inputs, err := s.cfg.Store.Inputs(ctx, scope, chatID)
+	if err != nil {
+		return baton.Chat{}, false, err
+	}
+	chat, err := s.chatIn(ctx, scope, chatID)
+	if err != nil {
+		return baton.Chat{}, false, err
+	}
+	return chat, chat.Status != baton.ChatRunning && len(inputs) == 0, nil
 }
 
 // firstUser returns the index of the input's first user message, or -1.

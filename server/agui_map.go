@@ -406,10 +406,7 @@ func (m *aguiMapper) toolCall(p baton.ToolCallPayload) error {
 	if m.sent[p.AgentMessageID] {
 		ev.ParentMessageID = p.AgentMessageID
 	}
-	if p.ComponentType != "" {
-		// What a frontend needs to render the UI tool.
-		ev.Metadata = map[string]any{"baton": map[string]any{"component": p.ComponentType, "mode": p.Mode, "ui_event_id": p.UIEventID}}
-	}
+	ev.Metadata = uiMetadata(&p)
 	if err := m.emit(ev); err != nil {
 		return err
 	}
@@ -419,6 +416,15 @@ func (m *aguiMapper) toolCall(p baton.ToolCallPayload) error {
 		}
 	}
 	return m.emit(aguiIDEvent{Type: aguiToolCallEnd, ToolCallID: p.ToolCallID})
+}
+
+// uiMetadata is what a frontend needs to render a UI tool's call (nil for
+// another tool's).
+func uiMetadata(p *baton.ToolCallPayload) map[string]any {
+	if p.ComponentType == "" {
+		return nil
+	}
+	return map[string]any{"baton": map[string]any{"component": p.ComponentType, "mode": p.Mode, "ui_event_id": p.UIEventID}}
 }
 
 // secretNotice is what a client is told of a secret form: never the form
@@ -616,7 +622,7 @@ func (m *aguiMapper) history(f *Followed) {
 		if args == "" || args == "null" {
 			args = "{}"
 		}
-		tc := aguiToolCall{ID: p.ToolCallID, Type: "function"}
+		tc := aguiToolCall{ID: p.ToolCallID, Type: "function", Metadata: uiMetadata(&p)}
 		tc.Function.Name, tc.Function.Arguments = p.ToolName, args
 		m.msgs[i].ToolCalls = append(m.msgs[i].ToolCalls, tc)
 	case baton.TypeChatToolResponse:

@@ -429,10 +429,20 @@ func TestAGUI_GeneratorRun(t *testing.T) {
 	}
 	outcome, _ := plan.outcome(t)
 	pending := pendingCalls(outcome)
+	// The call is live, or in the snapshot when the chat reached it
+	// before this run read the chat.
 	var call aguiEv
 	for _, ev := range plan.find("TOOL_CALL_START") {
 		if ev.str("toolCallId") == pending[0] {
 			call = ev
+		}
+	}
+	for _, msg := range plan.events[2]["messages"].([]any) {
+		calls, _ := msg.(map[string]any)["toolCalls"].([]any)
+		for _, c := range calls {
+			if c := c.(map[string]any); c["id"] == pending[0] {
+				call = aguiEv{"toolCallName": c["function"].(map[string]any)["name"], "metadata": c["metadata"]}
+			}
 		}
 	}
 	if len(pending) != 1 || call == nil || call.str("toolCallName") != "action_plan" {
