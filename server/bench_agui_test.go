@@ -85,6 +85,9 @@ func TestHelperTurnClients(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	tr := &http.Transport{MaxIdleConnsPerHost: cfg.Parallel}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
 	turns := make(chan int)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -92,7 +95,7 @@ func TestHelperTurnClients(t *testing.T) {
 	for range cfg.Parallel {
 		wg.Go(func() {
 			for i := range turns {
-				n, err := oneTurn(ctx, cfg, i)
+				n, err := oneTurn(ctx, client, cfg, i)
 				if err != nil {
 					t.Errorf("turn %d: %v", i, err)
 					return
@@ -113,13 +116,13 @@ func TestHelperTurnClients(t *testing.T) {
 
 // oneTurn runs one turn of the benchmark's client and returns how many
 // messages (envelopes, or AG-UI events) it read.
-func oneTurn(ctx context.Context, cfg turnClients, i int) (int, error) {
+func oneTurn(ctx context.Context, client *http.Client, cfg turnClients, i int) (int, error) {
 	post := func(path string, body any) (*http.Response, error) {
 		raw, _ := json.Marshal(body)
 		req, _ := http.NewRequestWithContext(ctx, "POST", cfg.URL+path, bytes.NewReader(raw))
 		req.Header.Set("Authorization", "Bearer "+cfg.Key)
 		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := client.Do(req)
 		if err == nil && resp.StatusCode/100 != 2 {
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
@@ -159,7 +162,7 @@ func oneTurn(ctx context.Context, cfg turnClients, i int) (int, error) {
 	}
 	h := http.Header{}
 	h.Set("Authorization", "Bearer "+cfg.Key)
-	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(cfg.URL, "http")+"/ws/acme/"+started.ChatID+"?last_sequence=0", &websocket.DialOptions{HTTPHeader: h})
+	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(cfg.URL, "http")+"/ws/acme/"+started.ChatID+"?last_sequence=0", &websocket.DialOptions{HTTPHeader: h, HTTPClient: client})
 	if err != nil {
 		return 0, err
 	}
