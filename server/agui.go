@@ -536,11 +536,18 @@ func startAGUIStream(w http.ResponseWriter, timeout time.Duration) (*aguiStream,
 	return out, out.write(nil)
 }
 
+// aguiRaw is an AG-UI event encoded already (the deltas, by hand: they are
+// most of a stream).
+type aguiRaw []byte
+
 // event writes one AG-UI event.
 func (o *aguiStream) event(ev any) error {
-	raw, err := json.Marshal(ev)
-	if err != nil {
-		return fmt.Errorf("agui: encode event: %w", err)
+	raw, ok := ev.(aguiRaw)
+	if !ok {
+		var err error
+		if raw, err = json.Marshal(ev); err != nil {
+			return fmt.Errorf("agui: encode event: %w", err)
+		}
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()

@@ -149,6 +149,7 @@ type aguiMapper struct {
 	msgs      []aguiMessage     // the snapshot's messages
 	byID      map[string]int    // the snapshot's assistant messages by id
 	finished  bool
+	raw       []byte // a delta's event, encoded
 }
 
 func newAGUIMapper(in *aguiInput, wf *workflow.Workflow, scope baton.Scope, chatID, webURL string) *aguiMapper {
@@ -225,7 +226,13 @@ func (m *aguiMapper) live(f *Followed) (done bool, err error) {
 			}
 		}
 		if m.open[d.MessageID] {
-			return false, m.emit(aguiTextContentEvent{Type: aguiTextContent, MessageID: d.MessageID, Delta: d.Delta})
+			// As aguiTextContentEvent encodes, by hand.
+			m.raw = append(m.raw[:0], `{"type":"TEXT_MESSAGE_CONTENT","messageId":`...)
+			m.raw = baton.AppendJSONString(m.raw, d.MessageID)
+			m.raw = append(m.raw, `,"delta":`...)
+			m.raw = baton.AppendJSONString(m.raw, d.Delta)
+			m.raw = append(m.raw, '}')
+			return false, m.emit(aguiRaw(m.raw))
 		}
 	case baton.TypeStreamCompleted, baton.TypeStreamError:
 		var d aguiStreamData

@@ -22,6 +22,13 @@ func mapperOf(t *testing.T, msgs ...aguiMessage) (*aguiMapper, *[]string) {
 	m := newAGUIMapper(in, nil, scopeAda, "chat-1", "http://localhost/#chat=chat-1")
 	var out []string
 	m.emit = func(ev any) error {
+		if raw, ok := ev.(aguiRaw); ok {
+			if !json.Valid(raw) {
+				t.Fatalf("invalid event %s", raw)
+			}
+			out = append(out, string(raw))
+			return nil
+		}
 		raw, err := json.Marshal(ev)
 		if err != nil {
 			t.Fatal(err)
