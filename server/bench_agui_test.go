@@ -23,7 +23,8 @@ import (
 // workflow (one visual agent streams 65 deltas, one every 20 ms like a
 // model; 75 envelopes, 7 of them recorded), started by the client and
 // followed to its end. Per turn, the WebSocket client starts the chat
-// (POST …/start) and reads its stream until chat.run_complete; the AG-UI
+// (POST …/start; "ws-idempotent" with an Idempotency-Key, as AG-UI starts
+// a thread) and reads its stream until chat.run_complete; the AG-UI
 // client posts a RunAgentInput of a new thread and reads its events until
 // RUN_FINISHED. The clients run in a child process (this test binary,
 // TestHelperTurnClients), 16 turns at a time, so that the CPU measured is
@@ -36,7 +37,7 @@ import (
 //
 // On a shared machine the figures are noisy: compare the two in one run.
 func BenchmarkAGUITurn(b *testing.B) {
-	for _, mode := range []string{"ws", "agui"} {
+	for _, mode := range []string{"ws", "ws-idempotent", "agui"} {
 		b.Run(mode, func(b *testing.B) {
 			e := newEnv(b, withWorkflows(benchDir), withConfig(func(c *Config) { c.MaxStreamsPerKey = -1 }))
 			cfg, _ := json.Marshal(turnClients{URL: e.ts.URL, Key: e.keys[scopeAda], Mode: mode, Turns: b.N, Parallel: 16})
@@ -121,6 +122,10 @@ func oneTurn(ctx context.Context, client *http.Client, cfg turnClients, i int) (
 		raw, _ := json.Marshal(body)
 		req, _ := http.NewRequestWithContext(ctx, "POST", cfg.URL+path, bytes.NewReader(raw))
 		req.Header.Set("Authorization", "Bearer "+cfg.Key)
+		if cfg.Mode == "ws-idempotent" {
+			// Started as AG-UI starts a thread: retry-safe (StartOnce).
+			req.Header.Set("Idempotency-Key", fmt.Sprintf("bench-%d-%d", os.Getpid(), i))
+		}
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := client.Do(req)
 		if err == nil && resp.StatusCode/100 != 2 {
