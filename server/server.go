@@ -310,6 +310,7 @@ func New(cfg Config) (*Server, error) {
 		{"DELETE", "/mcp", s.handleMCP},
 		{"GET", "/a2a/{app}/{workflow}/.well-known/agent-card.json", s.handleA2ACard},
 		{"POST", "/a2a/{app}/{workflow}", s.handleA2A},
+		{"POST", "/agui/{app}/{workflow}", s.handleAGUI},
 		{"GET", "/metrics/perf/aggregate", s.aggregateHandler()},
 		{"GET", "/metrics/perf/chats/{chat_id}", s.perfHandler((*metrics.Collector).ChatHandler)},
 		{"GET", "/metrics/prometheus", s.metricsHandler(prometheusHandler(s))},
@@ -332,7 +333,7 @@ func New(cfg Config) (*Server, error) {
 // apiPath reports whether path belongs to the API, whose unknown paths are
 // JSON 404s rather than the UI's.
 func apiPath(path string) bool {
-	for _, p := range []string{"/api/", "/ws/", "/sessions/", "/metrics", "/v1/", "/mcp", "/a2a/"} {
+	for _, p := range []string{"/api/", "/ws/", "/sessions/", "/metrics", "/v1/", "/mcp", "/a2a/", "/agui/"} {
 		if strings.HasPrefix(path, p) {
 			return true
 		}
