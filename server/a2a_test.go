@@ -18,15 +18,6 @@ import (
 	"github.com/batonhq/baton/internal/testenv"
 )
 
-// bearerTransport adds an API key to every request of an a2a-go client.
-type bearerTransport struct{ key string }
-
-func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.key)
-	return http.DefaultTransport.RoundTrip(r)
-}
-
 // a2aClient resolves the workflow's agent card at its well-known path with
 // a2a-go's resolver and returns a2a-go's client for it, with key.
 func (e *env) a2aClient(t *testing.T, app, wf, key string) (*a2aclient.Client, *a2a.AgentCard) {
@@ -37,7 +28,7 @@ func (e *env) a2aClient(t *testing.T, app, wf, key string) (*a2aclient.Client, *
 func (e *env) a2aClientTB(t testing.TB, app, wf, key string) (*a2aclient.Client, *a2a.AgentCard) {
 	t.Helper()
 	ctx := context.Background()
-	hc := &http.Client{Transport: bearerTransport{key}}
+	hc := &http.Client{Transport: bearerTransport{key: key}}
 	card, err := agentcard.NewResolver(hc).Resolve(ctx, e.ts.URL+"/a2a/"+app+"/"+wf)
 	if err != nil {
 		t.Fatalf("resolve card: %v", err)

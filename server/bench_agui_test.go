@@ -27,7 +27,7 @@ import (
 // a thread) and reads its stream until chat.run_complete; the AG-UI
 // client posts a RunAgentInput of a new thread and reads its events until
 // RUN_FINISHED. The clients run in a child process (this test binary,
-// TestHelperTurnClients), 16 turns at a time, so that the CPU measured is
+// TestHelperAGUITurnClients), 16 turns at a time, so that the CPU measured is
 // the server's: server, engine and store, real SQLite. It reports
 // server-cpu-µs/turn.
 //
@@ -40,9 +40,9 @@ func BenchmarkAGUITurn(b *testing.B) {
 	for _, mode := range []string{"ws", "ws-idempotent", "agui"} {
 		b.Run(mode, func(b *testing.B) {
 			e := newEnv(b, withWorkflows(benchDir), withConfig(func(c *Config) { c.MaxStreamsPerKey = -1 }))
-			cfg, _ := json.Marshal(turnClients{URL: e.ts.URL, Key: e.keys[scopeAda], Mode: mode, Turns: b.N, Parallel: 16})
-			cmd := exec.Command(os.Args[0], "-test.run=^TestHelperTurnClients$")
-			cmd.Env = append(os.Environ(), "BATON_TURN_CLIENTS="+string(cfg))
+			cfg, _ := json.Marshal(aguiTurnClients{URL: e.ts.URL, Key: e.keys[scopeAda], Mode: mode, Turns: b.N, Parallel: 16})
+			cmd := exec.Command(os.Args[0], "-test.run=^TestHelperAGUITurnClients$")
+			cmd.Env = append(os.Environ(), "BATON_AGUI_TURN_CLIENTS="+string(cfg))
 			cmd.Stderr = os.Stderr
 			out, err := cmd.StdoutPipe()
 			if err != nil {
@@ -68,19 +68,19 @@ func BenchmarkAGUITurn(b *testing.B) {
 	}
 }
 
-type turnClients struct {
+type aguiTurnClients struct {
 	URL, Key, Mode  string
 	Turns, Parallel int
 }
 
-// TestHelperTurnClients is the child of BenchmarkAGUITurn; it does
+// TestHelperAGUITurnClients is the child of BenchmarkAGUITurn; it does
 // nothing in a normal test run.
-func TestHelperTurnClients(t *testing.T) {
-	raw := os.Getenv("BATON_TURN_CLIENTS")
+func TestHelperAGUITurnClients(t *testing.T) {
+	raw := os.Getenv("BATON_AGUI_TURN_CLIENTS")
 	if raw == "" {
 		t.Skip("the child process of BenchmarkAGUITurn")
 	}
-	var cfg turnClients
+	var cfg aguiTurnClients
 	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestHelperTurnClients(t *testing.T) {
 
 // oneTurn runs one turn of the benchmark's client and returns how many
 // messages (envelopes, or AG-UI events) it read.
-func oneTurn(ctx context.Context, client *http.Client, cfg turnClients, i int) (int, error) {
+func oneTurn(ctx context.Context, client *http.Client, cfg aguiTurnClients, i int) (int, error) {
 	post := func(path string, body any) (*http.Response, error) {
 		raw, _ := json.Marshal(body)
 		req, _ := http.NewRequestWithContext(ctx, "POST", cfg.URL+path, bytes.NewReader(raw))

@@ -40,9 +40,9 @@ func BenchmarkMCP(b *testing.B) {
 
 const benchMCPConcurrency = 8
 
-// benchTurns runs turn b.N times, benchMCPConcurrency at once, and reports
+// benchMCPTurns runs turn b.N times, benchMCPConcurrency at once, and reports
 // the process's CPU per turn.
-func benchTurns(b *testing.B, turn func(ctx context.Context) error) {
+func benchMCPTurns(b *testing.B, turn func(ctx context.Context) error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var next atomic.Int64
@@ -82,7 +82,7 @@ func benchMCP(b *testing.B, progress bool) {
 		b.Fatal(err)
 	}
 	defer sess.Close()
-	benchTurns(b, func(ctx context.Context) error {
+	benchMCPTurns(b, func(ctx context.Context) error {
 		p := &mcp.CallToolParams{Name: "bench", Arguments: map[string]any{}}
 		if progress {
 			p.SetProgressToken("p")
@@ -101,7 +101,7 @@ func benchMCP(b *testing.B, progress bool) {
 func benchMCPWS(b *testing.B) {
 	e := newEnv(b, withWorkflows(benchDir), withConfig(func(c *Config) { c.MaxStreamsPerKey = -1 }))
 	key := e.keys[scopeAda]
-	benchTurns(b, func(ctx context.Context) error {
+	benchMCPTurns(b, func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, "POST", e.ts.URL+"/api/chats/acme/bench/start", nil)
 		if err != nil {
 			return err

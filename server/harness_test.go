@@ -421,3 +421,23 @@ func decodeEnvelope(t testing.TB, raw []byte) envelope {
 	v.raw = raw
 	return v
 }
+
+// bearerTransport adds an API key (if any) to every request of an SDK's
+// client (a2a-go's, the MCP go-sdk's), then sends it with next (nil:
+// http.DefaultTransport).
+type bearerTransport struct {
+	key  string
+	next http.RoundTripper
+}
+
+func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	if b.key != "" {
+		r.Header.Set("Authorization", "Bearer "+b.key)
+	}
+	next := b.next
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	return next.RoundTrip(r)
+}

@@ -19,20 +19,6 @@ import (
 // httptest server, with API keys; cmd/baton's tests drive `baton mcp` over
 // stdio with the same client.
 
-// bearerTransport adds an API key to every request.
-type bearerTransport struct {
-	key  string
-	next http.RoundTripper
-}
-
-func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	if b.key != "" {
-		r.Header.Set("Authorization", "Bearer "+b.key)
-	}
-	return b.next.RoundTrip(r)
-}
-
 // mcpClient is a go-sdk client session on /mcp, and what it was asked.
 type mcpClient struct {
 	*mcp.ClientSession
