@@ -511,6 +511,17 @@ func TestCORS(t *testing.T) {
 	if r.status != 204 || r.header.Get("Access-Control-Allow-Origin") != "https://app.example.com" || !strings.Contains(r.header.Get("Access-Control-Allow-Headers"), "Authorization") {
 		t.Fatalf("preflight: %d %v", r.status, r.header)
 	}
+	// A browser's OpenAI SDK asks for its x-stainless-* headers and the
+	// chat header; only those it may send are allowed.
+	r = e.do(t, "OPTIONS", "/v1/chat/completions", "", nil, "Origin", "https://app.example.com",
+		"Access-Control-Request-Headers", "authorization, x-stainless-os, x-baton-chat-id, x-evil")
+	allow := strings.ToLower(r.header.Get("Access-Control-Allow-Headers"))
+	if r.status != 204 || !strings.Contains(allow, "x-stainless-os") || !strings.Contains(allow, "x-baton-chat-id") || strings.Contains(allow, "x-evil") {
+		t.Fatalf("preflight of /v1/chat/completions: %d, allowed %q", r.status, allow)
+	}
+	if !strings.Contains(r.header.Get("Access-Control-Expose-Headers"), "X-Baton-Chat-Id") {
+		t.Fatalf("X-Baton-Chat-Id not exposed: %v", r.header)
+	}
 	if r := e.do(t, "GET", "/api/chats/acme", e.keys[scopeAda], nil, "Origin", "https://other.example.com"); r.status != 403 {
 		t.Fatalf("other origin: %d", r.status)
 	}

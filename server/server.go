@@ -361,9 +361,12 @@ func (s *Server) Handler() http.Handler {
 			h := w.Header()
 			h.Set("Access-Control-Allow-Origin", o)
 			h.Add("Vary", "Origin")
+			// What browser clients of the protocol routes read: the chat an
+			// OpenAI-compatible answer continues, the MCP session.
+			h.Set("Access-Control-Expose-Headers", "X-Baton-Chat-Id, Mcp-Session-Id")
 			if r.Method == http.MethodOptions {
 				h.Set("Access-Control-Allow-Methods", "GET, POST, DELETE")
-				h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Last-Event-ID")
+				h.Set("Access-Control-Allow-Headers", corsAllowHeaders(r))
 				h.Set("Access-Control-Max-Age", "600")
 				w.WriteHeader(http.StatusNoContent)
 				return
@@ -371,6 +374,26 @@ func (s *Server) Handler() http.Handler {
 		}
 		s.mux.ServeHTTP(w, r)
 	}))
+}
+
+// corsHeaders are the request headers baton's own clients and the protocol
+// clients send: the API's, the OpenAI-compatible route's, the MCP
+// transport's.
+const corsHeaders = "Authorization, Content-Type, Last-Event-ID, Idempotency-Key, X-Baton-App, X-Baton-Chat-Id, X-Baton-Agent-Prefix, Mcp-Session-Id, Mcp-Protocol-Version"
+
+// corsAllowHeaders answers a preflight of an allowed origin: corsHeaders,
+// and the x-stainless-* headers the OpenAI SDKs for JavaScript add to
+// every request (their names vary by version, so they are allowed as
+// asked, and nothing else is).
+func corsAllowHeaders(r *http.Request) string {
+	allow := corsHeaders
+	for _, f := range strings.Split(r.Header.Get("Access-Control-Request-Headers"), ",") {
+		f = strings.ToLower(strings.TrimSpace(f))
+		if strings.HasPrefix(f, "x-stainless-") && len(f) <= 64 && !strings.ContainsAny(f, " \t\r\n;:") {
+			allow += ", " + f
+		}
+	}
+	return allow
 }
 
 // Close ends every stream (WebSockets close with 1012, "service restart":
