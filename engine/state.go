@@ -321,7 +321,7 @@ func (st *state) apply(ev *baton.Event) {
 			// feedback), not only that the tool completed.
 			resp := p.Content
 			if len(p.Payload) > 0 {
-				resp = string(p.Payload)
+				resp = personsResponse(p.Payload)
 			}
 			st.messages = append(st.messages, baton.Message{Role: baton.RoleUser, Name: systemAgent,
 				Content: "The person responded to " + p.ToolName + ": " + resp})
@@ -447,4 +447,24 @@ func (st *state) varsForEval() map[string]any {
 	}
 	st.eval = out
 	return out
+}
+
+// personsResponse is what a model is shown of the person's response to an
+// auto-tool: its status and data. The ui_event_id the payload also holds
+// names this chat's call, not what the person said: a model has no use for
+// it, and with it the same conversation would be a different request in
+// every chat (a replay's request digest could never match).
+func personsResponse(payload json.RawMessage) string {
+	var r struct {
+		Status string          `json:"status"`
+		Data   json.RawMessage `json:"data,omitempty"`
+	}
+	if json.Unmarshal(payload, &r) != nil || r.Status == "" {
+		return string(payload)
+	}
+	out, err := json.Marshal(r)
+	if err != nil {
+		return string(payload)
+	}
+	return string(out)
 }

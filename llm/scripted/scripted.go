@@ -345,7 +345,9 @@ func uiResponseIn(m *baton.Message) (tool string, res uiResult, ok bool) {
 		UIEventID string         `json:"ui_event_id"`
 		Data      map[string]any `json:"data"`
 	}
-	if json.Unmarshal([]byte(content), &probe) != nil || probe.Status == nil || probe.UIEventID == "" {
+	// A tool result is a UI result only with its ui_event_id; the engine's
+	// note is one by its prefix (it shows the model no ui_event_id).
+	if json.Unmarshal([]byte(content), &probe) != nil || probe.Status == nil || (m.Role == baton.RoleTool && probe.UIEventID == "") {
 		return "", res, false
 	}
 	return tool, uiResult{Status: *probe.Status, Data: probe.Data}, true
