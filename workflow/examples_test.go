@@ -18,9 +18,12 @@ import (
 
 // scriptEntry is one entry of a scripted.json (the scripted provider's format).
 type scriptEntry struct {
-	Match     string `json:"match"`
-	Text      string `json:"text"`
-	Reasoning string `json:"reasoning"`
+	Match string `json:"match"`
+	// When makes the entry answer only after a given input or UI
+	// response; the walker follows the path without them.
+	When      json.RawMessage `json:"when"`
+	Text      string          `json:"text"`
+	Reasoning string          `json:"reasoning"`
 	ToolCalls []struct {
 		Name      string          `json:"name"`
 		Arguments json.RawMessage `json:"arguments"`
@@ -42,6 +45,7 @@ type scriptEntry struct {
 type script struct {
 	DelayMS int                      `json:"delay_ms"`
 	Agents  map[string][]scriptEntry `json:"agents"`
+	Inputs  json.RawMessage          `json:"inputs"` // what an exported chat's person said; not played here
 }
 
 func loadExample(t *testing.T, name string) (*workflow.Workflow, *script) {
@@ -88,7 +92,12 @@ func newWalker(t *testing.T, w *workflow.Workflow, s *script) *walker {
 // turn returns the agent's next scripted entry and applies its text triggers.
 func (k *walker) turn(agent string) scriptEntry {
 	k.t.Helper()
-	entries := k.s.Agents[agent]
+	var entries []scriptEntry
+	for _, e := range k.s.Agents[agent] {
+		if e.When == nil {
+			entries = append(entries, e)
+		}
+	}
 	n := k.used[agent]
 	if n >= len(entries) {
 		k.t.Fatalf("%s ran past its script (%d entries)", agent, len(entries))
