@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -360,8 +362,14 @@ func TestWS_SlowClientCutOff(t *testing.T) {
 	for {
 		_, raw, err := slow.Read(ctx)
 		if err != nil {
-			if st := websocket.CloseStatus(err); st != CloseReconnect {
-				t.Fatalf("slow client ended with %v (status %d), want close %d", err, st, CloseReconnect)
+			// The close frame comes after everything the socket buffered;
+			// when the client has read nothing for longer than the
+			// server's close handshake waits (a loaded machine), the
+			// server gives up on it and drops the connection instead: the
+			// client sees the end of the stream. Either way it was cut off
+			// (waitStreams above), and it reconnects and replays below.
+			if st := websocket.CloseStatus(err); st != CloseReconnect && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+				t.Fatalf("slow client ended with %v (status %d), want close %d or the connection's end", err, st, CloseReconnect)
 			}
 			break
 		}
