@@ -613,8 +613,8 @@ func (s *Server) aguiRun(ctx context.Context, scope baton.Scope, chat baton.Chat
 			return m.endWaiting(chat)
 		}
 	}
-	return s.follow(ctx, scope, chat, from, func(f *Followed) error {
-		done, err := m.live(f)
+	return s.followEnvelopes(ctx, scope, chat, from, func(seq int64, typ string, envelope []byte) error {
+		done, err := m.liveEnvelope(seq, typ, envelope)
 		if err != nil {
 			return err
 		}

@@ -210,30 +210,10 @@ func (m *aguiMapper) live(f *Followed) (done bool, err error) {
 		}
 	case baton.TypeStreamText:
 		var d aguiStreamData
-		if json.Unmarshal(f.Data, &d) != nil || d.Delta == "" {
+		if json.Unmarshal(f.Data, &d) != nil {
 			return false, nil
 		}
-		agent, ok := m.streaming[d.MessageID]
-		if !ok {
-			// Its start came before this run followed the chat: the
-			// recorded text will carry it whole.
-			return false, nil
-		}
-		if !m.sent[d.MessageID] {
-			m.sent[d.MessageID], m.open[d.MessageID] = true, true
-			if err := m.emit(aguiTextStartEvent{Type: aguiTextStart, MessageID: d.MessageID, Role: "assistant", Name: agent}); err != nil {
-				return false, err
-			}
-		}
-		if m.open[d.MessageID] {
-			// As aguiTextContentEvent encodes, by hand.
-			m.raw = append(m.raw[:0], `{"type":"TEXT_MESSAGE_CONTENT","messageId":`...)
-			m.raw = baton.AppendJSONString(m.raw, d.MessageID)
-			m.raw = append(m.raw, `,"delta":`...)
-			m.raw = baton.AppendJSONString(m.raw, d.Delta)
-			m.raw = append(m.raw, '}')
-			return false, m.emit(aguiRaw(m.raw))
-		}
+		return false, m.delta(&d)
 	case baton.TypeStreamCompleted, baton.TypeStreamError:
 		var d aguiStreamData
 		if json.Unmarshal(f.Data, &d) == nil {
@@ -306,6 +286,56 @@ func (m *aguiMapper) live(f *Followed) (done bool, err error) {
 		return true, m.runError(p.Message, p.Code)
 	}
 	return false, nil
+}
+
+// delta maps a stream.text delta: TEXT_MESSAGE_START before its message's
+// first, then TEXT_MESSAGE_CONTENT.
+func (m *aguiMapper) delta(d *aguiStreamData) error {
+	if d.Delta == "" {
+		return nil
+	}
+	agent, ok := m.streaming[d.MessageID]
+	if !ok {
+		// Its start came before this run followed the chat: the recorded
+		// text will carry it whole.
+		return nil
+	}
+	if !m.sent[d.MessageID] {
+		m.sent[d.MessageID], m.open[d.MessageID] = true, true
+		if err := m.emit(aguiTextStartEvent{Type: aguiTextStart, MessageID: d.MessageID, Role: "assistant", Name: agent}); err != nil {
+			return err
+		}
+	}
+	if !m.open[d.MessageID] {
+		return nil
+	}
+	// As aguiTextContentEvent encodes, by hand.
+	m.raw = append(m.raw[:0], `{"type":"TEXT_MESSAGE_CONTENT","messageId":`...)
+	m.raw = baton.AppendJSONString(m.raw, d.MessageID)
+	m.raw = append(m.raw, `,"delta":`...)
+	m.raw = baton.AppendJSONString(m.raw, d.Delta)
+	m.raw = append(m.raw, '}')
+	return m.emit(aguiRaw(m.raw))
+}
+
+// liveEnvelope maps one followed envelope (followEnvelopes): a delta, the
+// bulk of a streamed reply, is decoded from the envelope straight into its
+// data, in one pass; any other event goes through live.
+func (m *aguiMapper) liveEnvelope(seq int64, typ string, envelope []byte) (done bool, err error) {
+	if typ == baton.TypeStreamText {
+		var d struct {
+			Data aguiStreamData `json:"data"`
+		}
+		if json.Unmarshal(envelope, &d) != nil {
+			return false, nil // as live: an undecodable delta is skipped
+		}
+		return false, m.delta(&d.Data)
+	}
+	f := Followed{Sequence: seq}
+	if err := json.Unmarshal(envelope, &f.Envelope); err != nil {
+		return false, fmt.Errorf("agui: decode envelope: %w", err)
+	}
+	return m.live(&f)
 }
 
 // liveText maps a recorded chat.text.

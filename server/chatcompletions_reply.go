@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -40,6 +41,20 @@ func (e *oaiEvent) decode(typ string, data json.RawMessage) error {
 	*e = oaiEvent{}
 	e.Type = typ
 	return json.Unmarshal(data, e)
+}
+
+// decodeEnvelope is decode from the whole envelope (followEnvelopes), in
+// one pass: the envelope's data straight into e.
+func (e *oaiEvent) decodeEnvelope(typ string, envelope []byte) error {
+	*e = oaiEvent{}
+	v := struct {
+		Data *oaiEvent `json:"data"`
+	}{e}
+	if err := json.Unmarshal(envelope, &v); err != nil {
+		return err
+	}
+	e.Type = typ
+	return nil
 }
 
 // oaiReply assembles one answer from the events that follow the input:
@@ -163,9 +178,9 @@ func (o *oaiReply) add(ev *oaiEvent) (done bool, err error) {
 func (s *Server) oaiFollow(ctx context.Context, scope baton.Scope, turn oaiTurn, out *oaiReply) error {
 	open := turn.gate == nil
 	var ev oaiEvent
-	return s.follow(ctx, scope, turn.chat, turn.last, func(f *Followed) error {
-		if err := ev.decode(f.Type, f.Data); err != nil {
-			return err
+	return s.followEnvelopes(ctx, scope, turn.chat, turn.last, func(_ int64, typ string, envelope []byte) error {
+		if err := ev.decodeEnvelope(typ, envelope); err != nil {
+			return fmt.Errorf("chat completion of chat %s: decode envelope: %w", turn.chat.ID, err)
 		}
 		if !open {
 			open = turn.gate(&ev)

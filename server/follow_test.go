@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -92,4 +93,48 @@ func TestFollow_DeletedChatIsNotFound(t *testing.T) {
 	if baton.ErrorCode(err) != baton.ENOTFOUND || got != 0 {
 		t.Fatalf("another tenant follows: %v after %d events, want ENOTFOUND and none", err, got)
 	}
+}
+
+// TestFollowEnvelopes_TypeIsTheEnvelopes checks what the adapters that skip
+// follow's decoding rely on: followEnvelopes hands each envelope with its
+// own type and the sequence follow gives it, deltas included.
+func TestFollowEnvelopes_TypeIsTheEnvelopes(t *testing.T) {
+	e := newEnv(t, withWorkflows(benchDir))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	chatID := e.start(t, "bench", nil)
+	chat, err := e.store.GetChat(ctx, scopeAda, chatID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deltas, recorded := 0, 0
+	err = e.srv.followEnvelopes(ctx, scopeAda, chat, 0, func(seq int64, typ string, envelope []byte) error {
+		var f Followed
+		if err := json.Unmarshal(envelope, &f.Envelope); err != nil {
+			t.Fatalf("envelope %s: %v", envelope, err)
+		}
+		f.Sequence = seq
+		if f.Type != typ {
+			t.Fatalf("type %q handed with the envelope %s", typ, envelope)
+		}
+		if (seq == 0) != baton.IsStreamType(typ) {
+			t.Fatalf("sequence %d for %s", seq, envelope)
+		}
+		if seq == 0 {
+			deltas++
+		} else {
+			recorded++
+		}
+		if f.EndsSegment() {
+			return errStopFollow
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("followEnvelopes: %v", err)
+	}
+	if recorded == 0 {
+		t.Fatal("no recorded event followed")
+	}
+	t.Logf("%d recorded events, %d deltas", recorded, deltas)
 }
