@@ -267,7 +267,7 @@ func (s *Server) agui(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer slot.release()
-	ctx := r.Context()
+	ctx := withFollower(r.Context(), p) // follow re-checks p's key
 	chatID := aguiChatID(p.scope, wf.Name, in.ThreadID)
 	m := newAGUIMapper(in, wf, p.scope, chatID, webURL(r, chatID))
 

@@ -5,9 +5,22 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/batonhq/baton"
 )
+
+// followerKey is the context key of the principal a follow acts for.
+type followerKey struct{}
+
+// withFollower returns ctx carrying p, the principal the protocol adapter
+// serving the request authenticated: follow re-checks its key every
+// Config.KeyRecheck, as the WebSocket and SSE streams do, so that revoking
+// a key ends the adapters' streams too. A context is the carrier so that
+// the adapters' layers between authentication and follow need not change.
+func withFollower(ctx context.Context, p principal) context.Context {
+	return context.WithValue(ctx, followerKey{}, p)
+}
 
 // Followed is one event a client of a chat may see, as the protocol
 // adapters (AG-UI, OpenAI Chat Completions, A2A, MCP) receive it from
@@ -44,7 +57,10 @@ var errStopFollow = errors.New("server: stop following")
 // the hub, as one gap-free, duplicate-free sequence (the cursor of the
 // WebSocket and SSE streams), stream deltas included. It returns when fn
 // returns an error (nil for errStopFollow), when ctx ends, or when the chat
-// is deleted (ENOTFOUND) or the server shuts down (ErrClosed).
+// is deleted (ENOTFOUND) or the server shuts down (ErrClosed). When ctx
+// carries the adapter's principal (withFollower), follow re-checks its key
+// every Config.KeyRecheck and returns errRevoked once it is revoked; a
+// store that cannot answer keeps the follow, as for the other streams.
 //
 // A follower that falls behind is not cut off as a WebSocket is (the
 // adapters' clients cannot be told to replay): it subscribes again and
@@ -63,6 +79,7 @@ func (s *Server) follow(ctx context.Context, scope baton.Scope, chat baton.Chat,
 		ev.Sequence = f.seq
 		return fn(&ev)
 	}
+	p, _ := ctx.Value(followerKey{}).(principal)
 	done := func(err error) error {
 		if errors.Is(err, errStopFollow) {
 			return nil
@@ -74,7 +91,7 @@ func (s *Server) follow(ctx context.Context, scope baton.Scope, chat baton.Chat,
 		if err != nil {
 			return err
 		}
-		err = s.followLive(ctx, live, send)
+		err = s.followLive(ctx, p, live, send)
 		last = live.cur.last
 		live.close()
 		if err != nil {
@@ -93,15 +110,25 @@ func (s *Server) follow(ctx context.Context, scope baton.Scope, chat baton.Chat,
 
 // followLive replays and then delivers live frames until the hub kicks the
 // subscriber (nil: the caller reads why) or send or ctx fails.
-func (s *Server) followLive(ctx context.Context, live *liveStream, send func(*frame) error) error {
+func (s *Server) followLive(ctx context.Context, p principal, live *liveStream, send func(*frame) error) error {
 	if err := live.checkChat(ctx); err != nil {
 		return err
 	}
 	if err := live.replay(ctx, send); err != nil {
 		return err
 	}
+	var recheck <-chan time.Time // nil: no key to re-check (dev mode)
+	if p.keyHash != "" {
+		t := time.NewTicker(s.cfg.KeyRecheck)
+		defer t.Stop()
+		recheck = t.C
+	}
 	for {
 		select {
+		case <-recheck:
+			if err := s.recheckKey(ctx, p); errors.Is(err, errRevoked) {
+				return err
+			}
 		case <-live.ready():
 			if err := live.deliver(ctx, send); err != nil {
 				return err

@@ -1,9 +1,16 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/a2aproject/a2a-go/a2a"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 
 	"github.com/batonhq/baton"
 )
@@ -91,5 +98,82 @@ func TestFollow_DeletedChatIsNotFound(t *testing.T) {
 	err = e.srv.follow(context.Background(), scopeMallory, chat2, 0, func(*Followed) error { got++; return nil })
 	if baton.ErrorCode(err) != baton.ENOTFOUND || got != 0 {
 		t.Fatalf("another tenant follows: %v after %d events, want ENOTFOUND and none", err, got)
+	}
+}
+
+// TestRevokedKey_AdaptersEnd: a protocol adapter's stream (AG-UI run,
+// OpenAI streamed completion, A2A message/stream, MCP tool call) follows
+// a chat whose model is stuck; revoking the key ends it, as it ends a
+// WebSocket or SSE stream (TestRevokedKey_StreamsEnd).
+func TestRevokedKey_AdaptersEnd(t *testing.T) {
+	m := newStuckModel()
+	e := newEnv(t, withProvider(m.providers), withConfig(func(c *Config) {
+		c.KeyRecheck, c.KeyCacheTTL = 10*time.Millisecond, time.Millisecond
+	}))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// Each adapter's request with a fresh key of ada's, returning what
+	// tells it ended for the revoked key.
+	adapters := map[string]func(key string) string{
+		"agui": func(key string) string {
+			r := e.agui(t, "hello", key, map[string]any{"threadId": "revoked", "runId": "r1",
+				"messages": []any{userMsg("u1", "What time is it?")}})
+			return strings.Join(r.types(), " ") + " " + string(bytes.Join(r.raw, nil))
+		},
+		"openai": func(key string) string {
+			c := openai.NewClient(option.WithBaseURL(e.ts.URL+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0), option.WithHTTPClient(e.ts.Client()))
+			s := c.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
+				Model: "hello", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("What time is it?")},
+			})
+			for s.Next() {
+			}
+			if s.Err() == nil {
+				return "no error"
+			}
+			return s.Err().Error()
+		},
+		"a2a": func(key string) string {
+			c, _ := e.a2aClient(t, "acme", "hello", key)
+			for _, err := range c.SendStreamingMessage(ctx, &a2a.MessageSendParams{Message: userMessage("m-1", a2a.TextPart{Text: "What time is it?"})}) {
+				if err != nil {
+					return err.Error()
+				}
+			}
+			return "no error"
+		},
+		"mcp": func(key string) string {
+			c := e.mcpConnect(t, key, "", nil)
+			res, err := c.CallTool(ctx, &mcp.CallToolParams{Name: "hello", Arguments: map[string]any{"input": "What time is it?"}})
+			if err != nil {
+				return err.Error()
+			}
+			return resultText(res)
+		},
+	}
+	for name, run := range adapters {
+		t.Run(name, func(t *testing.T) {
+			key, hash, err := NewKey()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.store.CreateKey(ctx, baton.APIKey{Hash: hash, App: scopeAda.App, User: scopeAda.User, Name: name}); err != nil {
+				t.Fatal(err)
+			}
+			m.stuck.Store(true)
+			got := make(chan string, 1)
+			go func() { got <- run(key) }()
+			m.wait(t)
+			if err := e.store.RevokeKey(ctx, hash); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case s := <-got:
+				if !strings.Contains(s, "revoked") {
+					t.Errorf("%s request of a revoked key ended with %q, want it to say the key was revoked", name, s)
+				}
+			case <-ctx.Done():
+				t.Fatalf("the %s request of a revoked key did not end", name)
+			}
+		})
 	}
 }
