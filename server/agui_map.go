@@ -150,6 +150,10 @@ type aguiMapper struct {
 	byID      map[string]int    // the snapshot's assistant messages by id
 	finished  bool
 	raw       []byte // a delta's event, encoded
+
+	// streamed is what each message's deltas sent, for its recorded text
+	// to send the rest when follow lost some (oaiStreamed).
+	streamed map[string]*oaiStreamed
 }
 
 func newAGUIMapper(in *aguiInput, wf *workflow.Workflow, scope baton.Scope, chatID, webURL string) *aguiMapper {
@@ -219,6 +223,9 @@ func (m *aguiMapper) live(f *Followed) (done bool, err error) {
 			// recorded text will carry it whole.
 			return false, nil
 		}
+		if m.gap(d.MessageID, f.Subscription) {
+			return false, nil // the recorded text sends the rest
+		}
 		if !m.sent[d.MessageID] {
 			m.sent[d.MessageID], m.open[d.MessageID] = true, true
 			if err := m.emit(aguiTextStartEvent{Type: aguiTextStart, MessageID: d.MessageID, Role: "assistant", Name: agent}); err != nil {
@@ -226,6 +233,8 @@ func (m *aguiMapper) live(f *Followed) (done bool, err error) {
 			}
 		}
 		if m.open[d.MessageID] {
+			st := m.streamed[d.MessageID]
+			st.text = append(st.text, d.Delta...)
 			// As aguiTextContentEvent encodes, by hand.
 			m.raw = append(m.raw[:0], `{"type":"TEXT_MESSAGE_CONTENT","messageId":`...)
 			m.raw = baton.AppendJSONString(m.raw, d.MessageID)
@@ -238,6 +247,9 @@ func (m *aguiMapper) live(f *Followed) (done bool, err error) {
 		var d aguiStreamData
 		if json.Unmarshal(f.Data, &d) == nil {
 			delete(m.streaming, d.MessageID)
+			if f.Type == baton.TypeStreamCompleted && m.gap(d.MessageID, f.Subscription) {
+				return false, nil // the recorded text sends the rest, then ends it
+			}
 			return false, m.endText(d.MessageID)
 		}
 	case baton.TypeChatSelectSpeaker:
@@ -331,6 +343,9 @@ func (m *aguiMapper) liveText(f *Followed) error {
 		return m.endText(p.AgentMessageID)
 	}
 	if m.sent[p.AgentMessageID] {
+		if err := m.restText(p.AgentMessageID, p.Content); err != nil {
+			return err
+		}
 		return m.endText(p.AgentMessageID)
 	}
 	id := p.AgentMessageID
@@ -381,6 +396,32 @@ func (m *aguiMapper) wholeText(id, role, name, content string) error {
 		}
 	}
 	return m.emit(aguiIDEvent{Type: aguiTextEnd, MessageID: id})
+}
+
+// gap reports whether follow lost deltas of message id: a stream event
+// of it came in a later subscription than its first.
+func (m *aguiMapper) gap(id string, sub int) bool {
+	st := m.streamed[id]
+	if st == nil {
+		if m.streamed == nil {
+			m.streamed = map[string]*oaiStreamed{}
+		}
+		st = &oaiStreamed{sub: sub}
+		m.streamed[id] = st
+	}
+	st.gap = st.gap || sub != st.sub
+	return st.gap
+}
+
+// restText sends the part of a streamed message's recorded content that
+// its deltas did not (none, unless follow lost some), when they sent a
+// prefix of it.
+func (m *aguiMapper) restText(id, content string) error {
+	st := m.streamed[id]
+	if st == nil || !m.open[id] || len(content) <= len(st.text) || content[:len(st.text)] != string(st.text) {
+		return nil
+	}
+	return m.emit(aguiTextContentEvent{Type: aguiTextContent, MessageID: id, Delta: content[len(st.text):]})
 }
 
 // endText ends a streamed text message that is open.

@@ -28,6 +28,11 @@ func withFollower(ctx context.Context, p principal) context.Context {
 // its sequence (0 for a stream delta, which is never stored).
 type Followed struct {
 	Sequence int64
+	// Subscription counts the times follow subscribed again after falling
+	// behind (0 until then). Stream deltas sent between two subscriptions
+	// are lost: a message whose deltas span two subscriptions has a gap,
+	// which its recorded chat.text fills.
+	Subscription int
 	baton.Envelope
 }
 
@@ -65,18 +70,20 @@ var errStopFollow = errors.New("server: stop following")
 // A follower that falls behind is not cut off as a WebSocket is (the
 // adapters' clients cannot be told to replay): it subscribes again and
 // replays from the store what it missed, deltas excepted, which the
-// recorded events carry in full.
+// recorded events carry in full (Followed.Subscription tells a delta of a
+// message that lost some).
 //
 // fn must not keep the envelope's Data beyond the call unless it copies
 // it: Data is decoded anew for each call, so it may keep it (it is not a
 // pooled buffer).
 func (s *Server) follow(ctx context.Context, scope baton.Scope, chat baton.Chat, last int64, fn func(*Followed) error) error {
+	subs := 0
 	send := func(f *frame) error {
 		var ev Followed
 		if err := json.Unmarshal(f.data, &ev.Envelope); err != nil {
 			return fmt.Errorf("follow chat %s: decode envelope: %w", chat.ID, err)
 		}
-		ev.Sequence = f.seq
+		ev.Sequence, ev.Subscription = f.seq, subs
 		return fn(&ev)
 	}
 	p, _ := ctx.Value(followerKey{}).(principal)
@@ -99,6 +106,7 @@ func (s *Server) follow(ctx context.Context, scope baton.Scope, chat baton.Chat,
 		}
 		switch live.kickReason() {
 		case kickSlow, kickResync:
+			subs++
 			continue // subscribe again; the replay fills what was missed
 		case kickDeleted:
 			return baton.Errorf(baton.ENOTFOUND, "chat %s was deleted", chat.ID)

@@ -3,6 +3,8 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -176,4 +178,65 @@ func TestRevokedKey_AdaptersEnd(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A follower that fell behind subscribes again without the deltas sent in
+// between (Followed.Subscription counts the subscriptions): a message
+// whose deltas were cut short gets the rest of its recorded text, in the
+// OpenAI reply as in the AG-UI run, not the deltas around the gap and not
+// the whole text again.
+func TestFollow_ResubscribedStreamSendsTheRest(t *testing.T) {
+	evs := []struct {
+		typ, data string
+		sub       int
+	}{
+		{"stream.start", `{"message_id":"m1","agent":"A"}`, 0},
+		{"stream.text", `{"message_id":"m1","agent":"A","delta":"Hel"}`, 0},
+		// Kicked here: "lo " was lost.
+		{"stream.text", `{"message_id":"m1","agent":"A","delta":"world"}`, 1},
+		{"stream.completed", `{"message_id":"m1","agent":"A"}`, 1},
+		{"chat.text", `{"agent":"A","content":"Hello world","agent_message_id":"m1","is_visual":true,"sequence":2}`, 1},
+		// A message streamed whole after the kick: its text is not repeated.
+		{"stream.start", `{"message_id":"m2","agent":"A"}`, 1},
+		{"stream.text", `{"message_id":"m2","agent":"A","delta":"Bye"}`, 1},
+		{"stream.completed", `{"message_id":"m2","agent":"A"}`, 1},
+		{"chat.text", `{"agent":"A","content":"Bye","agent_message_id":"m2","is_visual":true,"sequence":3}`, 1},
+	}
+	t.Run("openai", func(t *testing.T) {
+		o := &oaiReply{}
+		var ev oaiEvent
+		for _, e := range evs {
+			if err := ev.decode(e.typ, json.RawMessage(e.data)); err != nil {
+				t.Fatal(err)
+			}
+			ev.sub = e.sub
+			if _, err := o.add(&ev); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got, want := o.content.String(), "Hello world\n\nBye"; got != want {
+			t.Fatalf("reply %q, want %q", got, want)
+		}
+	})
+	t.Run("agui", func(t *testing.T) {
+		m, out := mapperOf(t)
+		for _, e := range evs {
+			f := &Followed{Subscription: e.sub, Envelope: baton.Envelope{Type: e.typ, Data: json.RawMessage(e.data)}}
+			if _, err := m.live(f); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want := []string{
+			`{"type":"TEXT_MESSAGE_START","messageId":"m1","role":"assistant","name":"A"}`,
+			`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"Hel"}`,
+			`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"lo world"}`,
+			`{"type":"TEXT_MESSAGE_END","messageId":"m1"}`,
+			`{"type":"TEXT_MESSAGE_START","messageId":"m2","role":"assistant","name":"A"}`,
+			`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m2","delta":"Bye"}`,
+			`{"type":"TEXT_MESSAGE_END","messageId":"m2"}`,
+		}
+		if !slices.Equal(*out, want) {
+			t.Fatalf("got\n%s\nwant\n%s", strings.Join(*out, "\n"), strings.Join(want, "\n"))
+		}
+	})
 }
