@@ -203,7 +203,9 @@ func (h *a2aAgent) a2aError(ctx context.Context, err error) error {
 		return fmt.Errorf("%w: %s", a2a.ErrInvalidParams, be.Message)
 	case baton.ECONFLICT:
 		return fmt.Errorf("%w: %s", a2a.ErrUnsupportedOperation, be.Message)
-	case baton.EUNAVAILABLE, baton.ERATELIMITED:
+	case baton.EUNAVAILABLE, baton.ERATELIMITED, baton.EUNAUTHORIZED:
+		// EUNAUTHORIZED: the key was revoked during a follow (A2A has no
+		// error of its own for it).
 		return fmt.Errorf("%w: %s", a2a.ErrServerError, be.Message)
 	}
 	h.s.log.ErrorContext(ctx, "a2a request failed", "err", err)
@@ -273,7 +275,7 @@ func (h *a2aAgent) OnSendMessage(ctx context.Context, params *a2a.MessageSendPar
 		return nil, err
 	}
 	if params.Config == nil || params.Config.Blocking == nil || *params.Config.Blocking {
-		err := h.s.follow(ctx, h.p.scope, chat, last, func(f *Followed) error {
+		err := h.s.follow(withFollower(ctx, h.p), h.p.scope, chat, last, func(f *Followed) error {
 			if f.Sequence != 0 && f.EndsSegment() {
 				return errStopFollow
 			}
@@ -396,7 +398,7 @@ func lastSeqParam(md map[string]any) (int64, bool, error) {
 func (h *a2aAgent) stream(ctx context.Context, id a2aTaskID, chat baton.Chat, last int64, yield func(a2a.Event, error) bool) {
 	conv := newA2AConv(id)
 	stopped := false
-	err := h.s.follow(ctx, h.p.scope, chat, last, func(f *Followed) error {
+	err := h.s.follow(withFollower(ctx, h.p), h.p.scope, chat, last, func(f *Followed) error {
 		evs, final := conv.events(f)
 		for _, ev := range evs {
 			if !yield(ev, nil) {
@@ -452,7 +454,7 @@ func (h *a2aAgent) OnCancelTask(ctx context.Context, params *a2a.TaskIDParams) (
 		return nil, h.a2aError(ctx, err)
 	}
 	// The run stops at its next step; the task is returned once it has.
-	err = h.s.follow(ctx, h.p.scope, chat, snap.last, func(f *Followed) error {
+	err = h.s.follow(withFollower(ctx, h.p), h.p.scope, chat, snap.last, func(f *Followed) error {
 		if f.Sequence != 0 && f.EndsSegment() {
 			return errStopFollow
 		}

@@ -267,7 +267,7 @@ func (s *Server) agui(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer slot.release()
-	ctx := r.Context()
+	ctx := withFollower(r.Context(), p) // follow re-checks p's key
 	chatID := aguiChatID(p.scope, wf.Name, in.ThreadID)
 	m := newAGUIMapper(in, wf, p.scope, chatID, webURL(r, chatID))
 
@@ -613,8 +613,8 @@ func (s *Server) aguiRun(ctx context.Context, scope baton.Scope, chat baton.Chat
 			return m.endWaiting(chat)
 		}
 	}
-	return s.followEnvelopes(ctx, scope, chat, from, func(seq int64, typ string, envelope []byte) error {
-		done, err := m.liveEnvelope(seq, typ, envelope)
+	return s.followEnvelopes(ctx, scope, chat, from, func(seq int64, typ string, envelope []byte, subscription int) error {
+		done, err := m.liveEnvelope(seq, typ, envelope, subscription)
 		if err != nil {
 			return err
 		}

@@ -150,6 +150,10 @@ type aguiMapper struct {
 	byID      map[string]int    // the snapshot's assistant messages by id
 	finished  bool
 	raw       []byte // a delta's event, encoded
+
+	// streamed is what each message's deltas sent, for its recorded text
+	// to send the rest when follow lost some (oaiStreamed).
+	streamed map[string]*oaiStreamed
 }
 
 func newAGUIMapper(in *aguiInput, wf *workflow.Workflow, scope baton.Scope, chatID, webURL string) *aguiMapper {
@@ -213,11 +217,14 @@ func (m *aguiMapper) live(f *Followed) (done bool, err error) {
 		if json.Unmarshal(f.Data, &d) != nil {
 			return false, nil
 		}
-		return false, m.delta(&d)
+		return false, m.delta(&d, f.Subscription)
 	case baton.TypeStreamCompleted, baton.TypeStreamError:
 		var d aguiStreamData
 		if json.Unmarshal(f.Data, &d) == nil {
 			delete(m.streaming, d.MessageID)
+			if f.Type == baton.TypeStreamCompleted && m.gap(d.MessageID, f.Subscription) {
+				return false, nil // the recorded text sends the rest, then ends it
+			}
 			return false, m.endText(d.MessageID)
 		}
 	case baton.TypeChatSelectSpeaker:
@@ -290,7 +297,7 @@ func (m *aguiMapper) live(f *Followed) (done bool, err error) {
 
 // delta maps a stream.text delta: TEXT_MESSAGE_START before its message's
 // first, then TEXT_MESSAGE_CONTENT.
-func (m *aguiMapper) delta(d *aguiStreamData) error {
+func (m *aguiMapper) delta(d *aguiStreamData, subscription int) error {
 	if d.Delta == "" {
 		return nil
 	}
@@ -299,6 +306,9 @@ func (m *aguiMapper) delta(d *aguiStreamData) error {
 		// Its start came before this run followed the chat: the recorded
 		// text will carry it whole.
 		return nil
+	}
+	if m.gap(d.MessageID, subscription) {
+		return nil // the recorded text sends the rest
 	}
 	if !m.sent[d.MessageID] {
 		m.sent[d.MessageID], m.open[d.MessageID] = true, true
@@ -309,6 +319,8 @@ func (m *aguiMapper) delta(d *aguiStreamData) error {
 	if !m.open[d.MessageID] {
 		return nil
 	}
+	st := m.streamed[d.MessageID]
+	st.text = append(st.text, d.Delta...)
 	// As aguiTextContentEvent encodes, by hand.
 	m.raw = append(m.raw[:0], `{"type":"TEXT_MESSAGE_CONTENT","messageId":`...)
 	m.raw = baton.AppendJSONString(m.raw, d.MessageID)
@@ -321,7 +333,7 @@ func (m *aguiMapper) delta(d *aguiStreamData) error {
 // liveEnvelope maps one followed envelope (followEnvelopes): a delta, the
 // bulk of a streamed reply, is decoded from the envelope straight into its
 // data, in one pass; any other event goes through live.
-func (m *aguiMapper) liveEnvelope(seq int64, typ string, envelope []byte) (done bool, err error) {
+func (m *aguiMapper) liveEnvelope(seq int64, typ string, envelope []byte, subscription int) (done bool, err error) {
 	if typ == baton.TypeStreamText {
 		var d struct {
 			Data aguiStreamData `json:"data"`
@@ -329,9 +341,9 @@ func (m *aguiMapper) liveEnvelope(seq int64, typ string, envelope []byte) (done 
 		if json.Unmarshal(envelope, &d) != nil {
 			return false, nil // as live: an undecodable delta is skipped
 		}
-		return false, m.delta(&d.Data)
+		return false, m.delta(&d.Data, subscription)
 	}
-	f := Followed{Sequence: seq}
+	f := Followed{Sequence: seq, Subscription: subscription}
 	if err := json.Unmarshal(envelope, &f.Envelope); err != nil {
 		return false, fmt.Errorf("agui: decode envelope: %w", err)
 	}
@@ -361,6 +373,9 @@ func (m *aguiMapper) liveText(f *Followed) error {
 		return m.endText(p.AgentMessageID)
 	}
 	if m.sent[p.AgentMessageID] {
+		if err := m.restText(p.AgentMessageID, p.Content); err != nil {
+			return err
+		}
 		return m.endText(p.AgentMessageID)
 	}
 	id := p.AgentMessageID
@@ -411,6 +426,32 @@ func (m *aguiMapper) wholeText(id, role, name, content string) error {
 		}
 	}
 	return m.emit(aguiIDEvent{Type: aguiTextEnd, MessageID: id})
+}
+
+// gap reports whether follow lost deltas of message id: a stream event
+// of it came in a later subscription than its first.
+func (m *aguiMapper) gap(id string, sub int) bool {
+	st := m.streamed[id]
+	if st == nil {
+		if m.streamed == nil {
+			m.streamed = map[string]*oaiStreamed{}
+		}
+		st = &oaiStreamed{sub: sub}
+		m.streamed[id] = st
+	}
+	st.gap = st.gap || sub != st.sub
+	return st.gap
+}
+
+// restText sends the part of a streamed message's recorded content that
+// its deltas did not (none, unless follow lost some), when they sent a
+// prefix of it.
+func (m *aguiMapper) restText(id, content string) error {
+	st := m.streamed[id]
+	if st == nil || !m.open[id] || len(content) <= len(st.text) || content[:len(st.text)] != string(st.text) {
+		return nil
+	}
+	return m.emit(aguiTextContentEvent{Type: aguiTextContent, MessageID: id, Delta: content[len(st.text):]})
 }
 
 // endText ends a streamed text message that is open.

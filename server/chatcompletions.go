@@ -189,6 +189,7 @@ func (s *Server) handleChatCompletions(w http.ResponseWriter, r *http.Request) {
 		s.oaiWriteError(w, r, err)
 		return
 	}
+	r = r.WithContext(withFollower(r.Context(), p)) // follow re-checks p's key
 	if err := s.needEngine(); err != nil {
 		s.oaiWriteError(w, r, err)
 		return

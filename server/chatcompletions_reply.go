@@ -35,6 +35,8 @@ type oaiEvent struct {
 	CompletionTokens int64           `json:"completion_tokens"`
 	Message          string          `json:"message"`
 	Status           string          `json:"status"`
+
+	sub int // Followed.Subscription
 }
 
 func (e *oaiEvent) decode(typ string, data json.RawMessage) error {
@@ -69,9 +71,9 @@ type oaiReply struct {
 	secretNotice      func(agent string) string
 
 	content   strings.Builder
-	agent     string // the agent of the latest text
-	lastMsg   string // the message id of the latest text
-	streamed  map[string]bool
+	agent     string                  // the agent of the latest text
+	lastMsg   string                  // the message id of the latest text
+	streamed  map[string]*oaiStreamed // message id → what its deltas sent
 	toolCalls []oaiToolCall
 	usage     oaiUsage
 	finish    string
@@ -80,6 +82,14 @@ type oaiReply struct {
 	// emit receives each text piece (with its agent) and the tool call.
 	emitText func(agent, text string) error
 	emitTool func(tc oaiToolCall) error
+}
+
+// oaiStreamed is what a message's deltas sent, and in which of follow's
+// subscriptions they came.
+type oaiStreamed struct {
+	text []byte
+	sub  int
+	gap  bool // a delta came in a later subscription: some were lost
 }
 
 // text adds a piece of agent's message msgID: a separator (and, with the
@@ -114,15 +124,34 @@ func (o *oaiReply) add(ev *oaiEvent) (done bool, err error) {
 	switch ev.Type {
 	case baton.TypeStreamText:
 		if o.streamed == nil {
-			o.streamed = map[string]bool{}
+			o.streamed = map[string]*oaiStreamed{}
 		}
-		o.streamed[ev.MessageID] = true
-		return false, o.text(ev.Agent, ev.MessageID, ev.Delta)
-	case baton.TypeChatText:
-		if ev.Agent == agentUser || ev.Agent == agentSystem || ev.UIHidden || ev.ToolOnly || o.streamed[ev.AgentMessageID] {
+		st := o.streamed[ev.MessageID]
+		if st == nil {
+			st = &oaiStreamed{sub: ev.sub}
+			o.streamed[ev.MessageID] = st
+		}
+		if st.gap = st.gap || ev.sub != st.sub; st.gap {
+			// follow fell behind and subscribed again: the deltas in
+			// between are lost, and the recorded text sends the rest.
 			return false, nil
 		}
-		return false, o.text(ev.Agent, ev.AgentMessageID, ev.Content)
+		st.text = append(st.text, ev.Delta...)
+		return false, o.text(ev.Agent, ev.MessageID, ev.Delta)
+	case baton.TypeChatText:
+		if ev.Agent == agentUser || ev.Agent == agentSystem || ev.UIHidden || ev.ToolOnly {
+			return false, nil
+		}
+		content := ev.Content
+		if st := o.streamed[ev.AgentMessageID]; st != nil {
+			// Streamed: the rest its deltas did not send (none, unless
+			// follow lost some), when they sent a prefix of it.
+			if len(content) < len(st.text) || content[:len(st.text)] != string(st.text) {
+				return false, nil
+			}
+			content = content[len(st.text):]
+		}
+		return false, o.text(ev.Agent, ev.AgentMessageID, content)
 	case baton.TypeChatUsageSummary:
 		o.usage.PromptTokens += ev.PromptTokens
 		o.usage.CompletionTokens += ev.CompletionTokens
@@ -178,10 +207,11 @@ func (o *oaiReply) add(ev *oaiEvent) (done bool, err error) {
 func (s *Server) oaiFollow(ctx context.Context, scope baton.Scope, turn oaiTurn, out *oaiReply) error {
 	open := turn.gate == nil
 	var ev oaiEvent
-	return s.followEnvelopes(ctx, scope, turn.chat, turn.last, func(_ int64, typ string, envelope []byte) error {
+	return s.followEnvelopes(ctx, scope, turn.chat, turn.last, func(_ int64, typ string, envelope []byte, subscription int) error {
 		if err := ev.decodeEnvelope(typ, envelope); err != nil {
 			return fmt.Errorf("chat completion of chat %s: decode envelope: %w", turn.chat.ID, err)
 		}
+		ev.sub = subscription
 		if !open {
 			open = turn.gate(&ev)
 			return nil

@@ -5,9 +5,22 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/batonhq/baton"
 )
+
+// followerKey is the context key of the principal a follow acts for.
+type followerKey struct{}
+
+// withFollower returns ctx carrying p, the principal the protocol adapter
+// serving the request authenticated: follow re-checks its key every
+// Config.KeyRecheck, as the WebSocket and SSE streams do, so that revoking
+// a key ends the adapters' streams too. A context is the carrier so that
+// the adapters' layers between authentication and follow need not change.
+func withFollower(ctx context.Context, p principal) context.Context {
+	return context.WithValue(ctx, followerKey{}, p)
+}
 
 // Followed is one event a client of a chat may see, as the protocol
 // adapters (AG-UI, OpenAI Chat Completions, A2A, MCP) receive it from
@@ -15,6 +28,11 @@ import (
 // its sequence (0 for a stream delta, which is never stored).
 type Followed struct {
 	Sequence int64
+	// Subscription counts the times follow subscribed again after falling
+	// behind (0 until then). Stream deltas sent between two subscriptions
+	// are lost: a message whose deltas span two subscriptions has a gap,
+	// which its recorded chat.text fills.
+	Subscription int
 	baton.Envelope
 }
 
@@ -44,39 +62,46 @@ var errStopFollow = errors.New("server: stop following")
 // the hub, as one gap-free, duplicate-free sequence (the cursor of the
 // WebSocket and SSE streams), stream deltas included. It returns when fn
 // returns an error (nil for errStopFollow), when ctx ends, or when the chat
-// is deleted (ENOTFOUND) or the server shuts down (ErrClosed).
+// is deleted (ENOTFOUND) or the server shuts down (ErrClosed). When ctx
+// carries the adapter's principal (withFollower), follow re-checks its key
+// every Config.KeyRecheck and returns errRevoked once it is revoked; a
+// store that cannot answer keeps the follow, as for the other streams.
 //
 // A follower that falls behind is not cut off as a WebSocket is (the
 // adapters' clients cannot be told to replay): it subscribes again and
 // replays from the store what it missed, deltas excepted, which the
-// recorded events carry in full.
+// recorded events carry in full (Followed.Subscription tells a delta of a
+// message that lost some).
 //
 // fn must not keep the envelope's Data beyond the call unless it copies
 // it: Data is decoded anew for each call, so it may keep it (it is not a
 // pooled buffer).
 func (s *Server) follow(ctx context.Context, scope baton.Scope, chat baton.Chat, last int64, fn func(*Followed) error) error {
-	return s.followEnvelopes(ctx, scope, chat, last, func(seq int64, _ string, envelope []byte) error {
+	return s.followEnvelopes(ctx, scope, chat, last, func(seq int64, _ string, envelope []byte, subscription int) error {
 		var ev Followed
 		if err := json.Unmarshal(envelope, &ev.Envelope); err != nil {
 			return fmt.Errorf("follow chat %s: decode envelope: %w", chat.ID, err)
 		}
-		ev.Sequence = seq
+		ev.Sequence, ev.Subscription = seq, subscription
 		return fn(&ev)
 	})
 }
 
 // followEnvelopes is follow without the decoding of each envelope: fn
-// receives the event's sequence, its type and its encoded envelope, as the
-// hub holds them. An adapter that decodes the envelope's data into its own
-// struct in one pass saves follow's decoding into a Followed, which copies
-// the data only to have it decoded again: on a streamed reply, where every
-// delta is an envelope, that second pass was the adapters' largest cost
-// after the network.
+// receives the event's sequence, its type, its encoded envelope, as the
+// hub holds them, and the subscription it came on (Followed.Subscription).
+// An adapter that decodes the envelope's data into its own struct in one
+// pass saves follow's decoding into a Followed, which copies the data only
+// to have it decoded again: on a streamed reply, where every delta is an
+// envelope, that second pass was the adapters' largest cost after the
+// network.
 //
 // envelope is valid only during the call (it may be a pooled buffer): fn
 // must copy what it keeps.
-func (s *Server) followEnvelopes(ctx context.Context, scope baton.Scope, chat baton.Chat, last int64, fn func(seq int64, typ string, envelope []byte) error) error {
-	send := func(f *frame) error { return fn(f.seq, f.typ, f.data) }
+func (s *Server) followEnvelopes(ctx context.Context, scope baton.Scope, chat baton.Chat, last int64, fn func(seq int64, typ string, envelope []byte, subscription int) error) error {
+	subs := 0
+	send := func(f *frame) error { return fn(f.seq, f.typ, f.data, subs) }
+	p, _ := ctx.Value(followerKey{}).(principal)
 	done := func(err error) error {
 		if errors.Is(err, errStopFollow) {
 			return nil
@@ -88,7 +113,7 @@ func (s *Server) followEnvelopes(ctx context.Context, scope baton.Scope, chat ba
 		if err != nil {
 			return err
 		}
-		err = s.followLive(ctx, live, send)
+		err = s.followLive(ctx, p, live, send)
 		last = live.cur.last
 		live.close()
 		if err != nil {
@@ -96,6 +121,7 @@ func (s *Server) followEnvelopes(ctx context.Context, scope baton.Scope, chat ba
 		}
 		switch live.kickReason() {
 		case kickSlow, kickResync:
+			subs++
 			continue // subscribe again; the replay fills what was missed
 		case kickDeleted:
 			return baton.Errorf(baton.ENOTFOUND, "chat %s was deleted", chat.ID)
@@ -107,15 +133,25 @@ func (s *Server) followEnvelopes(ctx context.Context, scope baton.Scope, chat ba
 
 // followLive replays and then delivers live frames until the hub kicks the
 // subscriber (nil: the caller reads why) or send or ctx fails.
-func (s *Server) followLive(ctx context.Context, live *liveStream, send func(*frame) error) error {
+func (s *Server) followLive(ctx context.Context, p principal, live *liveStream, send func(*frame) error) error {
 	if err := live.checkChat(ctx); err != nil {
 		return err
 	}
 	if err := live.replay(ctx, send); err != nil {
 		return err
 	}
+	var recheck <-chan time.Time // nil: no key to re-check (dev mode)
+	if p.keyHash != "" {
+		t := time.NewTicker(s.cfg.KeyRecheck)
+		defer t.Stop()
+		recheck = t.C
+	}
 	for {
 		select {
+		case <-recheck:
+			if err := s.recheckKey(ctx, p); errors.Is(err, errRevoked) {
+				return err
+			}
 		case <-live.ready():
 			if err := live.deliver(ctx, send); err != nil {
 				return err

@@ -270,6 +270,7 @@ func (s *Server) mcpRun(ctx context.Context, c mcpCaller, wfName string, req *mc
 		return nil, err
 	}
 	if c.p != nil {
+		ctx = withFollower(ctx, *c.p) // follow re-checks its key
 		slot, err := s.acquireStream(*c.p)
 		if err != nil {
 			return nil, err
