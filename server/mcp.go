@@ -41,6 +41,11 @@ const mcpProtocolMRTR = "2026-07-28"
 // a client that went away without DELETE does not hold one for ever.
 const mcpSessionTimeout = 30 * time.Minute
 
+// mcpElicitTimeout bounds how long a call on a protocol before 2026-07-28
+// waits for an elicitation's answer (Server.mcpElicitTimeout; tests shorten
+// it).
+const mcpElicitTimeout = 10 * time.Minute
+
 // mcpMaxShown bounds the UI tool arguments an elicitation or a result
 // quotes: an action plan reads well; a megabyte does not.
 const mcpMaxShown = 8 << 10
@@ -269,12 +274,13 @@ func (s *Server) mcpRun(ctx context.Context, c mcpCaller, wfName string, req *mc
 	if err := s.needEngine(); err != nil {
 		return nil, err
 	}
+	var slot *streamSlot
 	if c.p != nil {
-		slot, err := s.acquireStream(*c.p)
-		if err != nil {
+		var err error
+		if slot, err = s.acquireStream(*c.p); err != nil {
 			return nil, err
 		}
-		defer slot.release()
+		defer func() { slot.release() }()
 	}
 	var args mcpArgs
 	if err := decodeMCPArgs(req.Params.Arguments, &args); err != nil {
@@ -392,7 +398,20 @@ func (s *Server) mcpRun(ctx context.Context, c mcpCaller, wfName string, req *mc
 				Meta:          res.Meta,
 			}, nil
 		}
-		resp, err := req.Session.Elicit(ctx, params)
+		// A person answers at their own pace, and a client may never
+		// answer: the call holds no stream slot while it asks, and asks for
+		// mcpElicitTimeout at most (then it ends as for a client without
+		// elicitation; a call with the chat id goes on).
+		slot.release()
+		ectx, cancel := context.WithTimeout(ctx, s.mcpElicitTimeout)
+		resp, err := req.Session.Elicit(ectx, params)
+		cancel()
+		if c.p != nil {
+			var aerr error
+			if slot, aerr = s.acquireStream(*c.p); aerr != nil {
+				return nil, aerr
+			}
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
@@ -951,6 +970,10 @@ func (s *Server) mcpHTTPHandler() http.Handler {
 			// tokens a rebinding page does not have.
 			DisableLocalhostProtection: true,
 			MaxRequestBodyBytes:        s.cfg.MaxBody,
+			// A call ends with its POST (protocol 2026-07-28 and later,
+			// where the POST is the whole call): a client that went away
+			// holds no stream slot.
+			PropagateRequestCancellation: true,
 		})
 		// Sessions outlive their requests: Close ends them, with the calls
 		// they run (each follow ends with s.ctx too).

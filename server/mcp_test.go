@@ -416,3 +416,55 @@ func FuzzMCPState(f *testing.F) {
 		}
 	})
 }
+
+// TestMCP_ElicitationHoldsNoStreamSlot: on 2025-11-25 a call asks with
+// elicitation/create while it runs, and a person (or a client that went
+// away) may take long or never answer. The waiting call holds none of its
+// key's open streams — with MaxStreamsPerKey 1 another call of the key
+// runs meanwhile — and it waits for mcpElicitTimeout at most, then ends
+// with the chat waiting, as for a client without elicitation.
+func TestMCP_ElicitationHoldsNoStreamSlot(t *testing.T) {
+	t.Run("slot", func(t *testing.T) {
+		e := newEnv(t, withConfig(func(c *Config) { c.MaxStreamsPerKey = 1 }))
+		asked, answer := make(chan struct{}), make(chan struct{})
+		c := e.mcpConnect(t, e.keys[scopeAda], "2025-11-25", func(*mcp.ElicitParams) *mcp.ElicitResult {
+			close(asked)
+			<-answer
+			return &mcp.ElicitResult{Action: "decline"}
+		})
+		done := make(chan *mcp.CallToolResult, 1)
+		go func() {
+			p := &mcp.CallToolParams{Name: "generator"}
+			res, err := c.CallTool(context.Background(), p)
+			if err != nil {
+				t.Errorf("generator: %v", err)
+			}
+			done <- res
+		}()
+		<-asked
+		other := e.mcpConnect(t, e.keys[scopeAda], "", nil)
+		res := other.call(t, "hello", map[string]any{"input": "hi"})
+		if res.IsError {
+			t.Errorf("a call while another waits for an elicitation: %q: want it to run (the waiting call holds no stream)", resultText(res))
+		}
+		close(answer)
+		if res := <-done; res != nil && res.IsError {
+			t.Errorf("declined elicitation: %q", resultText(res))
+		}
+	})
+	t.Run("timeout", func(t *testing.T) {
+		e := newEnv(t)
+		e.srv.mcpElicitTimeout = 100 * time.Millisecond
+		never := make(chan struct{})
+		c := e.mcpConnect(t, e.keys[scopeAda], "2025-11-25", func(*mcp.ElicitParams) *mcp.ElicitResult {
+			<-never
+			return &mcp.ElicitResult{Action: "decline"}
+		})
+		t.Cleanup(func() { close(never) })
+		res := c.call(t, "generator", nil)
+		sc := structured(t, res)
+		if id, _ := sc["chat_id"].(string); sc["status"] != "waiting_input" || id == "" || res.IsError {
+			t.Fatalf("an unanswered elicitation: %v %q: want the call to end with the chat waiting", sc, resultText(res))
+		}
+	})
+}
