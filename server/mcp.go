@@ -69,6 +69,10 @@ const mcpCallerKey = "baton.caller"
 type mcpEndpoint struct {
 	once sync.Once
 	h    http.Handler
+	srv  *mcp.Server
+
+	mu       sync.Mutex
+	sessions map[string]int // principal bucket (principal.limit) → open HTTP sessions
 }
 
 // MCPServer returns an MCP server whose tools are the engine's workflows,
@@ -945,7 +949,56 @@ func (s *Server) handleMCP(w http.ResponseWriter, r *http.Request) {
 		r.Header.Set("Authorization", "Bearer dev")
 	}
 	verify := func(context.Context, string, *http.Request) (*auth.TokenInfo, error) { return info, nil }
-	auth.RequireBearerToken(verify, nil)(s.mcpHTTPHandler()).ServeHTTP(w, r)
+	h := auth.RequireBearerToken(verify, nil)(s.mcpHTTPHandler())
+	if r.Method != http.MethodPost || r.Header.Get("Mcp-Session-Id") != "" {
+		h.ServeHTTP(w, r)
+		return
+	}
+	// A POST without a session may open one that lasts mcpSessionTimeout
+	// idle: each key (in dev mode, each client address) has at most
+	// mcpMaxSessions open.
+	if err := s.mcpCountSession(p.limit); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	h.ServeHTTP(w, r)
+	sid := w.Header().Get("Mcp-Session-Id")
+	for ss := range s.mcpHTTP.srv.Sessions() {
+		if sid != "" && ss.ID() == sid {
+			// Wait returns once the session is closed: by DELETE, by
+			// mcpSessionTimeout, or by Close.
+			s.wg.Go(func() {
+				_ = ss.Wait()
+				s.mcpUncountSession(p.limit)
+			})
+			return
+		}
+	}
+	s.mcpUncountSession(p.limit) // no session was opened, or it is closed already
+}
+
+// mcpMaxSessions is the default Server.mcpMaxSessions.
+const mcpMaxSessions = 64
+
+func (s *Server) mcpCountSession(bucket string) error {
+	s.mcpHTTP.mu.Lock()
+	defer s.mcpHTTP.mu.Unlock()
+	if s.mcpHTTP.sessions[bucket] >= s.mcpMaxSessions {
+		return baton.Errorf(codeRateLimited, "too many open MCP sessions for this key (at most %d): close some first (DELETE /mcp)", s.mcpMaxSessions)
+	}
+	if s.mcpHTTP.sessions == nil {
+		s.mcpHTTP.sessions = map[string]int{}
+	}
+	s.mcpHTTP.sessions[bucket]++
+	return nil
+}
+
+func (s *Server) mcpUncountSession(bucket string) {
+	s.mcpHTTP.mu.Lock()
+	defer s.mcpHTTP.mu.Unlock()
+	if s.mcpHTTP.sessions[bucket]--; s.mcpHTTP.sessions[bucket] <= 0 {
+		delete(s.mcpHTTP.sessions, bucket)
+	}
 }
 
 // mcpHTTPHandler returns the /mcp transport handler, one for the server:
@@ -960,6 +1013,7 @@ func (s *Server) mcpHTTPHandler() http.Handler {
 			}
 			return mcpCaller{}, errors.New("mcp: a call without its caller")
 		})
+		s.mcpHTTP.srv = srv
 		s.mcpHTTP.h = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{
 			Logger:         s.log,
 			SessionTimeout: mcpSessionTimeout,

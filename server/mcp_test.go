@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/testenv"
 )
 
 // The MCP tests drive /mcp with the official go-sdk client over the live
@@ -466,5 +468,33 @@ func TestMCP_ElicitationHoldsNoStreamSlot(t *testing.T) {
 		if id, _ := sc["chat_id"].(string); sc["status"] != "waiting_input" || id == "" || res.IsError {
 			t.Fatalf("an unanswered elicitation: %v %q: want the call to end with the chat waiting", sc, resultText(res))
 		}
+	})
+}
+
+// TestMCP_SessionsPerKey: each initialize opens a session that lasts 30
+// minutes idle, so a key has at most mcpMaxSessions open; the next
+// initialize is refused with 429, another key is not, and a closed session
+// (DELETE) frees its place.
+func TestMCP_SessionsPerKey(t *testing.T) {
+	e := newEnv(t)
+	e.srv.mcpMaxSessions = 2
+	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`
+	hdr := []string{"Accept", "application/json, text/event-stream"}
+	first := e.mcpConnect(t, e.keys[scopeAda], "", nil)
+	e.mcpConnect(t, e.keys[scopeAda], "", nil)
+	r := e.do(t, "POST", "/mcp", e.keys[scopeAda], body, hdr...)
+	if r.status != http.StatusTooManyRequests || !strings.Contains(string(r.body), "MCP sessions") {
+		t.Fatalf("a third session: %d %s: want 429", r.status, r.body)
+	}
+	e.mcpConnect(t, e.keys[scopeBob], "", nil) // bob's own count
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "a closed session frees its place", func() error {
+		r := e.do(t, "POST", "/mcp", e.keys[scopeAda], body, hdr...)
+		if r.status != http.StatusOK {
+			return fmt.Errorf("initialize: %d %s", r.status, r.body)
+		}
+		return nil
 	})
 }
