@@ -950,13 +950,14 @@ func (s *Server) handleMCP(w http.ResponseWriter, r *http.Request) {
 	}
 	verify := func(context.Context, string, *http.Request) (*auth.TokenInfo, error) { return info, nil }
 	h := auth.RequireBearerToken(verify, nil)(s.mcpHTTPHandler())
-	if r.Method != http.MethodPost || r.Header.Get("Mcp-Session-Id") != "" {
+	if r.Method != http.MethodPost || r.Header.Get("Mcp-Session-Id") != "" || r.Header.Get("Mcp-Protocol-Version") >= mcpProtocolMRTR {
+		// From 2026-07-28 a request opens no session that outlives it.
 		h.ServeHTTP(w, r)
 		return
 	}
-	// A POST without a session may open one that lasts mcpSessionTimeout
-	// idle: each key (in dev mode, each client address) has at most
-	// mcpMaxSessions open.
+	// A POST without a session may open one (an initialize) that lasts
+	// mcpSessionTimeout idle: each key (in dev mode, each client address)
+	// has at most mcpMaxSessions open.
 	if err := s.mcpCountSession(p.limit); err != nil {
 		s.writeError(w, r, err)
 		return
@@ -964,7 +965,9 @@ func (s *Server) handleMCP(w http.ResponseWriter, r *http.Request) {
 	h.ServeHTTP(w, r)
 	sid := w.Header().Get("Mcp-Session-Id")
 	for ss := range s.mcpHTTP.srv.Sessions() {
-		if sid != "" && ss.ID() == sid {
+		// The SDK closes a session its first request did not initialize
+		// before ServeHTTP returns.
+		if sid != "" && ss.ID() == sid && ss.InitializeParams() != nil {
 			// Wait returns once the session is closed: by DELETE, by
 			// mcpSessionTimeout, or by Close.
 			s.wg.Go(func() {
