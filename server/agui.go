@@ -351,6 +351,10 @@ func (in *aguiInput) firstUser() int {
 // thread start one chat.
 func (s *Server) aguiStart(ctx context.Context, scope baton.Scope, wf string, in *aguiInput, chatID string) (baton.Chat, error) {
 	opts := baton.StartOptions{ChatID: chatID}
+	if n, last := in.firstUser(), in.newestInput(); last > n && n >= 0 {
+		// The chat starts with one message: a later one would be lost.
+		return baton.Chat{}, baton.Errorf(baton.EINVALID, "messages[%d]: the thread has no chat yet; its first run starts it with its first user message (messages[%d]): send the later ones in the next runs", last, n)
+	}
 	if n := in.firstUser(); n >= 0 {
 		opts.Message = strings.TrimSpace(in.Messages[n].text)
 		if len(opts.Message) > maxContent {

@@ -659,7 +659,7 @@ func TestAGUI_Tenants(t *testing.T) {
 	e.waitStatus(t, adaChat, baton.ChatWaitingInput)
 	before := len(e.history(t, adaChat))
 
-	bob := e.agui(t, "generator", e.keys[scopeBob], aguiInputOf("shared-thread", "r1", userMsg("u-1", "bob's own words"), userMsg("u-2", "and more")))
+	bob := e.agui(t, "generator", e.keys[scopeBob], aguiInputOf("shared-thread", "r1", userMsg("u-1", "bob's own words")))
 	verifyAGUI(t, bob)
 	_, result = bob.outcome(t)
 	if result["chat_id"] == adaChat {
@@ -726,6 +726,10 @@ func TestAGUI_BadInput(t *testing.T) {
 		{"tool without call id", "hello", valid(func(m map[string]any) {
 			m["messages"] = []any{map[string]any{"id": "m", "role": "tool", "content": "x"}}
 		}), 400, "messages[0].toolCallId: required"},
+		// A new thread's chat starts with one message: the newest would be lost.
+		{"first run with two user messages", "hello", valid(func(m map[string]any) {
+			m["messages"] = []any{userMsg("u-1", "hello"), map[string]any{"id": "a-1", "role": "assistant", "content": "hi"}, userMsg("u-2", "and then?")}
+		}), 400, "messages[2]: the thread has no chat yet"},
 		{"state not an object", "hello", valid(func(m map[string]any) { m["state"] = []int{1} }), 400, "state: must be an object"},
 		{"state unknown variable", "generator", valid(func(m map[string]any) { m["state"] = map[string]any{"nope": 1} }), 400, "state.nope"},
 		{"state not settable", "generator", valid(func(m map[string]any) { m["state"] = map[string]any{"plan_name": "x"} }), 400, "state.plan_name"},

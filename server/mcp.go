@@ -41,6 +41,11 @@ const mcpProtocolMRTR = "2026-07-28"
 // a client that went away without DELETE does not hold one for ever.
 const mcpSessionTimeout = 30 * time.Minute
 
+// mcpElicitTimeout bounds how long a call on a protocol before 2026-07-28
+// waits for an elicitation's answer (Server.mcpElicitTimeout; tests shorten
+// it).
+const mcpElicitTimeout = 10 * time.Minute
+
 // mcpMaxShown bounds the UI tool arguments an elicitation or a result
 // quotes: an action plan reads well; a megabyte does not.
 const mcpMaxShown = 8 << 10
@@ -64,6 +69,10 @@ const mcpCallerKey = "baton.caller"
 type mcpEndpoint struct {
 	once sync.Once
 	h    http.Handler
+	srv  *mcp.Server
+
+	mu       sync.Mutex
+	sessions map[string]int // principal bucket (principal.limit) → open HTTP sessions
 }
 
 // MCPServer returns an MCP server whose tools are the engine's workflows,
@@ -269,13 +278,14 @@ func (s *Server) mcpRun(ctx context.Context, c mcpCaller, wfName string, req *mc
 	if err := s.needEngine(); err != nil {
 		return nil, err
 	}
+	var slot *streamSlot
 	if c.p != nil {
 		ctx = withFollower(ctx, *c.p) // follow re-checks its key
-		slot, err := s.acquireStream(*c.p)
-		if err != nil {
+		var err error
+		if slot, err = s.acquireStream(*c.p); err != nil {
 			return nil, err
 		}
-		defer slot.release()
+		defer func() { slot.release() }()
 	}
 	var args mcpArgs
 	if err := decodeMCPArgs(req.Params.Arguments, &args); err != nil {
@@ -393,7 +403,20 @@ func (s *Server) mcpRun(ctx context.Context, c mcpCaller, wfName string, req *mc
 				Meta:          res.Meta,
 			}, nil
 		}
-		resp, err := req.Session.Elicit(ctx, params)
+		// A person answers at their own pace, and a client may never
+		// answer: the call holds no stream slot while it asks, and asks for
+		// mcpElicitTimeout at most (then it ends as for a client without
+		// elicitation; a call with the chat id goes on).
+		slot.release()
+		ectx, cancel := context.WithTimeout(ctx, s.mcpElicitTimeout)
+		resp, err := req.Session.Elicit(ectx, params)
+		cancel()
+		if c.p != nil {
+			var aerr error
+			if slot, aerr = s.acquireStream(*c.p); aerr != nil {
+				return nil, aerr
+			}
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
@@ -927,7 +950,59 @@ func (s *Server) handleMCP(w http.ResponseWriter, r *http.Request) {
 		r.Header.Set("Authorization", "Bearer dev")
 	}
 	verify := func(context.Context, string, *http.Request) (*auth.TokenInfo, error) { return info, nil }
-	auth.RequireBearerToken(verify, nil)(s.mcpHTTPHandler()).ServeHTTP(w, r)
+	h := auth.RequireBearerToken(verify, nil)(s.mcpHTTPHandler())
+	if r.Method != http.MethodPost || r.Header.Get("Mcp-Session-Id") != "" || r.Header.Get("Mcp-Protocol-Version") >= mcpProtocolMRTR {
+		// From 2026-07-28 a request opens no session that outlives it.
+		h.ServeHTTP(w, r)
+		return
+	}
+	// A POST without a session may open one (an initialize) that lasts
+	// mcpSessionTimeout idle: each key (in dev mode, each client address)
+	// has at most mcpMaxSessions open.
+	if err := s.mcpCountSession(p.limit); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	h.ServeHTTP(w, r)
+	sid := w.Header().Get("Mcp-Session-Id")
+	for ss := range s.mcpHTTP.srv.Sessions() {
+		// The SDK closes a session its first request did not initialize
+		// before ServeHTTP returns.
+		if sid != "" && ss.ID() == sid && ss.InitializeParams() != nil {
+			// Wait returns once the session is closed: by DELETE, by
+			// mcpSessionTimeout, or by Close.
+			s.wg.Go(func() {
+				_ = ss.Wait()
+				s.mcpUncountSession(p.limit)
+			})
+			return
+		}
+	}
+	s.mcpUncountSession(p.limit) // no session was opened, or it is closed already
+}
+
+// mcpMaxSessions is the default Server.mcpMaxSessions.
+const mcpMaxSessions = 64
+
+func (s *Server) mcpCountSession(bucket string) error {
+	s.mcpHTTP.mu.Lock()
+	defer s.mcpHTTP.mu.Unlock()
+	if s.mcpHTTP.sessions[bucket] >= s.mcpMaxSessions {
+		return baton.Errorf(codeRateLimited, "too many open MCP sessions for this key (at most %d): close some first (DELETE /mcp)", s.mcpMaxSessions)
+	}
+	if s.mcpHTTP.sessions == nil {
+		s.mcpHTTP.sessions = map[string]int{}
+	}
+	s.mcpHTTP.sessions[bucket]++
+	return nil
+}
+
+func (s *Server) mcpUncountSession(bucket string) {
+	s.mcpHTTP.mu.Lock()
+	defer s.mcpHTTP.mu.Unlock()
+	if s.mcpHTTP.sessions[bucket]--; s.mcpHTTP.sessions[bucket] <= 0 {
+		delete(s.mcpHTTP.sessions, bucket)
+	}
 }
 
 // mcpHTTPHandler returns the /mcp transport handler, one for the server:
@@ -942,6 +1017,7 @@ func (s *Server) mcpHTTPHandler() http.Handler {
 			}
 			return mcpCaller{}, errors.New("mcp: a call without its caller")
 		})
+		s.mcpHTTP.srv = srv
 		s.mcpHTTP.h = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{
 			Logger:         s.log,
 			SessionTimeout: mcpSessionTimeout,
@@ -952,6 +1028,10 @@ func (s *Server) mcpHTTPHandler() http.Handler {
 			// tokens a rebinding page does not have.
 			DisableLocalhostProtection: true,
 			MaxRequestBodyBytes:        s.cfg.MaxBody,
+			// A call ends with its POST (protocol 2026-07-28 and later,
+			// where the POST is the whole call): a client that went away
+			// holds no stream slot.
+			PropagateRequestCancellation: true,
 		})
 		// Sessions outlive their requests: Close ends them, with the calls
 		// they run (each follow ends with s.ctx too).

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/testenv"
 )
 
 // The MCP tests drive /mcp with the official go-sdk client over the live
@@ -414,5 +416,85 @@ func FuzzMCPState(f *testing.F) {
 		if st.ChatID == "" || st.Request == "" || st.Last < 0 {
 			t.Fatalf("accepted %q as %+v", s, st)
 		}
+	})
+}
+
+// TestMCP_ElicitationHoldsNoStreamSlot: on 2025-11-25 a call asks with
+// elicitation/create while it runs, and a person (or a client that went
+// away) may take long or never answer. The waiting call holds none of its
+// key's open streams — with MaxStreamsPerKey 1 another call of the key
+// runs meanwhile — and it waits for mcpElicitTimeout at most, then ends
+// with the chat waiting, as for a client without elicitation.
+func TestMCP_ElicitationHoldsNoStreamSlot(t *testing.T) {
+	t.Run("slot", func(t *testing.T) {
+		e := newEnv(t, withConfig(func(c *Config) { c.MaxStreamsPerKey = 1 }))
+		asked, answer := make(chan struct{}), make(chan struct{})
+		c := e.mcpConnect(t, e.keys[scopeAda], "2025-11-25", func(*mcp.ElicitParams) *mcp.ElicitResult {
+			close(asked)
+			<-answer
+			return &mcp.ElicitResult{Action: "decline"}
+		})
+		done := make(chan *mcp.CallToolResult, 1)
+		go func() {
+			p := &mcp.CallToolParams{Name: "generator"}
+			res, err := c.CallTool(context.Background(), p)
+			if err != nil {
+				t.Errorf("generator: %v", err)
+			}
+			done <- res
+		}()
+		<-asked
+		other := e.mcpConnect(t, e.keys[scopeAda], "", nil)
+		res := other.call(t, "hello", map[string]any{"input": "hi"})
+		if res.IsError {
+			t.Errorf("a call while another waits for an elicitation: %q: want it to run (the waiting call holds no stream)", resultText(res))
+		}
+		close(answer)
+		if res := <-done; res != nil && res.IsError {
+			t.Errorf("declined elicitation: %q", resultText(res))
+		}
+	})
+	t.Run("timeout", func(t *testing.T) {
+		e := newEnv(t)
+		e.srv.mcpElicitTimeout = 100 * time.Millisecond
+		never := make(chan struct{})
+		c := e.mcpConnect(t, e.keys[scopeAda], "2025-11-25", func(*mcp.ElicitParams) *mcp.ElicitResult {
+			<-never
+			return &mcp.ElicitResult{Action: "decline"}
+		})
+		t.Cleanup(func() { close(never) })
+		res := c.call(t, "generator", nil)
+		sc := structured(t, res)
+		if id, _ := sc["chat_id"].(string); sc["status"] != "waiting_input" || id == "" || res.IsError {
+			t.Fatalf("an unanswered elicitation: %v %q: want the call to end with the chat waiting", sc, resultText(res))
+		}
+	})
+}
+
+// TestMCP_SessionsPerKey: each initialize opens a session that lasts 30
+// minutes idle, so a key has at most mcpMaxSessions open; the next
+// initialize is refused with 429, another key is not, and a closed session
+// (DELETE) frees its place.
+func TestMCP_SessionsPerKey(t *testing.T) {
+	e := newEnv(t)
+	e.srv.mcpMaxSessions = 2
+	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`
+	hdr := []string{"Accept", "application/json, text/event-stream"}
+	first := e.mcpConnect(t, e.keys[scopeAda], "", nil)
+	e.mcpConnect(t, e.keys[scopeAda], "", nil)
+	r := e.do(t, "POST", "/mcp", e.keys[scopeAda], body, hdr...)
+	if r.status != http.StatusTooManyRequests || !strings.Contains(string(r.body), "MCP sessions") {
+		t.Fatalf("a third session: %d %s: want 429", r.status, r.body)
+	}
+	e.mcpConnect(t, e.keys[scopeBob], "", nil) // bob's own count
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "a closed session frees its place", func() error {
+		r := e.do(t, "POST", "/mcp", e.keys[scopeAda], body, hdr...)
+		if r.status != http.StatusOK {
+			return fmt.Errorf("initialize: %d %s", r.status, r.body)
+		}
+		return nil
 	})
 }

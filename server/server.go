@@ -206,6 +206,10 @@ type Server struct {
 	pendingByAddr map[string]int // WebSockets waiting for their auth message, per client address
 
 	mcpHTTP mcpEndpoint // the /mcp handler (mcp.go)
+	// mcpElicitTimeout bounds one elicitation/create (mcp.go).
+	mcpElicitTimeout time.Duration
+	// mcpMaxSessions bounds the open /mcp sessions of one key (mcp.go).
+	mcpMaxSessions int
 }
 
 // route is one endpoint of the API.
@@ -271,6 +275,7 @@ func New(cfg Config) (*Server, error) {
 		cfg: cfg, log: cfg.Logger, limiter: newLimiter(cfg.RateLimit, cfg.RateBurst),
 		authFails: newLimiter(cfg.AuthFailRate, cfg.AuthFailBurst), handshakes: newLimiter(cfg.HandshakeRate, cfg.HandshakeBurst),
 		liveKeys: map[string]time.Time{}, openStreams: map[string]int{}, pendingByAddr: map[string]int{},
+		mcpElicitTimeout: mcpElicitTimeout, mcpMaxSessions: mcpMaxSessions,
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.hub = newHub(cfg.Bus, cfg.Logger, cfg.HubBuffer, cfg.QueueLen)
