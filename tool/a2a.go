@@ -132,7 +132,9 @@ func (t *a2aTool) Call(ctx context.Context, cc *baton.CallContext, args json.Raw
 	if err := json.Unmarshal(args, &in); err != nil || strings.TrimSpace(in.Message) == "" {
 		return errorResult("tool %s: message: required (the text for the remote agent)", t.name), nil
 	}
-	url, err := expandEnv(t.cardURL, cc.Secrets)
+	// requestURL: a person's secret may fill the path, never choose the
+	// host the operator's token goes to.
+	url, err := requestURL(t.cardURL, cc.Secrets)
 	if err != nil {
 		return errorResult("tool %s: a2a.card_url: %s", t.name, baton.ErrorMessage(err)), nil
 	}
