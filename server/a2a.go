@@ -738,6 +738,9 @@ type a2aData struct {
 	Payload        json.RawMessage `json:"payload"`
 	Arguments      json.RawMessage `json:"arguments"`
 	IsVisual       bool            `json:"is_visual"`
+	UIHidden       bool            `json:"ui_hidden"`
+	ToolOnly       bool            `json:"tool_only"`
+	Feedback       bool            `json:"feedback"`
 }
 
 // events converts one followed event; final is true for the event that
@@ -766,8 +769,11 @@ func (c *a2aConv) events(f *Followed) (evs []a2a.Event, final bool) {
 		c.started[d.MessageID] = true
 		return []a2a.Event{ev}, false
 	case baton.TypeChatText:
-		if d.Agent == "user" || d.Content == "" {
-			return nil, false // the client's own message, or nothing to say
+		if d.Agent == agentUser || d.Agent == agentSystem || d.UIHidden || d.ToolOnly || d.Feedback || d.Content == "" {
+			// The client's own message, the runtime's, one for the model
+			// only (a hidden trigger, a tool-only fallback, structured-
+			// output feedback), or nothing to say.
+			return nil, false
 		}
 		return []a2a.Event{status(a2a.TaskStateWorking, c.agentMessage(f, d.Agent, a2a.TextPart{Text: d.Content}), false)}, false
 	case baton.TypeChatStructuredOutputReady:
@@ -863,7 +869,7 @@ func jsonValue(raw json.RawMessage) any {
 func (c *a2aConv) fold(t *a2a.Task, f *Followed) {
 	if f.Type == baton.TypeChatText {
 		var d a2aData
-		if json.Unmarshal(f.Data, &d) == nil && d.Agent == "user" && d.Content != "" {
+		if json.Unmarshal(f.Data, &d) == nil && d.Agent == agentUser && !d.UIHidden && d.Content != "" {
 			m := c.agentMessage(f, "", a2a.TextPart{Text: d.Content})
 			m.Role = a2a.MessageRoleUser
 			t.History = append(t.History, m)

@@ -1,0 +1,42 @@
+package server
+
+import (
+	"testing"
+
+	"github.com/a2aproject/a2a-go/a2a"
+
+	"github.com/batonhq/baton"
+)
+
+// TestA2AHiddenTextsNeverSent: a hidden trigger text, tool-only fallback
+// text, structured-output feedback and the system's own text are neither
+// live status messages nor task history; a plain agent text is both.
+func TestA2AHiddenTextsNeverSent(t *testing.T) {
+	texts := []string{
+		`{"agent":"Planner","content":"TERMINATE","ui_hidden":true}`,
+		`{"agent":"Planner","content":"called lookup","tool_only":true}`,
+		`{"agent":"Planner","content":"your output was invalid","feedback":true}`,
+		`{"agent":"system","content":"resume"}`,
+		`{"agent":"user","content":"the hidden trigger","ui_hidden":true}`,
+		`{"agent":"Planner","content":"Hello there"}`,
+	}
+	c := newA2AConv(a2aTaskID{chat: "c1", run: 1})
+	task := &a2a.Task{ID: c.id, ContextID: c.ctxID}
+	var live []string
+	for i, data := range texts {
+		f := &Followed{Sequence: int64(i + 1), Envelope: baton.Envelope{Type: baton.TypeChatText, Data: []byte(data)}}
+		evs, _ := c.events(f)
+		for _, ev := range evs {
+			if su, ok := ev.(*a2a.TaskStatusUpdateEvent); ok && su.Status.Message != nil {
+				live = append(live, su.Status.Message.Parts[0].(a2a.TextPart).Text)
+			}
+		}
+		c.fold(task, f)
+	}
+	if len(live) != 1 || live[0] != "Hello there" {
+		t.Errorf("live status messages %q, want only the visible text", live)
+	}
+	if got := historyText(task); got != "agent: Hello there\n" {
+		t.Errorf("task history:\n%s", got)
+	}
+}
