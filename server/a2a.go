@@ -77,7 +77,7 @@ func (s *Server) handleA2A(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBody)
-	a2asrv.NewJSONRPCHandler(&a2aAgent{s: s, p: p, wf: wf}).ServeHTTP(w, r)
+	a2asrv.NewJSONRPCHandler(&a2aAgent{s: s, p: p, wf: wf, origin: requestOrigin(r)}).ServeHTTP(w, r)
 }
 
 // a2aWorkflow authenticates r for its app and returns the workflow it names.
@@ -100,11 +100,7 @@ func (s *Server) a2aWorkflow(r *http.Request) (*workflow.Workflow, principal, er
 // a2aEndpoint is the absolute URL of the JSON-RPC endpoint r was sent to
 // (the card's url), as the client addressed it.
 func a2aEndpoint(r *http.Request) string {
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
-	}
-	return scheme + "://" + r.Host + "/a2a/" + r.PathValue("app") + "/" + r.PathValue("workflow")
+	return requestOrigin(r) + "/a2a/" + r.PathValue("app") + "/" + r.PathValue("workflow")
 }
 
 // a2aCard is a workflow's agent card: one skill, the workflow; streaming;
@@ -148,9 +144,10 @@ func a2aCard(wf *workflow.Workflow, url string) *a2a.AgentCard {
 // a2aAgent is one request's a2asrv.RequestHandler: the caller's principal
 // and the workflow the URL names.
 type a2aAgent struct {
-	s  *Server
-	p  principal
-	wf *workflow.Workflow
+	s      *Server
+	p      principal
+	wf     *workflow.Workflow
+	origin string // the scheme and host the client addressed, for web UI links
 }
 
 var _ a2asrv.RequestHandler = (*a2aAgent)(nil)
@@ -312,6 +309,14 @@ func (h *a2aAgent) OnSendMessageStream(ctx context.Context, params *a2a.MessageS
 		if params.Message != nil {
 			m := *params.Message
 			m.TaskID, m.ContextID = t.ID, t.ContextID
+			// Only the text comes back: a data part is the client's own
+			// data, which the task echoes nowhere else either.
+			m.Parts = nil
+			for _, p := range params.Message.Parts {
+				if tp, ok := p.(a2a.TextPart); ok {
+					m.Parts = append(m.Parts, tp)
+				}
+			}
 			t.History = []*a2a.Message{&m}
 		}
 		if !yield(t, nil) {
@@ -551,14 +556,18 @@ func (h *a2aAgent) submit(ctx context.Context, params *a2a.MessageSendParams) (a
 	last := chat.LastSequence
 	in := clientMessage{ChatID: chat.ID, ID: key}
 	switch chat.Status {
-	case baton.ChatWaitingUITool, baton.ChatWaitingSecret:
+	case baton.ChatWaitingSecret:
+		// A secret is typed into the web UI's masked form, never sent
+		// through another program (which would see, log or echo it).
+		return a2aTaskID{}, baton.Chat{}, 0, fmt.Errorf("%w: task %s waits for a secret form, which is never answered over A2A: answer it in the web UI (%s/#chat=%s)", a2a.ErrUnsupportedOperation, cur, h.origin, chat.ID)
+	case baton.ChatWaitingUITool:
 		if data == nil {
 			return a2aTaskID{}, baton.Chat{}, 0, a2aInvalid("message.parts: task %s waits for a UI tool or form: answer with a data part (its response)", cur)
 		}
 		in.Type, in.UIEventID, in.Status = msgUIResponse, metaString(m.Metadata, a2aUIEventKey), metaString(m.Metadata, a2aStatusKey)
 		if in.UIEventID == "" {
 			for _, p := range chat.Pending {
-				if p.Kind == baton.PendingUITool || p.Kind == baton.PendingSecret {
+				if p.Kind == baton.PendingUITool {
 					in.UIEventID = p.UIEventID
 					break
 				}
@@ -834,7 +843,7 @@ func (c *a2aConv) pendingMessage(f *Followed, d *a2aData) *a2a.Message {
 	}
 	text := fmt.Sprintf("%s waits for the person's response to %s: answer with a data part.", d.Agent, d.ToolName)
 	if d.PendingKind == baton.PendingSecret {
-		text = fmt.Sprintf("%s needs secrets (%s): answer with a data part of name to value.", d.Agent, d.ToolName)
+		text = fmt.Sprintf("%s needs secrets (%s): the person answers the form in the web UI (/#chat=%s); it is never answered over A2A.", d.Agent, d.ToolName, c.ctxID)
 	}
 	return c.agentMessage(f, d.Agent, a2a.TextPart{Text: text}, a2a.DataPart{Data: info})
 }
