@@ -1,6 +1,7 @@
 package server
 
 import (
+	"net/http/httptest"
 	"testing"
 
 	"github.com/a2aproject/a2a-go/a2a"
@@ -38,5 +39,20 @@ func TestA2AHiddenTextsNeverSent(t *testing.T) {
 	}
 	if got := historyText(task); got != "agent: Hello there\n" {
 		t.Errorf("task history:\n%s", got)
+	}
+}
+
+// TestA2AEndpointBehindTLSProxy: the card's url is https when the request
+// came through a TLS proxy (X-Forwarded-Proto), as the web UI links are.
+func TestA2AEndpointBehindTLSProxy(t *testing.T) {
+	r := httptest.NewRequest("GET", "http://agents.example.com/a2a/acme/hello/.well-known/agent-card.json", nil)
+	r.SetPathValue("app", "acme")
+	r.SetPathValue("workflow", "hello")
+	if got := a2aEndpoint(r); got != "http://agents.example.com/a2a/acme/hello" {
+		t.Errorf("plain: %s", got)
+	}
+	r.Header.Set("X-Forwarded-Proto", "https")
+	if got := a2aEndpoint(r); got != "https://agents.example.com/a2a/acme/hello" {
+		t.Errorf("behind a TLS proxy: %s", got)
 	}
 }
