@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/a2aproject/a2a-go/a2a"
 	"github.com/a2aproject/a2a-go/a2asrv"
@@ -77,8 +78,34 @@ func (s *Server) handleA2A(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBody)
+	if s.cfg.WriteTimeout > 0 {
+		// a2a-go's SSE writer sets no deadline: each write gets one, so a
+		// client that stops reading frees its stream.
+		w = &a2aDeadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: s.cfg.WriteTimeout}
+	}
 	a2asrv.NewJSONRPCHandler(&a2aAgent{s: s, p: p, wf: wf, origin: requestOrigin(r)}).ServeHTTP(w, r)
 }
+
+// a2aDeadlineWriter sets a write deadline before each write and flush.
+type a2aDeadlineWriter struct {
+	http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+func (d *a2aDeadlineWriter) Write(b []byte) (int, error) {
+	_ = d.rc.SetWriteDeadline(time.Now().Add(d.timeout))
+	return d.ResponseWriter.Write(b)
+}
+
+// Flush flushes with a deadline; a2a-go's SSE writer needs an http.Flusher.
+func (d *a2aDeadlineWriter) Flush() {
+	_ = d.rc.SetWriteDeadline(time.Now().Add(d.timeout))
+	_ = d.rc.Flush()
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (d *a2aDeadlineWriter) Unwrap() http.ResponseWriter { return d.ResponseWriter }
 
 // a2aWorkflow authenticates r for its app and returns the workflow it names.
 func (s *Server) a2aWorkflow(r *http.Request) (*workflow.Workflow, principal, error) {
@@ -265,11 +292,21 @@ func (h *a2aAgent) runs(ctx context.Context, chat baton.Chat, key string) (ended
 // run; blocking (the default), it returns the task when its run ends or
 // waits for the person again.
 func (h *a2aAgent) OnSendMessage(ctx context.Context, params *a2a.MessageSendParams) (a2a.SendMessageResult, error) {
+	blocking := params.Config == nil || params.Config.Blocking == nil || *params.Config.Blocking
+	if blocking {
+		// A blocking send follows the run as a stream does: it holds one
+		// of the key's stream slots.
+		slot, err := h.s.acquireStream(h.p)
+		if err != nil {
+			return nil, h.a2aError(ctx, err)
+		}
+		defer slot.release()
+	}
 	id, chat, last, err := h.submit(ctx, params)
 	if err != nil {
 		return nil, err
 	}
-	if params.Config == nil || params.Config.Blocking == nil || *params.Config.Blocking {
+	if blocking {
 		err := h.s.follow(ctx, h.p.scope, chat, last, func(f *Followed) error {
 			if f.Sequence != 0 && f.EndsSegment() {
 				return errStopFollow
@@ -456,7 +493,13 @@ func (h *a2aAgent) OnCancelTask(ctx context.Context, params *a2a.TaskIDParams) (
 	if err := h.s.cfg.Engine.Cancel(ctx, h.p.scope, chat.ID); err != nil {
 		return nil, h.a2aError(ctx, err)
 	}
-	// The run stops at its next step; the task is returned once it has.
+	// The run stops at its next step; the task is returned once it has,
+	// following it in one of the key's stream slots.
+	slot, err := h.s.acquireStream(h.p)
+	if err != nil {
+		return nil, h.a2aError(ctx, err)
+	}
+	defer slot.release()
 	err = h.s.follow(ctx, h.p.scope, chat, snap.last, func(f *Followed) error {
 		if f.Sequence != 0 && f.EndsSegment() {
 			return errStopFollow
