@@ -1,8 +1,10 @@
 package server
 
 import (
+	"context"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/a2aproject/a2a-go/a2a"
 
@@ -54,5 +56,22 @@ func TestA2AEndpointBehindTLSProxy(t *testing.T) {
 	r.Header.Set("X-Forwarded-Proto", "https")
 	if got := a2aEndpoint(r); got != "https://agents.example.com/a2a/acme/hello" {
 		t.Errorf("behind a TLS proxy: %s", got)
+	}
+}
+
+// TestA2ABlockingSendHoldsAStreamSlot: a blocking message/send follows the
+// run, so it takes one of the key's stream slots; with all of them held it
+// is refused, as a stream would be.
+func TestA2ABlockingSendHoldsAStreamSlot(t *testing.T) {
+	e := newEnv(t, withConfig(func(c *Config) { c.MaxStreamsPerKey = 1 }))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	id := e.start(t, "hello", nil)
+	resp, _ := e.openSSE(ctx, t, id, "")
+	defer resp.Body.Close()
+	c, _ := e.a2aClient(t, "acme", "hello", e.keys[scopeAda])
+	_, err := c.SendMessage(ctx, &a2a.MessageSendParams{Message: userMessage("slot-1", a2a.TextPart{Text: "hi"})})
+	if err == nil {
+		t.Fatal("a blocking message/send beyond the key's stream limit was served")
 	}
 }
