@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/a2aproject/a2a-go/a2a"
 	"github.com/a2aproject/a2a-go/a2asrv"
@@ -77,8 +78,34 @@ func (s *Server) handleA2A(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBody)
-	a2asrv.NewJSONRPCHandler(&a2aAgent{s: s, p: p, wf: wf}).ServeHTTP(w, r)
+	if s.cfg.WriteTimeout > 0 {
+		// a2a-go's SSE writer sets no deadline: each write gets one, so a
+		// client that stops reading frees its stream.
+		w = &a2aDeadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: s.cfg.WriteTimeout}
+	}
+	a2asrv.NewJSONRPCHandler(&a2aAgent{s: s, p: p, wf: wf, origin: requestOrigin(r)}).ServeHTTP(w, r)
 }
+
+// a2aDeadlineWriter sets a write deadline before each write and flush.
+type a2aDeadlineWriter struct {
+	http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+func (d *a2aDeadlineWriter) Write(b []byte) (int, error) {
+	_ = d.rc.SetWriteDeadline(time.Now().Add(d.timeout))
+	return d.ResponseWriter.Write(b)
+}
+
+// Flush flushes with a deadline; a2a-go's SSE writer needs an http.Flusher.
+func (d *a2aDeadlineWriter) Flush() {
+	_ = d.rc.SetWriteDeadline(time.Now().Add(d.timeout))
+	_ = d.rc.Flush()
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (d *a2aDeadlineWriter) Unwrap() http.ResponseWriter { return d.ResponseWriter }
 
 // a2aWorkflow authenticates r for its app and returns the workflow it names.
 func (s *Server) a2aWorkflow(r *http.Request) (*workflow.Workflow, principal, error) {
@@ -100,11 +127,7 @@ func (s *Server) a2aWorkflow(r *http.Request) (*workflow.Workflow, principal, er
 // a2aEndpoint is the absolute URL of the JSON-RPC endpoint r was sent to
 // (the card's url), as the client addressed it.
 func a2aEndpoint(r *http.Request) string {
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
-	}
-	return scheme + "://" + r.Host + "/a2a/" + r.PathValue("app") + "/" + r.PathValue("workflow")
+	return requestOrigin(r) + "/a2a/" + r.PathValue("app") + "/" + r.PathValue("workflow")
 }
 
 // a2aCard is a workflow's agent card: one skill, the workflow; streaming;
@@ -148,9 +171,10 @@ func a2aCard(wf *workflow.Workflow, url string) *a2a.AgentCard {
 // a2aAgent is one request's a2asrv.RequestHandler: the caller's principal
 // and the workflow the URL names.
 type a2aAgent struct {
-	s  *Server
-	p  principal
-	wf *workflow.Workflow
+	s      *Server
+	p      principal
+	wf     *workflow.Workflow
+	origin string // the scheme and host the client addressed, for web UI links
 }
 
 var _ a2asrv.RequestHandler = (*a2aAgent)(nil)
@@ -270,11 +294,21 @@ func (h *a2aAgent) runs(ctx context.Context, chat baton.Chat, key string) (ended
 // run; blocking (the default), it returns the task when its run ends or
 // waits for the person again.
 func (h *a2aAgent) OnSendMessage(ctx context.Context, params *a2a.MessageSendParams) (a2a.SendMessageResult, error) {
+	blocking := params.Config == nil || params.Config.Blocking == nil || *params.Config.Blocking
+	if blocking {
+		// A blocking send follows the run as a stream does: it holds one
+		// of the key's stream slots.
+		slot, err := h.s.acquireStream(h.p)
+		if err != nil {
+			return nil, h.a2aError(ctx, err)
+		}
+		defer slot.release()
+	}
 	id, chat, last, err := h.submit(ctx, params)
 	if err != nil {
 		return nil, err
 	}
-	if params.Config == nil || params.Config.Blocking == nil || *params.Config.Blocking {
+	if blocking {
 		err := h.s.follow(withFollower(ctx, h.p), h.p.scope, chat, last, func(f *Followed) error {
 			if f.Sequence != 0 && f.EndsSegment() {
 				return errStopFollow
@@ -314,6 +348,14 @@ func (h *a2aAgent) OnSendMessageStream(ctx context.Context, params *a2a.MessageS
 		if params.Message != nil {
 			m := *params.Message
 			m.TaskID, m.ContextID = t.ID, t.ContextID
+			// Only the text comes back: a data part is the client's own
+			// data, which the task echoes nowhere else either.
+			m.Parts = nil
+			for _, p := range params.Message.Parts {
+				if tp, ok := p.(a2a.TextPart); ok {
+					m.Parts = append(m.Parts, tp)
+				}
+			}
 			t.History = []*a2a.Message{&m}
 		}
 		if !yield(t, nil) {
@@ -453,7 +495,13 @@ func (h *a2aAgent) OnCancelTask(ctx context.Context, params *a2a.TaskIDParams) (
 	if err := h.s.cfg.Engine.Cancel(ctx, h.p.scope, chat.ID); err != nil {
 		return nil, h.a2aError(ctx, err)
 	}
-	// The run stops at its next step; the task is returned once it has.
+	// The run stops at its next step; the task is returned once it has,
+	// following it in one of the key's stream slots.
+	slot, err := h.s.acquireStream(h.p)
+	if err != nil {
+		return nil, h.a2aError(ctx, err)
+	}
+	defer slot.release()
 	err = h.s.follow(withFollower(ctx, h.p), h.p.scope, chat, snap.last, func(f *Followed) error {
 		if f.Sequence != 0 && f.EndsSegment() {
 			return errStopFollow
@@ -553,14 +601,18 @@ func (h *a2aAgent) submit(ctx context.Context, params *a2a.MessageSendParams) (a
 	last := chat.LastSequence
 	in := clientMessage{ChatID: chat.ID, ID: key}
 	switch chat.Status {
-	case baton.ChatWaitingUITool, baton.ChatWaitingSecret:
+	case baton.ChatWaitingSecret:
+		// A secret is typed into the web UI's masked form, never sent
+		// through another program (which would see, log or echo it).
+		return a2aTaskID{}, baton.Chat{}, 0, fmt.Errorf("%w: task %s waits for a secret form, which is never answered over A2A: answer it in the web UI (%s/#chat=%s)", a2a.ErrUnsupportedOperation, cur, h.origin, chat.ID)
+	case baton.ChatWaitingUITool:
 		if data == nil {
 			return a2aTaskID{}, baton.Chat{}, 0, a2aInvalid("message.parts: task %s waits for a UI tool or form: answer with a data part (its response)", cur)
 		}
 		in.Type, in.UIEventID, in.Status = msgUIResponse, metaString(m.Metadata, a2aUIEventKey), metaString(m.Metadata, a2aStatusKey)
 		if in.UIEventID == "" {
 			for _, p := range chat.Pending {
-				if p.Kind == baton.PendingUITool || p.Kind == baton.PendingSecret {
+				if p.Kind == baton.PendingUITool {
 					in.UIEventID = p.UIEventID
 					break
 				}
@@ -740,6 +792,9 @@ type a2aData struct {
 	Payload        json.RawMessage `json:"payload"`
 	Arguments      json.RawMessage `json:"arguments"`
 	IsVisual       bool            `json:"is_visual"`
+	UIHidden       bool            `json:"ui_hidden"`
+	ToolOnly       bool            `json:"tool_only"`
+	Feedback       bool            `json:"feedback"`
 }
 
 // events converts one followed event; final is true for the event that
@@ -768,8 +823,11 @@ func (c *a2aConv) events(f *Followed) (evs []a2a.Event, final bool) {
 		c.started[d.MessageID] = true
 		return []a2a.Event{ev}, false
 	case baton.TypeChatText:
-		if d.Agent == "user" || d.Content == "" {
-			return nil, false // the client's own message, or nothing to say
+		if d.Agent == agentUser || d.Agent == agentSystem || d.UIHidden || d.ToolOnly || d.Feedback || d.Content == "" {
+			// The client's own message, the runtime's, one for the model
+			// only (a hidden trigger, a tool-only fallback, structured-
+			// output feedback), or nothing to say.
+			return nil, false
 		}
 		return []a2a.Event{status(a2a.TaskStateWorking, c.agentMessage(f, d.Agent, a2a.TextPart{Text: d.Content}), false)}, false
 	case baton.TypeChatStructuredOutputReady:
@@ -830,7 +888,7 @@ func (c *a2aConv) pendingMessage(f *Followed, d *a2aData) *a2a.Message {
 	}
 	text := fmt.Sprintf("%s waits for the person's response to %s: answer with a data part.", d.Agent, d.ToolName)
 	if d.PendingKind == baton.PendingSecret {
-		text = fmt.Sprintf("%s needs secrets (%s): answer with a data part of name to value.", d.Agent, d.ToolName)
+		text = fmt.Sprintf("%s needs secrets (%s): the person answers the form in the web UI (/#chat=%s); it is never answered over A2A.", d.Agent, d.ToolName, c.ctxID)
 	}
 	return c.agentMessage(f, d.Agent, a2a.TextPart{Text: text}, a2a.DataPart{Data: info})
 }
@@ -865,7 +923,7 @@ func jsonValue(raw json.RawMessage) any {
 func (c *a2aConv) fold(t *a2a.Task, f *Followed) {
 	if f.Type == baton.TypeChatText {
 		var d a2aData
-		if json.Unmarshal(f.Data, &d) == nil && d.Agent == "user" && d.Content != "" {
+		if json.Unmarshal(f.Data, &d) == nil && d.Agent == agentUser && !d.UIHidden && d.Content != "" {
 			m := c.agentMessage(f, "", a2a.TextPart{Text: d.Content})
 			m.Role = a2a.MessageRoleUser
 			t.History = append(t.History, m)

@@ -208,31 +208,52 @@ func TestA2AStreamGenerator(t *testing.T) {
 	if d := dataPart(su.Status.Message); su.Status.State != a2a.TaskStateInputRequired || d["kind"] != baton.PendingSecret || d["ui_event_id"] == "" {
 		t.Fatalf("status %+v, want input-required for a secret", su.Status)
 	}
-	// A text answer to a form is refused, naming what is needed.
-	m := userMessage("g-wrong", a2a.TextPart{Text: "here"})
+	if !strings.Contains(su.Status.Message.Parts[0].(a2a.TextPart).Text, "web UI") {
+		t.Errorf("the secret form's status message %+v does not name the web UI", su.Status.Message)
+	}
+	// A secret is never answered over A2A: the data part is refused,
+	// naming the web UI, and the person answers there.
+	m := userMessage("g-3", a2a.DataPart{Data: map[string]any{"NEWSLETTER_API_KEY": testSecret}})
 	m.TaskID = task.ID
-	if _, err := c.SendMessage(ctx, &a2a.MessageSendParams{Message: m}); err == nil || !errors.Is(err, a2a.ErrInvalidParams) || !strings.Contains(err.Error(), "data part") {
-		t.Errorf("text answer to a form: %v", err)
+	if _, err := c.SendMessage(ctx, &a2a.MessageSendParams{Message: m}); !errors.Is(err, a2a.ErrUnsupportedOperation) || !strings.Contains(err.Error(), "web UI") {
+		t.Fatalf("a secret over A2A: %v, want refused with a web UI link", err)
 	}
-	su = send("g-3", a2a.DataPart{Data: map[string]any{"NEWSLETTER_API_KEY": testSecret}})
-	if d := dataPart(su.Status.Message); su.Status.State != a2a.TaskStateInputRequired || d["kind"] != baton.PendingUITool {
-		t.Fatalf("status %+v, want input-required for a UI tool", su.Status)
-	}
-	var artifacts int
-	for _, ev := range evs {
-		if a, ok := ev.(*a2a.TaskArtifactUpdateEvent); ok && strings.HasPrefix(string(a.Artifact.ID), "structured-") {
-			artifacts++
-			if d, ok := a.Artifact.Parts[0].(a2a.DataPart); !ok || d.Data["ActionPlan"] == nil {
-				t.Errorf("structured artifact %+v", a.Artifact)
+	e.submitHTTP(t, &clientMessage{Type: msgUIResponse, ChatID: task.ContextID, UIEventID: dataPart(su.Status.Message)["ui_event_id"].(string),
+		Status: "success", Data: json.RawMessage(`{"NEWSLETTER_API_KEY":"` + testSecret + `"}`)})
+	testenv.Eventually(t, 10*time.Second, "the task waits for the UI tool", func() error {
+		got, err := c.GetTask(ctx, &a2a.TaskQueryParams{ID: task.ID})
+		if err != nil {
+			return err
+		}
+		if got.Status.State != a2a.TaskStateInputRequired || dataPart(got.Status.Message)["kind"] != baton.PendingUITool {
+			return fmt.Errorf("status %+v", got.Status)
+		}
+		var artifacts int
+		for _, a := range got.Artifacts {
+			if strings.HasPrefix(string(a.ID), "structured-") {
+				artifacts++
+				if d, ok := a.Parts[0].(a2a.DataPart); !ok || d.Data["ActionPlan"] == nil {
+					t.Errorf("structured artifact %+v", a)
+				}
 			}
 		}
-	}
-	if artifacts != 1 {
-		t.Errorf("%d structured artifacts, want 1", artifacts)
+		if artifacts != 1 {
+			return fmt.Errorf("%d structured artifacts, want 1", artifacts)
+		}
+		return nil
+	})
+	// A text answer to a UI tool is refused, naming what is needed.
+	m = userMessage("g-wrong", a2a.TextPart{Text: "here"})
+	m.TaskID = task.ID
+	if _, err := c.SendMessage(ctx, &a2a.MessageSendParams{Message: m}); err == nil || !errors.Is(err, a2a.ErrInvalidParams) || !strings.Contains(err.Error(), "data part") {
+		t.Errorf("text answer to a UI tool: %v", err)
 	}
 	su = send("g-4", a2a.DataPart{Data: map[string]any{"action": "approve"}})
 	if su.Status.State != a2a.TaskStateCompleted {
 		t.Fatalf("status %+v, want completed", su.Status)
+	}
+	if first := evs[0].(*a2a.Task); len(first.History) != 1 || len(first.History[0].Parts) != 0 {
+		t.Errorf("the stream's first task echoes the message's data part: %+v", first.History)
 	}
 	final, err := c.GetTask(ctx, &a2a.TaskQueryParams{ID: task.ID})
 	if err != nil {

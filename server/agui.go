@@ -509,11 +509,17 @@ func (s *Server) aguiRecorded(ctx context.Context, scope baton.Scope, chat baton
 // webURL is the web UI's page of the chat on this server, for what cannot
 // be answered over a protocol adapter (a secret form).
 func webURL(r *http.Request, chatID string) string {
+	return requestOrigin(r) + "/#chat=" + chatID
+}
+
+// requestOrigin is the scheme and host the client addressed r to: https
+// when r came over TLS or through a TLS proxy (X-Forwarded-Proto).
+func requestOrigin(r *http.Request) string {
 	scheme := "http"
 	if r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https") {
 		scheme = "https"
 	}
-	return scheme + "://" + r.Host + "/#chat=" + chatID
+	return scheme + "://" + r.Host
 }
 
 // aguiStream writes AG-UI events as Server-Sent Events ("data: <json>"),

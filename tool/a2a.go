@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	neturl "net/url"
 	"strings"
 	"sync"
 
@@ -42,9 +43,13 @@ type a2aTool struct {
 	tokenFrom  string // a declared secret or environment variable holding the bearer token
 	client     *http.Client
 
-	mu   sync.Mutex
-	card *a2a.AgentCard // resolved at the first call that reached it
+	mu    sync.Mutex
+	cards map[string]*a2a.AgentCard // by expanded card url: a chat's secret may fill its path
 }
+
+// maxA2ACards bounds an a2a tool's card cache; past it the cache starts
+// over (a card is one GET away).
+const maxA2ACards = 64
 
 func newA2ATool(r *Registry, s *Spec) (*a2aTool, error) {
 	if s.A2A.CardURL == "" {
@@ -64,26 +69,31 @@ func (t *a2aTool) Name() string                { return t.name }
 func (t *a2aTool) Description() string         { return t.desc }
 func (t *a2aTool) Parameters() json.RawMessage { return a2aParams }
 
-// a2aAuth adds the bearer token to each request of the A2A client.
+// a2aAuth adds the bearer token to each request of the A2A client that
+// goes to the configured card url's origin: the card names the endpoint,
+// and a card (anyone's, once fetched) must not steer the token elsewhere.
 type a2aAuth struct {
-	next  http.RoundTripper
-	token string
+	next   http.RoundTripper
+	token  string
+	scheme string // the card url's
+	host   string
 }
 
 func (a a2aAuth) RoundTrip(r *http.Request) (*http.Response, error) {
-	if a.token != "" {
+	if a.token != "" && r.URL.Scheme == a.scheme && strings.EqualFold(r.URL.Host, a.host) {
 		r = r.Clone(r.Context())
 		r.Header.Set("Authorization", "Bearer "+a.token)
 	}
 	return a.next.RoundTrip(r)
 }
 
-// resolve returns the agent card, fetching it at the first call.
-func (t *a2aTool) resolve(ctx context.Context, hc *http.Client, base, path string) (*a2a.AgentCard, error) {
+// resolve returns the agent card of the expanded url, fetching it at the
+// first call that names that url.
+func (t *a2aTool) resolve(ctx context.Context, hc *http.Client, url, base, path string) (*a2a.AgentCard, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.card != nil {
-		return t.card, nil
+	if card := t.cards[url]; card != nil {
+		return card, nil
 	}
 	var opts []agentcard.ResolveOption
 	if path != "" {
@@ -96,7 +106,10 @@ func (t *a2aTool) resolve(ctx context.Context, hc *http.Client, base, path strin
 	if t.skill != "" && !hasSkill(card, t.skill) {
 		return nil, fmt.Errorf("the agent card has no skill %q", t.skill)
 	}
-	t.card = card
+	if t.cards == nil || len(t.cards) >= maxA2ACards {
+		t.cards = make(map[string]*a2a.AgentCard)
+	}
+	t.cards[url] = card
 	return card, nil
 }
 
@@ -132,7 +145,9 @@ func (t *a2aTool) Call(ctx context.Context, cc *baton.CallContext, args json.Raw
 	if err := json.Unmarshal(args, &in); err != nil || strings.TrimSpace(in.Message) == "" {
 		return errorResult("tool %s: message: required (the text for the remote agent)", t.name), nil
 	}
-	url, err := expandEnv(t.cardURL, cc.Secrets)
+	// requestURL: a person's secret may fill the path, never choose the
+	// host the operator's token goes to.
+	url, err := requestURL(t.cardURL, cc.Secrets)
 	if err != nil {
 		return errorResult("tool %s: a2a.card_url: %s", t.name, baton.ErrorMessage(err)), nil
 	}
@@ -146,10 +161,14 @@ func (t *a2aTool) Call(ctx context.Context, cc *baton.CallContext, args json.Raw
 	if base == nil {
 		base = http.DefaultTransport
 	}
+	u, err := neturl.Parse(url)
+	if err != nil {
+		return errorResult("tool %s: a2a.card_url: %v", t.name, err), nil
+	}
 	hc := *t.client
-	hc.Transport = a2aAuth{next: base, token: token}
+	hc.Transport = a2aAuth{next: base, token: token, scheme: u.Scheme, host: u.Host}
 	cardBase, cardPath := splitCardURL(url)
-	card, err := t.resolve(ctx, &hc, cardBase, cardPath)
+	card, err := t.resolve(ctx, &hc, url, cardBase, cardPath)
 	if err != nil {
 		if ctx.Err() != nil {
 			return baton.ToolResult{}, ctx.Err()

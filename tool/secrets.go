@@ -22,7 +22,8 @@ const minRedact = 4
 
 // declaredSecrets returns the names of the chat's secrets the tool declares
 // it uses: those its env lists (command and go tools), and those its url,
-// headers and headers_from_env refer to (http tools). A tool gets no other
+// headers and headers_from_env refer to (http tools), and an a2a tool's
+// card url and token_from. A tool gets no other
 // secret, so a tool that does not need a key cannot leak it.
 func (s *Spec) declaredSecrets() []string {
 	names := slices.Clone(s.Env)
@@ -38,6 +39,12 @@ func (s *Spec) declaredSecrets() []string {
 	}
 	for _, v := range s.HeadersFromEnv {
 		names = append(names, v)
+	}
+	// An a2a tool's card url and token are documented to come from the
+	// chat's secrets too.
+	refs(s.A2A.CardURL)
+	if s.A2A.TokenFrom != "" {
+		names = append(names, s.A2A.TokenFrom)
 	}
 	slices.Sort(names)
 	return slices.Compact(names)

@@ -115,6 +115,33 @@ func TestSecretCannotChooseTheHost(t *testing.T) {
 	}
 }
 
+// TestSecretCannotChooseTheA2AHost: an a2a tool's card url whose scheme,
+// user or host comes from a masked form's secret does not load (the
+// operator's token would go where the person points it); one with the
+// secret in its path does.
+func TestSecretCannotChooseTheA2AHost(t *testing.T) {
+	load := func(url string) error {
+		fsys := fstest.MapFS{
+			"w/workflow.json": {Data: []byte(`{"orchestration": {"initial_agent": "A"}}`)},
+			"w/agents.json":   {Data: []byte(`{"agents": {"A": {"system_message": "hi"}}}`)},
+			"w/tools.json": {Data: []byte(`{"tools": [
+				{"agent": "A", "name": "keys", "tool_type": "Lifecycle_Tool", "kind": "ui", "trigger": "before_chat", "ui": {"component": "SecretsInput"},
+				 "arguments": {"masked": true, "keys": [{"name": "ACCOUNT", "label": "Account"}]}},
+				{"agent": "A", "name": "h", "kind": "a2a", "tool_type": "Agent_Tool", "a2a": {"card_url": "` + url + `", "token_from": "AGENT_KEY"}}]}`)},
+		}
+		_, err := workflow.Load(fsys, "w")
+		return err
+	}
+	if err := load("https://agents.example.com/a2a/${ACCOUNT}"); err != nil {
+		t.Errorf("secret in the path: %v", err)
+	}
+	for _, bad := range []string{"https://${ACCOUNT}/", "https://${ACCOUNT}.example.com/", "https://${ACCOUNT}@agents.example.com/"} {
+		if err := load(bad); err == nil || !strings.Contains(err.Error(), "tools[1].a2a.card_url: a secret of a masked form may not choose") {
+			t.Errorf("%s: %v, want refused", bad, err)
+		}
+	}
+}
+
 // TestReservedSecretNames: a masked form may not ask for a secret whose
 // name steers a program (where it logs TLS keys, reads its configuration,
 // which program it starts); the load error names the field.

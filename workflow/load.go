@@ -761,8 +761,11 @@ func (l *loader) checkTools() {
 		l.checkTool(t, fmt.Sprintf("tools[%d]", t.Index))
 	}
 	for _, t := range l.w.Tools {
-		if t != nil && t.Kind == KindHTTP {
-			l.checkSecretHost(t, fmt.Sprintf("tools[%d].url", t.Index))
+		switch {
+		case t != nil && t.Kind == KindHTTP:
+			l.checkSecretHost(t.URL, fmt.Sprintf("tools[%d].url", t.Index))
+		case t != nil && t.Kind == KindA2A && t.A2A != nil:
+			l.checkSecretHost(t.A2A.CardURL, fmt.Sprintf("tools[%d].a2a.card_url", t.Index))
 		}
 	}
 }
@@ -1009,12 +1012,13 @@ func (l *loader) checkToolHeaders(t *Tool, p string) {
 	}
 }
 
-// checkSecretHost refuses an http tool url in which a secret (a value the
-// person types into a masked form) would choose the scheme, user or host:
-// the person would choose where the tool's credentials are sent.
-func (l *loader) checkSecretHost(t *Tool, p string) {
+// checkSecretHost refuses an http tool url or an a2a card url in which a
+// secret (a value the person types into a masked form) would choose the
+// scheme, user or host: the person would choose where the tool's
+// credentials are sent.
+func (l *loader) checkSecretHost(raw, p string) {
 	with := func(v string) string {
-		return os.Expand(t.URL, func(k string) string {
+		return os.Expand(raw, func(k string) string {
 			if l.w.DeclaresSecret(k) {
 				return v
 			}
