@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"testing"
@@ -177,6 +179,7 @@ func BenchmarkProductionTurn(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			writeHeapProfile(b, v.name)
 			b.ReportMetric(per, "heap-B/idle-chat")
 			b.ReportMetric(float64(n), "chats")
 		})
@@ -184,3 +187,23 @@ func BenchmarkProductionTurn(b *testing.B) {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// writeHeapProfile writes this process's heap profile while its idle chats
+// are held, to $BATON_BENCH_HEAPPROFILE.<variant> when that is set: the
+// profile -memprofile writes comes after the runtime closed. Run with
+// -test.memprofilerate=1 to see every allocation.
+func writeHeapProfile(b *testing.B, variant string) {
+	base := os.Getenv("BATON_BENCH_HEAPPROFILE")
+	if base == "" {
+		return
+	}
+	runtime.GC()
+	f, err := os.Create(base + "." + variant)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		b.Fatal(err)
+	}
+}

@@ -22,6 +22,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/batonhq/baton"
@@ -79,6 +80,8 @@ func WithBaseURL(u string) Option { return func(p *Provider) { p.baseURL = u } }
 func WithAPIKey(key string) Option { return func(p *Provider) { p.apiKey = key } }
 
 // WithHTTPClient sets the HTTP client (for proxies, TLS settings or tests).
+// Without it the provider uses a transport shared by all providers, like
+// http.DefaultTransport but keeping up to 256 idle connections per endpoint.
 func WithHTTPClient(c *http.Client) Option { return func(p *Provider) { p.httpClient = c } }
 
 // WithTimeout bounds each call, streaming included, when the request does not
@@ -139,7 +142,7 @@ func New(opts ...Option) *Provider {
 		p.apiKey = os.Getenv("OPENAI_API_KEY")
 	}
 	if p.httpClient == nil {
-		p.httpClient = &http.Client{}
+		p.httpClient = &http.Client{Transport: sharedTransport()}
 	}
 	if p.log == nil {
 		p.log = slog.Default()
@@ -154,6 +157,31 @@ func New(opts ...Option) *Provider {
 	)
 	return p
 }
+
+// maxIdleConnsPerHost is how many idle keep-alive connections the shared
+// transport keeps to one endpoint: as many as the model calls a busy runtime
+// has in flight at once, so that each call finds a connection the previous
+// one left rather than dialling (and, over HTTPS, a TLS handshake).
+const maxIdleConnsPerHost = 256
+
+// sharedTransport is the transport of every provider not given its own
+// client: http.DefaultTransport's settings (proxies from the environment,
+// timeouts, HTTP/2) with room for maxIdleConnsPerHost idle connections per
+// endpoint instead of its two, beyond which, at 50 calls in flight, nearly
+// every call dialled a new connection. One transport for all providers, so
+// that workflows calling the same endpoint share its connections; the pool
+// is per host, idle connections close after IdleConnTimeout.
+var sharedTransport = sync.OnceValue(func() http.RoundTripper {
+	t, ok := http.DefaultTransport.(*http.Transport)
+	if !ok {
+		// Replaced by the program (a test's recorder, a tracer): use it as it is.
+		return http.DefaultTransport
+	}
+	t = t.Clone()
+	t.MaxIdleConnsPerHost = maxIdleConnsPerHost
+	t.MaxIdleConns = max(t.MaxIdleConns, 4*maxIdleConnsPerHost)
+	return t
+})
 
 // BaseURL returns the endpoint the provider calls by default.
 func (p *Provider) BaseURL() string { return p.baseURL }

@@ -1,0 +1,32 @@
+package engine
+
+// PerChatEntries names the engine's per-chat maps that hold an entry for
+// chatID, leaving out the bounded state cache: what a paused chat still
+// costs beyond it.
+func (e *Engine) PerChatEntries(chatID string) []string {
+	var held []string
+	e.runningMu.Lock()
+	if _, ok := e.running[chatID]; ok {
+		held = append(held, "running")
+	}
+	e.runningMu.Unlock()
+	e.wakeMu.Lock()
+	if _, ok := e.wakes[chatID]; ok {
+		held = append(held, "wakes")
+	}
+	e.wakeMu.Unlock()
+	e.callsMu.Lock()
+	if _, ok := e.calls[chatID]; ok {
+		held = append(held, "calls")
+	}
+	e.callsMu.Unlock()
+	e.cancels.mu.Lock()
+	if _, ok := e.cancels.runs[chatID]; ok {
+		held = append(held, "cancels.runs")
+	}
+	if _, ok := e.cancels.pending[chatID]; ok {
+		held = append(held, "cancels.pending")
+	}
+	e.cancels.mu.Unlock()
+	return held
+}
