@@ -651,11 +651,35 @@ func (h *a2aAgent) start(ctx context.Context, key, content string, data map[stri
 		}
 	}
 	opts.ChatID = inputEventID(h.p.scope, "start:"+h.wf.Name, key)
-	chat, _, err := h.s.cfg.Engine.StartOnce(ctx, h.p.scope, h.wf.Name, key, opts)
+	chat, err := h.startOnce(ctx, key, opts)
 	if err != nil {
 		return a2aTaskID{}, baton.Chat{}, 0, h.a2aError(ctx, err)
 	}
 	return a2aTaskID{chat: chat.ID, run: 1}, chat, 0, nil
+}
+
+// startOnce starts the chat of a message under its idempotency key. A
+// retry that arrives while the first start with the key is still being
+// recorded (EUNAVAILABLE; a caller that was restarted mid-send, as the a2a
+// tool is after a crash) waits for it, for a few seconds at most, rather
+// than fail: an A2A client has no way to tell that error from a failed run.
+func (h *a2aAgent) startOnce(ctx context.Context, key string, opts baton.StartOptions) (baton.Chat, error) {
+	wait := 20 * time.Millisecond
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		chat, _, err := h.s.cfg.Engine.StartOnce(ctx, h.p.scope, h.wf.Name, key, opts)
+		if baton.ErrorCode(err) != baton.EUNAVAILABLE || time.Now().After(deadline) {
+			return chat, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return baton.Chat{}, ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, 500*time.Millisecond)
+	}
 }
 
 func metaString(md map[string]any, key string) string {
