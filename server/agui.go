@@ -525,24 +525,15 @@ func requestOrigin(r *http.Request) string {
 // aguiStream writes AG-UI events as Server-Sent Events ("data: <json>"),
 // and comment heartbeats between them, one writer at a time.
 type aguiStream struct {
-	mu      sync.Mutex
-	w       http.ResponseWriter
-	rc      *http.ResponseController
-	timeout time.Duration
-	buf     []byte
-	err     error
+	mu   sync.Mutex
+	send func([]byte) error // startEventStream's
+	buf  []byte
+	err  error
 }
 
 // startAGUIStream sends the stream's headers.
 func startAGUIStream(w http.ResponseWriter, timeout time.Duration) (*aguiStream, error) {
-	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Time{}) // the request is read; a stream outlives ReadTimeout
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	out := &aguiStream{w: w, rc: rc, timeout: timeout, buf: make([]byte, 0, 1024)}
+	out := &aguiStream{send: startEventStream(w, timeout), buf: make([]byte, 0, 1024)}
 	return out, out.write(nil)
 }
 
@@ -577,13 +568,7 @@ func (o *aguiStream) writeLocked(b []byte) error {
 	if o.err != nil {
 		return o.err
 	}
-	_ = o.rc.SetWriteDeadline(time.Now().Add(o.timeout))
-	if len(b) > 0 {
-		if _, o.err = o.w.Write(b); o.err != nil {
-			return o.err
-		}
-	}
-	o.err = o.rc.Flush()
+	o.err = o.send(b)
 	return o.err
 }
 

@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -25,17 +23,7 @@ const aguiNodeDir = "testdata/agui"
 // to check.mjs.
 func aguiNode(t *testing.T) string {
 	t.Helper()
-	node, err := exec.LookPath("node")
-	if err == nil {
-		_, err = os.Stat(filepath.Join(aguiNodeDir, "node_modules", "@ag-ui", "client", "package.json"))
-	}
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("AG-UI checks need node and the packages of %s (npm install there; .ci/run does): %v", aguiNodeDir, err)
-		}
-		t.Skipf("AG-UI checks need node and the packages of %s (npm install --prefix %s): %v", aguiNodeDir, aguiNodeDir, err)
-	}
-	return node
+	return nodeWith(t, aguiNodeDir, "@ag-ui/client")
 }
 
 // runNode runs check.mjs with args and stdin, failing the test on a

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -23,16 +22,7 @@ const oaiNodeDir = "testdata/oainode"
 // the client's error classes. It skips only outside CI when node or the
 // package is missing.
 func TestChatCompletions_NodeClient(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err == nil {
-		_, err = os.Stat(filepath.Join(oaiNodeDir, "node_modules", "openai", "package.json"))
-	}
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("node and the openai package are needed in CI (npm ci --prefix server/%s): %v", oaiNodeDir, err)
-		}
-		t.Skipf("node or the openai npm package is missing (npm ci --prefix server/%s): %v", oaiNodeDir, err)
-	}
+	node := nodeWith(t, oaiNodeDir, "openai")
 	e := newEnv(t, withWorkflows(benchDir))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

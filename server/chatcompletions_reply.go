@@ -248,23 +248,12 @@ func (s *Server) oaiStream(w http.ResponseWriter, r *http.Request, scope baton.S
 	stop := context.AfterFunc(s.ctx, cancel)
 	defer stop()
 
-	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Time{})
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-
+	send := startEventStream(w, s.cfg.WriteTimeout)
 	var mu sync.Mutex // the heartbeat writes too
 	write := func(b []byte) error {
 		mu.Lock()
 		defer mu.Unlock()
-		_ = rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
-		if _, err := w.Write(b); err != nil {
-			return err
-		}
-		return rc.Flush()
+		return send(b)
 	}
 	var nullUsage *oaiUsage
 	if includeUsage {

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"slices"
@@ -440,4 +441,22 @@ func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		next = http.DefaultTransport
 	}
 	return next.RoundTrip(r)
+}
+
+// nodeWith returns the node binary, with the npm package pkg installed in
+// dir (its package.json; .ci/run installs them). Without either a test
+// skips, but never in CI, where they must be there.
+func nodeWith(t *testing.T, dir, pkg string) string {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err == nil {
+		_, err = os.Stat(filepath.Join(dir, "node_modules", pkg, "package.json"))
+	}
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("node and the npm package %s in server/%s are needed in CI (npm install --prefix server/%s; .ci/run does): %v", pkg, dir, dir, err)
+		}
+		t.Skipf("node or the npm package %s is missing (npm install --prefix server/%s): %v", pkg, dir, err)
+	}
+	return node
 }
