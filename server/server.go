@@ -199,6 +199,7 @@ type Server struct {
 	openStreams map[string]int // principal bucket → open streams (acquireStream)
 
 	pendingAuth atomic.Int64 // WebSockets waiting for their auth message
+	wsWrites    atomic.Int64 // WebSockets' writes to the network (batchConn), for the tests
 
 	authFails     *limiter // wrong API keys, per client address
 	handshakes    *limiter // unauthenticated WebSocket handshakes, per client address

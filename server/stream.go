@@ -252,7 +252,10 @@ func (s *Server) admitPending(r *http.Request) (release func(), err error) {
 
 // wsConn is what a WebSocket's reader and writer share.
 type wsConn struct {
-	conn   *websocket.Conn
+	conn *websocket.Conn
+	// batch is conn's network connection: the writer gathers a batch of
+	// envelopes' writes into one (see batchConn).
+	batch  *batchConn
 	app    string
 	chatID string
 	r      *http.Request // the handshake, for the client's address
@@ -350,7 +353,8 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		waiting = sync.OnceFunc(release)
 		defer waiting()
 	}
-	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: s.cfg.AllowedOrigins})
+	hj := &batchHijacker{ResponseWriter: w, writes: &s.wsWrites}
+	conn, err := websocket.Accept(hj, r, &websocket.AcceptOptions{OriginPatterns: s.cfg.AllowedOrigins})
 	if err != nil {
 		return // Accept has answered (403 for a foreign Origin, 4xx for a bad handshake)
 	}
@@ -359,7 +363,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		conn.Close(CloseNotFound, "chat not found")
 		return
 	}
-	ws.conn = conn
+	ws.conn, ws.batch = conn, hj.conn
 	conn.SetReadLimit(s.cfg.MaxMessage)
 	// The reader's context is not tied to the server's: a cancelled Read
 	// drops the connection without a close frame, and shutdown wants one.
@@ -527,7 +531,20 @@ func (s *Server) serveWS(ctx context.Context, cancel context.CancelFunc, ws *wsC
 		stalled.Stop()
 		return err
 	}
-	if err := live.replay(ctx, send); err != nil {
+	// batched sends what fn sends as one write (batchConn): the frames of a
+	// replay page, or all those a delivery took from the queue at once.
+	batched := func(fn func(send func(*frame) error) error) error {
+		ws.batch.gather()
+		err := fn(send)
+		stalled.Reset(s.cfg.WriteTimeout)
+		ferr := ws.batch.flush()
+		stalled.Stop()
+		if err == nil {
+			err = ferr
+		}
+		return err
+	}
+	if err := batched(func(send func(*frame) error) error { return live.replay(ctx, send) }); err != nil {
 		s.closeWS(conn, err)
 		return
 	}
@@ -544,11 +561,11 @@ func (s *Server) serveWS(ctx context.Context, cancel context.CancelFunc, ws *wsC
 		var err error
 		select {
 		case <-live.ready():
-			err = live.deliver(ctx, send)
+			err = batched(func(send func(*frame) error) error { return live.deliver(ctx, send) })
 		case c := <-ctl:
 			switch {
 			case c.resume:
-				err = live.resume(ctx, c.last, send)
+				err = batched(func(send func(*frame) error) error { return live.resume(ctx, c.last, send) })
 			case c.reply.Type != "":
 				b, _ := json.Marshal(c.reply)
 				err = send(&frame{data: b})

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -92,8 +93,13 @@ func openEmbedded(tb testing.TB, m *Model, name, storeURL string) *Embedded {
 // ServeChild) and returns the served variant against it.
 func spawnServed(tb testing.TB, m *Model, storeURL string, concurrency int) *Served {
 	tb.Helper()
-	p, err := SpawnServer(tb.Context(), os.Args[0], []string{"-test.run=^$"}, os.Environ(),
-		ServerConfig{StoreURL: storeURL, BaseURL: m.URL, APIKey: "bench", Model: ModelName}, os.Stderr)
+	cfg := ServerConfig{StoreURL: storeURL, BaseURL: m.URL, APIKey: "bench", Model: ModelName}
+	if base := os.Getenv("BATON_BENCH_SERVER_CPUPROFILE"); base != "" {
+		// One file per sub-benchmark: served/par50 → BASE.served-par50.
+		_, sub, _ := strings.Cut(tb.Name(), "/")
+		cfg.CPUProfile = base + "." + strings.ReplaceAll(sub, "/", "-")
+	}
+	p, err := SpawnServer(tb.Context(), os.Args[0], []string{"-test.run=^$"}, os.Environ(), cfg, os.Stderr)
 	if err != nil {
 		tb.Fatal(err)
 	}

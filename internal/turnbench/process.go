@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,6 +40,10 @@ type ServerConfig struct {
 	BaseURL string `json:"base_url"`
 	APIKey  string `json:"api_key"`
 	Model   string `json:"model"`
+	// CPUProfile, when set, is a file the server writes a CPU profile of
+	// its whole life to (for go tool pprof), from before it listens until
+	// its input closes.
+	CPUProfile string `json:"cpu_profile,omitempty"`
 }
 
 // ServerProcess is a benchmark server running in a child process, with a
@@ -201,6 +206,20 @@ func serveChild(in io.Reader, out io.Writer) error {
 	}
 	if cfg.Model == "" {
 		cfg.Model = ModelName
+	}
+	if cfg.CPUProfile != "" {
+		f, err := os.Create(cfg.CPUProfile)
+		if err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			_ = f.Close()
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			_ = f.Close()
+		}()
 	}
 	ctx := context.Background()
 	log := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
