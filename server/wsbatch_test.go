@@ -168,14 +168,12 @@ func TestBatchConn_ConcurrentWritesStayWhole(t *testing.T) {
 	}
 }
 
-// TestWS_BatchedWritesKeepOrderAndDurability: a client that stops reading
-// while a long reply is streamed and recorded gets, once it reads again,
-// the queued envelopes in far fewer network writes than envelopes (the
-// writer sends what it took from the queue as one write), in order: the
-// deltas add up to the text, the recorded envelopes equal the history, and
-// each recorded envelope is in the store by the time the client has it
-// (persist before send, invariant 1).
-func TestWS_BatchedWritesKeepOrderAndDurability(t *testing.T) {
+// TestWS_BatchedWritesKeepOrder: a client that stops reading while a long
+// reply is streamed and recorded gets, once it reads again, the queued
+// envelopes in far fewer network writes than envelopes (the writer sends
+// what it took from the queue as one write), in order: the deltas add up
+// to the text and the recorded envelopes equal the history.
+func TestWS_BatchedWritesKeepOrder(t *testing.T) {
 	e := newEnv(t, withWorkflows(benchDir), withSmallSocketBuffers(4096))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -205,19 +203,6 @@ func TestWS_BatchedWritesKeepOrderAndDurability(t *testing.T) {
 		if v.Type == baton.TypeStreamText {
 			text.WriteString(v.str("delta"))
 		}
-		if s := v.seq(); s > 0 {
-			stored := false
-			for ev, err := range baton.EventsAfter(ctx, e.store, scopeAda, chat.ID, s-1, 1) {
-				if err != nil {
-					t.Fatal(err)
-				}
-				stored = ev.Sequence == s
-				break
-			}
-			if !stored {
-				t.Fatalf("envelope %d reached the client before the store held it", s)
-			}
-		}
 		if v.seq() == seq {
 			break
 		}
@@ -235,5 +220,48 @@ func TestWS_BatchedWritesKeepOrderAndDurability(t *testing.T) {
 	writeMsg(ctx, t, c, map[string]any{"type": "ping"})
 	if _, raw, err := c.Read(ctx); err != nil || decodeEnvelope(t, raw).Type != "pong" {
 		t.Fatalf("after the reply: %v %s", err, raw)
+	}
+}
+
+// TestWS_EnvelopeStoredBeforeTheClientHasIt: persist before send
+// (invariant 1) through the batched writer: a client reading a chat live,
+// from its start to run_complete, finds each recorded envelope in the
+// store the moment it receives it.
+func TestWS_EnvelopeStoredBeforeTheClientHasIt(t *testing.T) {
+	e := newEnv(t, withWorkflows(benchDir))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for range 3 {
+		id := e.start(t, "bench", nil)
+		c := e.dial(ctx, t, id, 0, e.keys[scopeAda])
+		recorded := 0
+		for done := false; !done; {
+			_, raw, err := c.Read(ctx)
+			if err != nil {
+				t.Fatalf("read: %v", err)
+			}
+			v := decodeEnvelope(t, raw)
+			done = v.Type == baton.TypeChatRunComplete
+			s := v.seq()
+			if s == 0 {
+				continue
+			}
+			recorded++
+			stored := false
+			for ev, err := range baton.EventsAfter(ctx, e.store, scopeAda, id, s-1, 1) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				stored = ev.Sequence == s
+				break
+			}
+			if !stored {
+				t.Fatalf("envelope %d (%s) reached the client before the store held it", s, v.Type)
+			}
+		}
+		c.CloseNow()
+		if recorded < 3 {
+			t.Fatalf("%d recorded envelopes: the chat did not run", recorded)
+		}
 	}
 }

@@ -96,8 +96,11 @@ func spawnServed(tb testing.TB, m *Model, storeURL string, concurrency int) *Ser
 	cfg := ServerConfig{StoreURL: storeURL, BaseURL: m.URL, APIKey: "bench", Model: ModelName}
 	if base := os.Getenv("BATON_BENCH_SERVER_CPUPROFILE"); base != "" {
 		// One file per sub-benchmark: served/par50 → BASE.served-par50.
-		_, sub, _ := strings.Cut(tb.Name(), "/")
-		cfg.CPUProfile = base + "." + strings.ReplaceAll(sub, "/", "-")
+		name := tb.Name()
+		if _, sub, ok := strings.Cut(name, "/"); ok {
+			name = sub
+		}
+		cfg.CPUProfile = base + "." + strings.ReplaceAll(name, "/", "-")
 	}
 	p, err := SpawnServer(tb.Context(), os.Args[0], []string{"-test.run=^$"}, os.Environ(), cfg, os.Stderr)
 	if err != nil {

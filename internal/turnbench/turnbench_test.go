@@ -1,7 +1,10 @@
 package turnbench
 
 import (
+	"compress/gzip"
 	"context"
+	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -117,5 +120,32 @@ func TestServed(t *testing.T) {
 	}
 	if h, err := s.ServerHeap(t.Context()); err != nil || h == 0 {
 		t.Fatalf("server heap: %d, %v", h, err)
+	}
+}
+
+// TestServedCPUProfile: with BATON_BENCH_SERVER_CPUPROFILE set, the server
+// process writes a CPU profile (pprof's gzipped format) to PREFIX.<test>,
+// complete once it has shut down.
+func TestServedCPUProfile(t *testing.T) {
+	prefix := filepath.Join(t.TempDir(), "server")
+	t.Setenv("BATON_BENCH_SERVER_CPUPROFILE", prefix)
+	m := startModel(t)
+	s := spawnServed(t, m, "sqlite:"+filepath.Join(t.TempDir(), "baton.db"), 2)
+	checkTurns(t, m, s, 4, 2)
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(prefix + "." + t.Name())
+	if err != nil {
+		t.Fatalf("no profile from the server: %v", err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatalf("the profile is not gzipped, as pprof writes it: %v", err)
+	}
+	n, err := io.Copy(io.Discard, zr)
+	if err != nil || n == 0 {
+		t.Fatalf("the profile: %d bytes, %v", n, err)
 	}
 }
