@@ -200,6 +200,7 @@ type Server struct {
 
 	pendingAuth atomic.Int64 // WebSockets waiting for their auth message
 	wsWrites    atomic.Int64 // WebSockets' writes to the network (batchConn), for the tests
+	sseWrites   atomic.Int64 // SSE streams' writes of events (handleSSE), for the tests
 
 	authFails     *limiter // wrong API keys, per client address
 	handshakes    *limiter // unauthenticated WebSocket handshakes, per client address

@@ -203,7 +203,8 @@ func TestWS_NeverReadingClientCutOffWithCloseFrame(t *testing.T) {
 
 // TestSSE_PausedReaderGetsMergedDeltas: the same pause on an SSE stream,
 // which shares the hub's queue: the whole text in merged deltas, the
-// recorded chat.text with its id, and no "event: reconnect".
+// recorded chat.text with its id, and no "event: reconnect"; the events
+// queued during the pause go out in far fewer writes than events.
 func TestSSE_PausedReaderGetsMergedDeltas(t *testing.T) {
 	e := newEnv(t, withWorkflows(benchDir), withSmallSocketBuffers(4096), withConfig(func(c *Config) { c.Heartbeat = time.Hour }))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -227,12 +228,18 @@ func TestSSE_PausedReaderGetsMergedDeltas(t *testing.T) {
 	if sub == nil {
 		t.Fatal("no subscriber in the hub")
 	}
+	before := e.srv.sseWrites.Load()
 	full, seq := pausedReply(ctx, t, e, chat.ID, sub)
 	var got strings.Builder
 	deltas := 0
 	evs := readSSE(t, bufio.NewReader(resp.Body), func(ev sseEvent) bool {
 		return ev.id == itoa(seq) || ev.event == "reconnect"
 	})
+	if writes := e.srv.sseWrites.Load() - before; writes*2 > int64(len(evs)) {
+		t.Fatalf("%d events took %d writes: queued events are not written together", len(evs), writes)
+	} else {
+		t.Logf("%d events in %d writes", len(evs), writes)
+	}
 	for _, ev := range evs {
 		switch ev.event {
 		case "reconnect":

@@ -833,9 +833,23 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 	defer stop()
 
 	write := startEventStream(w, s.cfg.WriteTimeout)
-	buf := make([]byte, 0, 1024)
-	send := func(f *frame) error {
+	// The events of a batch (those a delivery took from the queue at once,
+	// or a replay page) are written and flushed together, as a WebSocket's
+	// are (batchConn): one write to the network each, not one per event.
+	var buf []byte
+	flush := func() error {
+		if len(buf) == 0 {
+			return nil
+		}
+		s.sseWrites.Add(1)
+		err := write(buf)
 		buf = buf[:0]
+		if cap(buf) > 4*batchWriteLimit {
+			buf = nil // a long replay's buffer is not kept for the stream's life
+		}
+		return err
+	}
+	send := func(f *frame) error {
 		if f.seq > 0 {
 			buf = append(buf, "id: "...)
 			buf = strconv.AppendInt(buf, f.seq, 10)
@@ -846,12 +860,23 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 		buf = append(buf, "\ndata: "...)
 		buf = append(buf, f.data...) // compact JSON: one line
 		buf = append(buf, "\n\n"...)
-		return write(buf)
+		if len(buf) >= batchWriteLimit {
+			return flush()
+		}
+		return nil
+	}
+	// batched writes what a batch's sends gathered; it returns the batch's
+	// error, else the write's.
+	batched := func(err error) error {
+		if ferr := flush(); err == nil {
+			err = ferr
+		}
+		return err
 	}
 	if err := write([]byte("retry: 1000\n\n")); err != nil {
 		return
 	}
-	if err := live.replay(ctx, send); err != nil {
+	if err := batched(live.replay(ctx, send)); err != nil {
 		return
 	}
 	tick := time.NewTicker(s.cfg.Heartbeat)
@@ -862,7 +887,7 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 		var err error
 		select {
 		case <-live.ready():
-			err = live.deliver(ctx, send)
+			err = batched(live.deliver(ctx, send))
 		case <-tick.C:
 			err = write([]byte(": heartbeat\n\n"))
 		case <-recheck.C:
