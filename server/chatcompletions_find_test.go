@@ -23,7 +23,7 @@ func (c countingEvents) Events(ctx context.Context, scope baton.Scope, chatID st
 
 // longChat records a chat of hello whose conversation is the person's
 // texts, each followed by a Greeter reply of replyEvents recorded texts.
-func longChat(t *testing.T, e *env, replyEvents int, said ...string) baton.Chat {
+func longChat(t testing.TB, e *env, replyEvents int, said ...string) baton.Chat {
 	t.Helper()
 	ctx := context.Background()
 	c, err := e.store.CreateChat(ctx, scopeAda, baton.Chat{Workflow: "hello", Status: baton.ChatCompleted})
@@ -93,4 +93,34 @@ func TestChatCompletions_FindReadsAPagePerChat(t *testing.T) {
 	if err != nil || c.ID != "" || kind != matchNone {
 		t.Fatalf("a history that differs later: chat %q kind %d err %v", c.ID, kind, err)
 	}
+}
+
+// BenchmarkOAIFind matches a history no chat has against 20 chats of 600
+// events: "whole" reads each transcript whole (as oaiFind did before it
+// paged), "paged" is oaiFind.
+func BenchmarkOAIFind(b *testing.B) {
+	e := newEnv(b)
+	ctx := context.Background()
+	var chats []baton.Chat
+	for i := range 20 {
+		chats = append(chats, longChat(b, e, 299, fmt.Sprintf("conversation %d", i), fmt.Sprintf("and then %d", i)))
+	}
+	items := []oaiItem{{role: "user", content: "something else"}, {role: "assistant"}, {role: "user", content: "next"}}
+	b.Run("whole", func(b *testing.B) {
+		for b.Loop() {
+			for _, c := range chats {
+				tr, err := e.srv.oaiTranscript(ctx, scopeAda, c)
+				if err != nil || oaiMatch(tr, items) != matchNone {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+	b.Run("paged", func(b *testing.B) {
+		for b.Loop() {
+			if c, _, _, err := e.srv.oaiFind(ctx, scopeAda, "hello", items); err != nil || c.ID != "" {
+				b.Fatal(err)
+			}
+		}
+	})
 }
