@@ -98,6 +98,7 @@ func (s *Server) oaiModelOf(p principal, name string) oaiModel {
 	if wf := s.workflowOf(name); wf != nil {
 		m.Description = wf.Config.Description
 		m.VisualAgents = append([]string{}, wf.Config.VisualAgents...)
+		m.Baton = oaiUITools(wf)
 	}
 	return m
 }
@@ -245,6 +246,7 @@ func (s *Server) handleChatCompletions(w http.ResponseWriter, r *http.Request) {
 	out := &oaiReply{
 		id: turn.id, model: req.Model, created: created, chatID: turn.chat.ID, prefix: prefix,
 		secretNotice: s.secretNotice(r, p.scope, turn.chat.ID),
+		schema:       func(tool string) json.RawMessage { return oaiToolSchema(wf, tool) },
 	}
 	if req.Stream {
 		s.oaiStream(w, r, p.scope, turn, out, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
@@ -467,24 +469,7 @@ const (
 // tool messages must answer the same calls; an assistant message's text is
 // not compared, since clients reformat it (and it is the chat's own).
 func oaiMatch(tr, items []oaiItem) int {
-	same := func(t, m oaiItem) bool {
-		if t.role != m.role {
-			return false
-		}
-		switch t.role {
-		case "user":
-			return t.content == m.content
-		case "tool":
-			return t.callID == m.callID
-		case "assistant":
-			for _, id := range m.toolCalls {
-				if !slices.Contains(t.toolCalls, id) {
-					return false
-				}
-			}
-		}
-		return true
-	}
+	same := oaiSame
 	n := len(items)
 	switch {
 	case len(tr) == n-1:
@@ -511,6 +496,16 @@ func oaiMatch(tr, items []oaiItem) int {
 // is read from the chat's events, the chat updated last first, so a client
 // continuing its current conversation finds it in the first read. Chat.ID
 // is "" when none does.
+//
+// What is compared is oaiMatch's: the request's messages (system and
+// developer left out) with the chat's transcript, item by item — the
+// person's texts equal, the turns in the same order, tool results answering
+// the same calls, an assistant message's tool calls among the reply's. Each
+// candidate's events are read a page (oaiFindPage) at a time and only until
+// that comparison is settled (oaiPrefix): a chat whose first message differs
+// costs a page, one the request repeats costs the events up to the
+// request's last message, and only a chat the request continues (or a
+// shorter one it starts with) is read to its end — the request's own length.
 func (s *Server) oaiFind(ctx context.Context, scope baton.Scope, model string, items []oaiItem) (baton.Chat, []oaiItem, int, error) {
 	chats, err := s.cfg.Store.ListChats(ctx, scope, baton.ListOptions{Workflow: model, Limit: oaiScanChats})
 	if err != nil {
@@ -520,7 +515,8 @@ func (s *Server) oaiFind(ctx context.Context, scope baton.Scope, model string, i
 	// moved last: read it first.
 	slices.SortStableFunc(chats, func(a, b baton.Chat) int { return b.UpdatedAt.Compare(a.UpdatedAt) })
 	for _, c := range chats {
-		tr, err := s.oaiTranscript(ctx, scope, c)
+		prefix := &oaiPrefix{items: items}
+		tr, err := s.oaiTranscriptUntil(ctx, scope, c, oaiFindPage, prefix.decided)
 		if err != nil {
 			if baton.ErrorCode(err) == baton.ENOTFOUND {
 				continue // deleted meanwhile
@@ -545,10 +541,15 @@ func (s *Server) oaiFind(ctx context.Context, scope baton.Scope, model string, i
 // message for each reply (with the UI tool calls that ended it), built from
 // the envelopes a client may see.
 func (s *Server) oaiTranscript(ctx context.Context, scope baton.Scope, chat baton.Chat) ([]oaiItem, error) {
-	evs, err := s.cfg.Store.Events(ctx, scope, chat.ID, 0, 0)
-	if err != nil {
-		return nil, err
-	}
+	return s.oaiTranscriptUntil(ctx, scope, chat, 0, nil)
+}
+
+// oaiTranscriptUntil is oaiTranscript read page events at a time (0: all
+// at once), asking enough after each event whether the transcript so far
+// decides what the caller wants; when it says so, no more events are read
+// and the transcript is returned as it stands (its last item may be an
+// assistant reply that had more to come).
+func (s *Server) oaiTranscriptUntil(ctx context.Context, scope baton.Scope, chat baton.Chat, page int, enough func(tr []oaiItem) bool) ([]oaiItem, error) {
 	wf := s.workflowOf(chat.Workflow)
 	var tr []oaiItem
 	reply := func() *oaiItem {
@@ -558,8 +559,11 @@ func (s *Server) oaiTranscript(ctx context.Context, scope baton.Scope, chat bato
 		return &tr[len(tr)-1]
 	}
 	uiCalls := map[string]bool{}
-	for i := range evs {
-		f := encodeFrame(wf, &evs[i])
+	for recorded, err := range baton.EventsAfter(ctx, s.cfg.Store, scope, chat.ID, 0, page) {
+		if err != nil {
+			return nil, err
+		}
+		f := encodeFrame(wf, &recorded)
 		if f.data == nil {
 			continue
 		}
@@ -583,6 +587,9 @@ func (s *Server) oaiTranscript(ctx context.Context, scope baton.Scope, chat bato
 		case len(tr) > 0 && tr[len(tr)-1].role != "assistant":
 			// Anything a client sees after an input is the reply to it.
 			reply()
+		}
+		if enough != nil && enough(tr) {
+			break
 		}
 	}
 	return tr, nil

@@ -69,6 +69,9 @@ type oaiReply struct {
 	created           int64
 	prefix            bool
 	secretNotice      func(agent string) string
+	// schema is the JSON Schema of the workflow's UI tool of that name
+	// (oaiToolSchema), its tool call's function.parameters; nil: none.
+	schema func(tool string) json.RawMessage
 
 	content   strings.Builder
 	agent     string                  // the agent of the latest text
@@ -117,6 +120,14 @@ func (o *oaiReply) text(agent, msgID, piece string) error {
 		return o.emitText(agent, b.String())
 	}
 	return nil
+}
+
+// parameters is the schema of the UI tool called name, or nil.
+func (o *oaiReply) parameters(name string) json.RawMessage {
+	if o.schema == nil {
+		return nil
+	}
+	return o.schema(name)
 }
 
 // add takes one followed event; done is true when the reply is complete.
@@ -173,7 +184,7 @@ func (o *oaiReply) add(ev *oaiEvent) (done bool, err error) {
 			i := len(o.toolCalls)
 			tc := oaiToolCall{
 				Index: &i, ID: ev.UIEventID, Type: "function",
-				Function: oaiFunction{Name: ev.ToolName, Arguments: string(args)},
+				Function: oaiFunction{Name: ev.ToolName, Arguments: string(args), Parameters: o.parameters(ev.ToolName)},
 				Baton:    &oaiToolExtension{Component: ev.ComponentType, Mode: ev.Mode, Agent: ev.Agent},
 			}
 			o.toolCalls = append(o.toolCalls, tc)

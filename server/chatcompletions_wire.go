@@ -59,10 +59,13 @@ type oaiToolCall struct {
 	Type     string      `json:"type"`
 	Function oaiFunction `json:"function"`
 	// Baton carries what a client needs to show the UI tool: its
-	// component, its mode and the JSON schema of its arguments.
+	// component, its mode and its agent (the JSON Schema of its arguments
+	// is Function.Parameters).
 	Baton *oaiToolExtension `json:"baton,omitempty"`
 }
 
+// oaiFunction is a tool call's function. Parameters, baton's extension,
+// is the UI tool's JSON Schema: the shape of Arguments.
 type oaiFunction struct {
 	Name        string          `json:"name"`
 	Arguments   string          `json:"arguments"`
@@ -290,6 +293,8 @@ type oaiModel struct {
 	// the agents whose text is the answer.
 	Description  string   `json:"description,omitempty"`
 	VisualAgents []string `json:"visual_agents,omitempty"`
+	// Baton lists the workflow's UI tools (oaiUITools).
+	Baton *oaiModelExtension `json:"baton,omitempty"`
 }
 
 // oaiErrorBody is OpenAI's error shape.

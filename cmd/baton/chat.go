@@ -110,11 +110,18 @@ func runChat(ctx context.Context, o chatOptions, workflowName string, stdout io.
 	if err != nil {
 		return err
 	}
+	release := func() {}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = rt.Close(cctx)
+		release() // once the runs have stopped
 	}()
+	// Chats a killed process left running go on here, unless another
+	// process runs chats on the store now (recoverAtStart).
+	if release, err = recoverAtStart(ctx, rt, rc, rc.log); err != nil {
+		return err
+	}
 	scope := baton.Scope{App: app, User: user}
 	if o.fork != "" {
 		from, at, err := parseForkArg(o.fork)

@@ -68,11 +68,18 @@ func runMCP(ctx context.Context, rc runtimeConfig, scope baton.Scope, webURL, lo
 	if err != nil {
 		return err
 	}
+	release := func() {}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = rt.Close(cctx)
+		release() // once the runs have stopped
 	}()
+	// Chats a killed `baton mcp` (or serve) left running go on here, unless
+	// another process runs chats on the store now (recoverAtStart).
+	if release, err = recoverAtStart(ctx, rt, rc, log); err != nil {
+		return err
+	}
 	api, err := server.New(server.Config{Store: rt.Store(), Keys: rt.Store(), Bus: rt.Bus(), Engine: rt.Engine(), Logger: log})
 	if err != nil {
 		return err

@@ -91,10 +91,13 @@ func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) er
 		return err
 	}
 	closeRuntime := func(ctx context.Context) error { return rt.Close(ctx) }
-	if err := rt.Recover(ctx); err != nil {
+	release, err := recoverAtStart(ctx, rt, cfg.runtime, log)
+	if err != nil {
 		_ = closeRuntime(context.Background())
 		return err
 	}
+	// The store's lock file is let go once the runs have stopped.
+	closeRuntime = func(ctx context.Context) error { defer release(); return rt.Close(ctx) }
 
 	var origins []string
 	for _, o := range strings.Split(cfg.allowedOrigins, ",") {
