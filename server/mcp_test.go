@@ -163,11 +163,15 @@ func TestMCP_ListToolsAndCallHello(t *testing.T) {
 		t.Errorf("chat %s is of %q", id, chat.Workflow)
 	}
 	// Progress came while the run streamed: the speaker, the tool call, the
-	// answer.
-	got := c.progressed()
-	if !slices.Contains(got, "Greeter is working") || !slices.ContainsFunc(got, func(m string) bool { return strings.HasPrefix(m, "Greeter: Hello!") }) {
-		t.Errorf("progress messages %q: want the speaker and its answer", got)
-	}
+	// answer. The server sends each notification before the result, but the
+	// client may hand them to its handler after the call returned.
+	testenv.Eventually(t, 10*time.Second, "progress messages with the speaker and its answer", func() error {
+		got := c.progressed()
+		if !slices.Contains(got, "Greeter is working") || !slices.ContainsFunc(got, func(m string) bool { return strings.HasPrefix(m, "Greeter: Hello!") }) {
+			return fmt.Errorf("progress messages %q", got)
+		}
+		return nil
+	})
 	// The chat is ada's: the API shows it, as the MCP call left it.
 	if r := e.do(t, "GET", "/api/chats/acme/"+id, e.keys[scopeAda], nil); r.status != 200 {
 		t.Errorf("the MCP chat through the API: %d %s", r.status, r.body)
