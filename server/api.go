@@ -147,6 +147,9 @@ func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return err
 		}
+		if p := pendingClientTool(chat); p != nil {
+			return errClientToolPending(chat.ID, p)
+		}
 		switch chat.Status {
 		case baton.ChatCompleted:
 			return baton.Errorf(baton.ECONFLICT, "chat %s has completed: start a new chat", chat.ID)

@@ -15,6 +15,7 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/llm/scripted"
 	"github.com/batonhq/baton/workflow"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/shared"
@@ -250,6 +251,13 @@ func TestOpenAI_ClientTools(t *testing.T) {
 	}
 	offered.checkNeverOffered(t, "Clerk", "get_location")
 
+	// Another user's tool message to ada's chat finds no chat.
+	_, err = e.oaiClient(scopeBob).Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "desk", Tools: tools,
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.ToolMessage("Lyon", msg.ToolCalls[0].ID)}}, option.WithHeader("X-Baton-Chat-Id", chatID))
+	if apiErr := asAPIError(t, err); apiErr.StatusCode != 404 || apiErr.Code != "chat_not_found" {
+		t.Fatalf("bob answers ada's client tool: %d %s %s", apiErr.StatusCode, apiErr.Code, apiErr.Message)
+	}
+
 	clash := append(tools, openai.ChatCompletionFunctionTool(shared.FunctionDefinitionParam{Name: "file_ticket"}))
 	_, err = c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "desk", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}, Tools: clash})
 	if apiErr := asAPIError(t, err); apiErr.StatusCode != 400 || apiErr.Param != "tools[1].name" {
@@ -261,5 +269,39 @@ func TestOpenAI_ClientTools(t *testing.T) {
 	})
 	if r.status != http.StatusBadRequest || !strings.Contains(string(r.body), "tools[0].type") {
 		t.Fatalf("a custom tool: %d %s", r.status, r.body)
+	}
+}
+
+// TestClientTools_OtherProtocolsSaySo: a chat paused on a client's tool
+// cannot be answered over MCP (which offers no tools), nor resumed: they
+// say so instead of hanging or asking the person; an MCP client that can
+// elicit is not asked.
+func TestClientTools_OtherProtocolsSaySo(t *testing.T) {
+	e := newEnv(t, withWorkflows(clientToolsDir))
+	in := aguiInputOf("desk-mcp", "r1", userMsg("u-1", "Where am I?"))
+	in["tools"] = []any{locationToolJSON}
+	first := e.agui(t, "desk", e.keys[scopeAda], in)
+	_, result := first.outcome(t)
+	chatID, _ := result["chat_id"].(string)
+	e.waitStatus(t, chatID, baton.ChatWaitingUITool)
+
+	asked := 0
+	c := e.mcpConnect(t, e.keys[scopeAda], "", func(*mcp.ElicitParams) *mcp.ElicitResult {
+		asked++
+		return &mcp.ElicitResult{Action: "decline"}
+	})
+	res := c.call(t, "desk", map[string]any{"chat_id": chatID})
+	if sc := structured(t, res); sc["status"] != string(baton.ChatWaitingUITool) || !strings.Contains(resultText(res), "client application") || asked != 0 {
+		t.Fatalf("MCP on a chat waiting for a client tool: %v %q (elicited %d times)", sc, resultText(res), asked)
+	}
+	res = c.call(t, "desk", map[string]any{"chat_id": chatID, "input": "Paris"})
+	if !res.IsError || !strings.Contains(resultText(res), "client application") {
+		t.Fatalf("MCP answering a client tool: %q, want it refused, saying why", resultText(res))
+	}
+	if r := e.do(t, "POST", "/api/chats/acme/"+chatID+"/resume", e.keys[scopeAda], nil); r.status != http.StatusConflict || !strings.Contains(string(r.body), "client application") {
+		t.Fatalf("resume of a chat waiting for a client tool: %d %s", r.status, r.body)
+	}
+	if resp := e.toolResponses(t, chatID); len(resp) != 0 {
+		t.Fatalf("the call was answered: %+v", resp)
 	}
 }

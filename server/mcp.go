@@ -703,6 +703,12 @@ func mcpObserve(wf *workflow.Workflow, seg *mcpSegment, f *Followed) string {
 			}
 			seg.pause = &mcpPause{kind: p.PendingKind, id: p.UIEventID, agent: p.Agent, tool: p.ToolName, args: args, seq: f.Sequence}
 			seg.status = "waiting_" + p.PendingKind
+			if p.PendingKind == baton.PendingClientTool {
+				// The chat's status: it waits as for a UI tool, for
+				// another client (waiting_for says which tool).
+				seg.status = string(baton.ChatWaitingUITool)
+				return p.Agent + " waits for the client application (" + p.ToolName + ")"
+			}
 			return p.Agent + " waits for you (" + p.ToolName + ")"
 		}
 		return p.Agent + " calls " + p.ToolName
