@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"iter"
 	"path"
 	"slices"
@@ -225,10 +226,17 @@ func TestClientTools_NewestSetWins(t *testing.T) {
 // with a schema that does not compile; the error names the field.
 func TestClientTools_CheckRefusesTheWorkflowsNames(t *testing.T) {
 	h := newHarness(t, withWorkflows("testdata/clienttools"))
+	many := make([]baton.ClientTool, baton.MaxClientTools+1)
+	for i := range many {
+		many[i] = baton.ClientTool{Name: fmt.Sprintf("t%d", i)}
+	}
+	big := baton.ClientTool{Name: "big", Description: strings.Repeat("x", baton.MaxClientToolBytes)}
 	for _, tc := range []struct {
 		tools []baton.ClientTool
 		want  string
 	}{
+		{many, "tools: more than 64 tools"},
+		{[]baton.ClientTool{locationTool, big}, "tools[1]: larger than"},
 		{[]baton.ClientTool{locationTool, {Name: "file_ticket"}}, `tools[1].name: "file_ticket" is a tool of workflow "desk"`},
 		{[]baton.ClientTool{{Name: "transfer_to_Clerk"}}, `tools[0].name: "transfer_to_Clerk" is a tool of workflow`},
 		{[]baton.ClientTool{{Name: "get_event_info"}}, `tools[0].name: "get_event_info"`},
