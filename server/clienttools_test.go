@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/a2aproject/a2a-go/a2a"
+
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/llm/scripted"
 	"github.com/batonhq/baton/workflow"
@@ -297,6 +299,13 @@ func TestClientTools_OtherProtocolsSaySo(t *testing.T) {
 	res = c.call(t, "desk", map[string]any{"chat_id": chatID, "input": "Paris"})
 	if !res.IsError || !strings.Contains(resultText(res), "client application") {
 		t.Fatalf("MCP answering a client tool: %q, want it refused, saying why", resultText(res))
+	}
+	// A2A: a message to the chat's context is refused, saying why.
+	ac, _ := e.a2aClient(t, "acme", "desk", e.keys[scopeAda])
+	m := userMessage("a2a-1", a2a.TextPart{Text: "Paris"})
+	m.ContextID = chatID
+	if _, err := ac.SendMessage(context.Background(), &a2a.MessageSendParams{Message: m}); err == nil || !strings.Contains(err.Error(), "client application") {
+		t.Fatalf("A2A answering a client tool: %v, want it refused, saying why", err)
 	}
 	if r := e.do(t, "POST", "/api/chats/acme/"+chatID+"/resume", e.keys[scopeAda], nil); r.status != http.StatusConflict || !strings.Contains(string(r.body), "client application") {
 		t.Fatalf("resume of a chat waiting for a client tool: %d %s", r.status, r.body)
