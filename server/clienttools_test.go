@@ -253,6 +253,20 @@ func TestOpenAI_ClientTools(t *testing.T) {
 	}
 	offered.checkNeverOffered(t, "Clerk", "get_location")
 
+	// Streamed, a new conversation: the call arrives in the chunks, the
+	// tool message answers it, the final text streams.
+	sh := []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Where am I now?")}
+	sfirst, _ := oaiStreamAll(t, c, ctx, openai.ChatCompletionNewParams{Model: "desk", Messages: sh, Tools: tools})
+	smsg := sfirst.Choices[0].Message
+	if sfirst.Choices[0].FinishReason != "tool_calls" || len(smsg.ToolCalls) != 1 || smsg.ToolCalls[0].Function.Name != "get_location" {
+		t.Fatalf("first streamed reply: %+v", sfirst.Choices)
+	}
+	sh = append(sh, smsg.ToParam(), openai.ToolMessage("Lyon", smsg.ToolCalls[0].ID))
+	ssecond, _ := oaiStreamAll(t, c, ctx, openai.ChatCompletionNewParams{Model: "desk", Messages: sh, Tools: tools})
+	if ssecond.Choices[0].FinishReason != "stop" || !strings.Contains(ssecond.Choices[0].Message.Content, "Noted where you are.") {
+		t.Fatalf("second streamed reply: %+v", ssecond.Choices)
+	}
+
 	// Another user's tool message to ada's chat finds no chat.
 	_, err = e.oaiClient(scopeBob).Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "desk", Tools: tools,
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.ToolMessage("Lyon", msg.ToolCalls[0].ID)}}, option.WithHeader("X-Baton-Chat-Id", chatID))
