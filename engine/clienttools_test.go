@@ -114,6 +114,11 @@ func TestClientTools_CallPausesUntilTheClientAnswers(t *testing.T) {
 	h = h.restart() // paused on the client: nothing in memory is needed to go on
 	const answer = `Paris, "Rue de Rivoli"`
 	raw, _ := json.Marshal(answer)
+	for _, other := range []baton.Scope{{App: testScope.App, User: "bob"}, {App: "umbrella", User: testScope.User}} {
+		if err := h.eng.RespondUIWithTools(ctx, other, id, "other-1", p.UIEventID, "success", json.RawMessage(`"Lyon"`), nil); baton.ErrorCode(err) != baton.ENOTFOUND {
+			t.Fatalf("%v answers the call: %v, want ENOTFOUND", other, err)
+		}
+	}
 	if err := h.eng.RespondUI(ctx, testScope, id, p.UIEventID, "success", raw); err != nil {
 		t.Fatal(err)
 	}
