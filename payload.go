@@ -77,7 +77,7 @@ type ToolCallPayload struct {
 	Transfer         bool            `json:"transfer,omitempty"` // an llm handoff's transfer tool
 	LifecycleKey     string          `json:"lifecycle_key,omitempty"`
 	LifecycleTrigger string          `json:"lifecycle_trigger,omitempty"`
-	PendingKind      string          `json:"pending_kind,omitempty"` // ui_tool or secret, for calls awaiting the person
+	PendingKind      string          `json:"pending_kind,omitempty"` // ui_tool, secret or client_tool, for calls awaiting an answer
 	EventID          string          `json:"event_id,omitempty"`     // the observed event this get_event_info call injects
 	UIHidden         bool            `json:"ui_hidden,omitempty"`
 }
@@ -219,6 +219,10 @@ type UserQueryPayload struct {
 	SessionID string `json:"sessionId,omitempty"`
 	Content   string `json:"content"`
 	Source    string `json:"source"` // ws, http, api
+	// ClientTools, when present, is the set of tools the client offers
+	// with this message (a JSON array of ClientTool; [] for none): the
+	// newest set wins. Absent, the chat keeps the set it has.
+	ClientTools json.RawMessage `json:"client_tools,omitempty"`
 }
 
 // UIToolResponsePayload is the payload of ui.tool.response, the person's
@@ -230,6 +234,9 @@ type UIToolResponsePayload struct {
 	// Sealed holds a secret form's values, sealed before they reached the
 	// bus (the engine seals them; a client never sends this).
 	Sealed map[string]string `json:"sealed,omitempty"`
+	// ClientTools is UserQueryPayload.ClientTools, for a response that
+	// comes with the client's tools (an AG-UI run's tool message).
+	ClientTools json.RawMessage `json:"client_tools,omitempty"`
 }
 
 // NewInput builds an input event for a chat in scope: the scope travels in

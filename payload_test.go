@@ -75,8 +75,8 @@ func TestPayloads_WireNames(t *testing.T) {
 		{NoticePayload{}, "agent attempt code kind max_attempts message tool tool_call_id"},
 		{RunStartPayload{}, "message"},
 		{RunWakePayload{}, "prompt system"},
-		{UserQueryPayload{}, "content sessionId source"},
-		{UIToolResponsePayload{}, "data sealed status ui_event_id"},
+		{UserQueryPayload{}, "client_tools content sessionId source"},
+		{UIToolResponsePayload{}, "client_tools data sealed status ui_event_id"},
 	} {
 		if got := strings.Join(jsonKeys(t, c.payload), " "); got != c.want {
 			t.Errorf("%T members:\n got %s\nwant %s", c.payload, got, c.want)

@@ -44,6 +44,10 @@ const (
 	PendingUITool = "ui_tool"
 	PendingInput  = "input"
 	PendingSecret = "secret"
+	// PendingClientTool is a call of a tool the client application offered
+	// (ClientTool): the client runs it and answers with its result, as it
+	// answers a UI tool (the chat's status is ChatWaitingUITool).
+	PendingClientTool = "client_tool"
 )
 
 // Chat is one conversation of one workflow, owned by an app and a user. Its
@@ -76,7 +80,7 @@ type Chat struct {
 // PendingRequest is a request the chat waits for a person to answer.
 type PendingRequest struct {
 	UIEventID  string
-	Kind       string // PendingUITool, PendingInput or PendingSecret
+	Kind       string // PendingUITool, PendingInput, PendingSecret or PendingClientTool
 	ToolCallID string
 	ToolName   string
 	Agent      string
@@ -607,9 +611,9 @@ func (p *PendingRequest) validate() error {
 		return err
 	}
 	switch p.Kind {
-	case PendingUITool, PendingInput, PendingSecret:
+	case PendingUITool, PendingInput, PendingSecret, PendingClientTool:
 	default:
-		return Errorf(EINVALID, "pending.kind: %q is not ui_tool, input or secret", p.Kind)
+		return Errorf(EINVALID, "pending.kind: %q is not ui_tool, input, secret or client_tool", p.Kind)
 	}
 	return validateTexts("pending.tool_call_id", p.ToolCallID, "pending.tool_name", p.ToolName, "pending.agent", p.Agent)
 }
@@ -862,4 +866,7 @@ type StartOptions struct {
 	Context map[string]json.RawMessage
 	// ChatID fixes the new chat's id; empty means a fresh one.
 	ChatID string
+	// ClientTools are the tools the client application offers the chat's
+	// agents (those whose client_tools allow them); nil offers none.
+	ClientTools []ClientTool
 }

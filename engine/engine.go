@@ -390,6 +390,12 @@ func (e *Engine) start(ctx context.Context, scope baton.Scope, workflowName stri
 	for k, v := range opts.Context {
 		vars[k] = v
 	}
+	if len(opts.ClientTools) > 0 {
+		if err := e.CheckClientTools(wf.Name, opts.ClientTools); err != nil {
+			return baton.Chat{}, err
+		}
+		vars[clientToolsVar] = clientToolsJSON(opts.ClientTools)
+	}
 	snap, err := json.Marshal(vars)
 	if err != nil {
 		return baton.Chat{}, fmt.Errorf("start %s: %w", workflowName, err)
@@ -615,7 +621,11 @@ func (e *Engine) Submit(ctx context.Context, scope baton.Scope, chatID, content,
 // nothing kept) or interrupt (as enqueue, and the model call in progress on
 // this instance is stopped at once).
 func (e *Engine) SubmitOnce(ctx context.Context, scope baton.Scope, chatID, eventID, content, source string) error {
-	ev := baton.NewUserQuery(scope, chatID, content, source)
+	return e.submit(ctx, scope, chatID, eventID, baton.NewUserQuery(scope, chatID, content, source))
+}
+
+// submit is SubmitOnce for the user_query ev.
+func (e *Engine) submit(ctx context.Context, scope baton.Scope, chatID, eventID string, ev baton.Event) error {
 	if eventID != "" {
 		ev.ID = eventID
 	}
@@ -803,6 +813,12 @@ func (e *Engine) RespondUIOnce(ctx context.Context, scope baton.Scope, chatID, e
 }
 
 func (e *Engine) respondUI(ctx context.Context, scope baton.Scope, chatID, eventID, uiEventID string, status string, data json.RawMessage) error {
+	return e.respondUIWith(ctx, scope, chatID, eventID, uiEventID, status, data, nil)
+}
+
+// respondUIWith is respondUI for a response that brings the client's tools
+// (clientTools, a JSON array; nil: none, the chat keeps its set).
+func (e *Engine) respondUIWith(ctx context.Context, scope baton.Scope, chatID, eventID, uiEventID string, status string, data, clientTools json.RawMessage) error {
 	chat, err := e.store.GetChat(ctx, scope, chatID)
 	if err != nil {
 		return err
@@ -824,7 +840,7 @@ func (e *Engine) respondUI(ctx context.Context, scope baton.Scope, chatID, event
 	if status == "" {
 		status = "success"
 	}
-	resp := baton.UIToolResponsePayload{UIEventID: uiEventID, Status: status, Data: data}
+	resp := baton.UIToolResponsePayload{UIEventID: uiEventID, Status: status, Data: data, ClientTools: clientTools}
 	if pending.Kind == baton.PendingSecret {
 		resp.Data = nil
 		if status == "success" {

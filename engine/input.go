@@ -78,6 +78,7 @@ func (r *run) userInput(ctx context.Context, ev baton.Event) error {
 	// Taken from the inbox in the append that records it: once, whatever
 	// comes between (a crash, a redelivery, another instance).
 	u := &baton.ChatUpdate{TurnAgent: &user, ConsumeInputs: []string{ev.ID}}
+	r.offerClientTools(q.ClientTools, u)
 	if st.turn == nil {
 		// After the end of the chat too: the message starts the next run
 		// (the fold reopens a chat on a handoff from the person).
@@ -257,6 +258,10 @@ func (r *run) uiResponse(ctx context.Context, ev baton.Event) error {
 		box, redacted, names := mergeSealed(st.vars[secretsVar], p.Sealed)
 		u.Context = map[string]json.RawMessage{secretsVar: box} // the snapshot only: no event carries it
 		data, secretNames = redacted, names
+	}
+	r.offerClientTools(p.ClientTools, u)
+	if call.pendingKind == baton.PendingClientTool {
+		return r.clientResponse(ctx, ev, p, call, corr, u, len(waiting) > 1)
 	}
 	res := tool.UIResult{Status: p.Status, UIEventID: p.UIEventID, Data: data}
 	result := res.ToolResult()

@@ -48,6 +48,8 @@ func (r *run) toolCallEvent(ctx context.Context, agent, msgID, key string, i int
 		}
 		// Otherwise the arguments were invalid: the call stays open and the
 		// tool step records the error for the model.
+	} else if ct := r.clientToolOf(ctx, agent, c.Name); ct != nil {
+		pending = r.clientToolCall(ct, &p, key)
 	}
 	return baton.NewChatEvent(baton.TypeChatToolCall, r.st.chat.ID, agent, p), pending, nil
 }
@@ -60,6 +62,9 @@ func (r *run) runTool(ctx context.Context, oc openCall) error {
 	switch rule := r.transferRule(oc.agent, oc.name); {
 	case oc.transfer && rule != nil:
 		res = baton.ToolResult{Status: baton.ToolStatusOK, Content: "Transferring to " + transferTarget(rule) + "."}
+	case r.clientToolOf(ctx, oc.agent, oc.name) != nil:
+		// Not sent to the client: its arguments failed the tool's schema.
+		res = r.clientToolError(r.clientToolOf(ctx, oc.agent, oc.name), oc.args)
 	default:
 		tl, err := r.reg.Tool(ctx, oc.agent, oc.name)
 		if err != nil {
@@ -208,7 +213,7 @@ func (r *run) toolDefs(ctx context.Context, agent string) ([]baton.ToolDef, erro
 		}
 		defs = append(defs, baton.ToolDef{Name: rule.TransferToolName(), Description: desc, Parameters: json.RawMessage(`{"type":"object","properties":{},"additionalProperties":false}`)})
 	}
-	return defs, nil
+	return r.clientToolDefs(agent, defs), nil
 }
 
 // toolUpdates keeps the context updates a tool may make: declared,

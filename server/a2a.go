@@ -600,6 +600,11 @@ func (h *a2aAgent) submit(ctx context.Context, params *a2a.MessageSendParams) (a
 	}
 	last := chat.LastSequence
 	in := clientMessage{ChatID: chat.ID, ID: key}
+	if p := pendingClientTool(chat); p != nil {
+		// A2A offers no tools: the call is answered by the client
+		// application that offered the tool, never here.
+		return a2aTaskID{}, baton.Chat{}, 0, fmt.Errorf("%w: task %s waits for the result of %s, a tool the client application offered over AG-UI or Chat Completions, which A2A cannot answer", a2a.ErrUnsupportedOperation, cur, p.ToolName)
+	}
 	switch chat.Status {
 	case baton.ChatWaitingSecret:
 		// A secret is typed into the web UI's masked form, never sent
@@ -913,6 +918,9 @@ func (c *a2aConv) pendingMessage(f *Followed, d *a2aData) *a2a.Message {
 	text := fmt.Sprintf("%s waits for the person's response to %s: answer with a data part.", d.Agent, d.ToolName)
 	if d.PendingKind == baton.PendingSecret {
 		text = fmt.Sprintf("%s needs secrets (%s): the person answers the form in the web UI (/#chat=%s); it is never answered over A2A.", d.Agent, d.ToolName, c.ctxID)
+	}
+	if d.PendingKind == baton.PendingClientTool {
+		text = fmt.Sprintf("%s called %s, a tool the client application offered over AG-UI or Chat Completions: only that client answers it, never A2A.", d.Agent, d.ToolName)
 	}
 	return c.agentMessage(f, d.Agent, a2a.TextPart{Text: text}, a2a.DataPart{Data: info})
 }

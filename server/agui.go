@@ -71,6 +71,17 @@ type aguiTool struct {
 	Parameters  json.RawMessage `json:"parameters,omitempty"`
 }
 
+// clientTools returns the tools the run offers (RunAgentInput.tools), for
+// the agents that may use them; none is an empty set, which replaces the
+// chat's: AG-UI sends the client's tools with every run.
+func (in *aguiInput) clientTools() []baton.ClientTool {
+	out := make([]baton.ClientTool, len(in.Tools))
+	for i, t := range in.Tools {
+		out[i] = baton.ClientTool{Name: t.Name, Description: t.Description, Parameters: t.Parameters}
+	}
+	return out
+}
+
 // aguiContext is a piece of ambient information (RunAgentInput.context).
 type aguiContext struct {
 	Description string `json:"description"`
@@ -260,6 +271,9 @@ func (s *Server) agui(w http.ResponseWriter, r *http.Request) error {
 	if wf == nil {
 		return baton.Errorf(baton.ENOTFOUND, "workflow %q not found", truncate(wfName, 200))
 	}
+	if err := s.cfg.Engine.CheckClientTools(wf.Name, in.clientTools()); err != nil {
+		return err
+	}
 	// The stream's slot first: an input is not sent for a run that cannot
 	// be streamed.
 	slot, err := s.acquireStream(p)
@@ -350,7 +364,7 @@ func (in *aguiInput) firstUser() int {
 // variables. The start is idempotent by the thread: two first runs of one
 // thread start one chat.
 func (s *Server) aguiStart(ctx context.Context, scope baton.Scope, wf string, in *aguiInput, chatID string) (baton.Chat, error) {
-	opts := baton.StartOptions{ChatID: chatID}
+	opts := baton.StartOptions{ChatID: chatID, ClientTools: in.clientTools()}
 	if n, last := in.firstUser(), in.newestInput(); last > n && n >= 0 {
 		// The chat starts with one message: a later one would be lost.
 		return baton.Chat{}, baton.Errorf(baton.EINVALID, "messages[%d]: the thread has no chat yet; its first run starts it with its first user message (messages[%d]): send the later ones in the next runs", last, n)
@@ -408,7 +422,7 @@ func (s *Server) aguiContinue(ctx context.Context, scope baton.Scope, chat baton
 	if msg.Role == "tool" {
 		var pending *baton.PendingRequest
 		for i := range chat.Pending {
-			if chat.Pending[i].ToolCallID == msg.ToolCallID && chat.Pending[i].Kind == baton.PendingUITool {
+			if chat.Pending[i].ToolCallID == msg.ToolCallID && (chat.Pending[i].Kind == baton.PendingUITool || chat.Pending[i].Kind == baton.PendingClientTool) {
 				pending = &chat.Pending[i]
 			}
 		}
@@ -418,14 +432,17 @@ func (s *Server) aguiContinue(ctx context.Context, scope baton.Scope, chat baton
 			return false, nil
 		}
 		data := json.RawMessage(msg.text)
-		if !json.Valid(data) {
-			data, _ = json.Marshal(msg.text) // a plain-text result is a JSON string
+		if !json.Valid(data) || pending.Kind == baton.PendingClientTool {
+			// A plain-text result is a JSON string; a client tool's result
+			// is the content as the client gave it, JSON or not.
+			data, _ = json.Marshal(msg.text)
 		}
 		status := "success"
 		if msg.Error != "" {
 			status = "error"
 		}
-		err := s.input(ctx, scope, chat.ID, clientMessage{Type: msgUIResponse, ID: aguiInputKey(msg.ID), UIEventID: pending.UIEventID, Status: status, Data: data}, "agui")
+		err := s.input(ctx, scope, chat.ID, clientMessage{Type: msgUIResponse, ID: aguiInputKey(msg.ID), UIEventID: pending.UIEventID, Status: status, Data: data,
+			offers: true, tools: in.clientTools()}, "agui")
 		return err == nil, renameField(err, "data", field+".content")
 	}
 	// A user message.
@@ -437,12 +454,12 @@ func (s *Server) aguiContinue(ctx context.Context, scope baton.Scope, chat baton
 		if p.Kind == baton.PendingSecret {
 			return false, baton.Errorf(baton.ECONFLICT, "%s: the chat waits for a secret form, which is never answered over AG-UI: answer it in the web UI (%s)", field, m.webURL)
 		}
-		if p.Kind == baton.PendingUITool {
+		if p.Kind == baton.PendingUITool || p.Kind == baton.PendingClientTool {
 			return false, baton.Errorf(baton.ECONFLICT, "%s: the chat waits for the result of tool call %q: send it as a tool message with that toolCallId", field, p.ToolCallID)
 		}
 	}
 	content := msg.text
-	err = s.input(ctx, scope, chat.ID, clientMessage{Type: msgSubmit, ID: aguiInputKey(msg.ID), Content: &content}, "agui")
+	err = s.input(ctx, scope, chat.ID, clientMessage{Type: msgSubmit, ID: aguiInputKey(msg.ID), Content: &content, offers: true, tools: in.clientTools()}, "agui")
 	return err == nil, renameField(err, "content", field+".content")
 }
 

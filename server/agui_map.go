@@ -252,9 +252,10 @@ func (m *aguiMapper) live(f *Followed) (done bool, err error) {
 		if err := m.toolCall(p); err != nil {
 			return false, err
 		}
-		if p.PendingKind == baton.PendingUITool {
+		if p.PendingKind == baton.PendingUITool || p.PendingKind == baton.PendingClientTool {
 			// A frontend tool call: the run ends, and the client's tool
-			// message in the next run is the UI tool's response.
+			// message in the next run is the UI tool's response (or the
+			// result of the client's own tool).
 			return true, m.finish(&aguiOutcome{Type: "success", PendingToolCallIDs: []string{p.ToolCallID}}, nil)
 		}
 	case baton.TypeChatToolResponse:
@@ -636,7 +637,7 @@ func (m *aguiMapper) endWaiting(chat baton.Chat) error {
 	switch chat.Status {
 	case baton.ChatWaitingUITool:
 		for _, p := range chat.Pending {
-			if p.Kind == baton.PendingUITool {
+			if p.Kind == baton.PendingUITool || p.Kind == baton.PendingClientTool {
 				return m.finish(&aguiOutcome{Type: "success", PendingToolCallIDs: []string{p.ToolCallID}}, nil)
 			}
 		}

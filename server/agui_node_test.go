@@ -119,4 +119,25 @@ func TestAGUI_HttpAgent(t *testing.T) {
 			t.Fatalf("the client's state %v", got.State)
 		}
 	})
+	// desk: the HttpAgent offers its own tool; Desk calls it, the run ends
+	// with the call pending, the client's tool message answers it.
+	t.Run("desk", func(t *testing.T) {
+		de := newEnv(t, withWorkflows(clientToolsDir))
+		var got clientRun
+		if err := json.Unmarshal(runNode(t, nil, "client", de.ts.URL, de.keys[scopeAda], "desk"), &got); err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Runs) != 2 || got.Runs[1].Result["waiting"] != "input" {
+			t.Fatalf("runs %+v", got.Runs)
+		}
+		chatID := aguiChatID(scopeAda, "desk", got.ThreadID)
+		de.waitStatus(t, chatID, baton.ChatWaitingInput)
+		if resp := de.toolResponses(t, chatID); len(resp) != 1 || resp[0].Content != "Paris (city)" {
+			t.Fatalf("tool responses %+v, want the client's result as given", resp)
+		}
+		raw, _ := json.Marshal(got.Messages)
+		if !bytes.Contains(raw, []byte("Noted where you are.")) || !bytes.Contains(raw, []byte("Filed.")) {
+			t.Fatalf("the client's messages: %s", raw)
+		}
+	})
 }

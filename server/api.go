@@ -147,6 +147,9 @@ func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return err
 		}
+		if p := pendingClientTool(chat); p != nil {
+			return errClientToolPending(chat.ID, p)
+		}
 		switch chat.Status {
 		case baton.ChatCompleted:
 			return baton.Errorf(baton.ECONFLICT, "chat %s has completed: start a new chat", chat.ID)
@@ -558,6 +561,9 @@ func (s *Server) publishInput(ctx context.Context, scope baton.Scope, chatID str
 		if m.ID != "" {
 			eventID = inputEventID(scope, chat.ID, m.ID)
 		}
+		if m.offers {
+			return s.cfg.Engine.SubmitWithTools(ctx, scope, chat.ID, eventID, content, source, m.tools)
+		}
 		return s.cfg.Engine.SubmitOnce(ctx, scope, chat.ID, eventID, content, source)
 	case msgUIResponse:
 		// With an idempotency key the response's event id is derived from
@@ -581,8 +587,11 @@ func (s *Server) publishInput(ctx context.Context, scope baton.Scope, chatID str
 			// nothing; any other is ENOTFOUND (the engine tells them apart).
 			return s.cfg.Engine.RespondUIOnce(ctx, scope, chat.ID, eventID, m.UIEventID, m.Status, m.Data)
 		}
-		if pending == nil || (pending.Kind != baton.PendingUITool && pending.Kind != baton.PendingSecret) {
+		if pending == nil || (pending.Kind != baton.PendingUITool && pending.Kind != baton.PendingSecret && pending.Kind != baton.PendingClientTool) {
 			return baton.Errorf(baton.ENOTFOUND, "ui_event_id: %q is not pending in this chat (unknown, already answered, or another chat's)", truncate(m.UIEventID, baton.MaxEventIDLen))
+		}
+		if pending.Kind == baton.PendingClientTool && !m.offers {
+			return errClientToolPending(chat.ID, pending)
 		}
 		switch m.Status {
 		case "", "success", "error", "cancelled":
@@ -597,6 +606,9 @@ func (s *Server) publishInput(ctx context.Context, scope baton.Scope, chatID str
 			if err := json.Unmarshal(m.Data, &secrets); err != nil || secrets == nil {
 				return baton.Errorf(baton.EINVALID, "data: a secret form's response must be an object of name to string value")
 			}
+		}
+		if m.offers {
+			return s.cfg.Engine.RespondUIWithTools(ctx, scope, chat.ID, eventID, m.UIEventID, m.Status, m.Data, m.tools)
 		}
 		if eventID == "" {
 			return s.cfg.Engine.RespondUI(ctx, scope, chat.ID, m.UIEventID, m.Status, m.Data)
@@ -888,4 +900,22 @@ func inputEventID(scope baton.Scope, chatID, key string, more ...string) string 
 		name = append(name, part...)
 	}
 	return uuid.NewSHA1(inputNamespace, name).String()
+}
+
+// pendingClientTool returns the call of a client's tool the chat waits
+// for, or nil.
+func pendingClientTool(chat baton.Chat) *baton.PendingRequest {
+	for i := range chat.Pending {
+		if chat.Pending[i].Kind == baton.PendingClientTool {
+			return &chat.Pending[i]
+		}
+	}
+	return nil
+}
+
+// errClientToolPending is the answer to an input the chat cannot take
+// while it waits for the result of a tool the client application offered:
+// only that client (over AG-UI or Chat Completions) runs the tool.
+func errClientToolPending(chatID string, p *baton.PendingRequest) error {
+	return baton.Errorf(baton.ECONFLICT, "chat %s waits for the result of %s, a tool the client application offered (AG-UI or Chat Completions): only that client answers it, with a tool message for tool call %q", chatID, p.ToolName, p.ToolCallID)
 }

@@ -235,7 +235,12 @@ func (s *Server) handleChatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer slot.release()
-	turn, err := s.oaiResolve(r.Context(), p.scope, req.Model, chatID, key, items)
+	tools, err := s.oaiClientTools(wf.Name, req)
+	if err != nil {
+		s.oaiWriteError(w, r, err)
+		return
+	}
+	turn, err := s.oaiResolve(r.Context(), p.scope, req.Model, chatID, key, items, tools)
 	if turn.chat.ID != "" {
 		w.Header().Set("X-Baton-Chat-Id", turn.chat.ID)
 	}
@@ -291,13 +296,13 @@ func (s *Server) secretNotice(r *http.Request, scope baton.Scope, chatID string)
 
 // oaiResolve finds or starts the request's chat and submits its last
 // message.
-func (s *Server) oaiResolve(ctx context.Context, scope baton.Scope, model, chatID, key string, items []oaiItem) (oaiTurn, error) {
+func (s *Server) oaiResolve(ctx context.Context, scope baton.Scope, model, chatID, key string, items []oaiItem, tools []baton.ClientTool) (oaiTurn, error) {
 	last := items[len(items)-1]
 	if chatID == "" && len(items) == 1 {
 		if last.role != "user" {
 			return oaiTurn{}, baton.Errorf(baton.EINVALID, "messages: a tool message needs the chat it answers (X-Baton-Chat-Id, or the history before it)")
 		}
-		return s.oaiStart(ctx, scope, model, key, last.content)
+		return s.oaiStart(ctx, scope, model, key, last.content, tools)
 	}
 	var chat baton.Chat
 	var tr []oaiItem
@@ -343,17 +348,17 @@ func (s *Server) oaiResolve(ctx context.Context, scope baton.Scope, model, chatI
 			}
 			// A conversation baton does not know (older than the chats it
 			// compares, or edited): a new chat with the person's message.
-			return s.oaiStart(ctx, scope, model, key, last.content)
+			return s.oaiStart(ctx, scope, model, key, last.content, tools)
 		case kind == matchResend:
 			return s.oaiReplay(chat, tr, len(items)), nil
 		}
 	}
-	return s.oaiSubmit(ctx, scope, chat, items, key)
+	return s.oaiSubmit(ctx, scope, chat, items, key, tools)
 }
 
 // oaiStart starts a chat of model with the person's first message.
-func (s *Server) oaiStart(ctx context.Context, scope baton.Scope, model, key, content string) (oaiTurn, error) {
-	opts := baton.StartOptions{Message: content}
+func (s *Server) oaiStart(ctx context.Context, scope baton.Scope, model, key, content string, tools []baton.ClientTool) (oaiTurn, error) {
+	opts := baton.StartOptions{Message: content, ClientTools: tools}
 	var chat baton.Chat
 	var err error
 	if key == "" {
@@ -372,7 +377,7 @@ func (s *Server) oaiStart(ctx context.Context, scope baton.Scope, model, key, co
 // derived from its place in the conversation and its text (or, for a
 // message sent alone by chat id, the Idempotency-Key): a resent request
 // is one input.
-func (s *Server) oaiSubmit(ctx context.Context, scope baton.Scope, chat baton.Chat, items []oaiItem, key string) (oaiTurn, error) {
+func (s *Server) oaiSubmit(ctx context.Context, scope baton.Scope, chat baton.Chat, items []oaiItem, key string, tools []baton.ClientTool) (oaiTurn, error) {
 	last := items[len(items)-1]
 	turn := oaiTurn{chat: chat, last: chat.LastSequence, id: "chatcmpl-" + chat.ID + "-" + strconv.Itoa(len(items))}
 	idKey := ""
@@ -398,17 +403,17 @@ func (s *Server) oaiSubmit(ctx context.Context, scope baton.Scope, chat baton.Ch
 		turn.gate = func(ev *oaiEvent) bool {
 			return ev.Type == baton.TypeChatText && ev.Agent == agentUser && (ev.InputID == eventID || ev.InputID == "" && ev.Content == content)
 		}
-		if err := s.cfg.Engine.SubmitOnce(ctx, scope, chat.ID, eventID, content, "openai"); err != nil {
+		if err := s.cfg.Engine.SubmitWithTools(ctx, scope, chat.ID, eventID, content, "openai", tools); err != nil {
 			if baton.ErrorCode(err) == baton.EUNAVAILABLE {
 				return turn, unavailable(msgInputUnroutable, err)
 			}
 			return turn, err
 		}
 	case "tool":
-		pending := false
+		pending, client := false, false
 		for _, pr := range chat.Pending {
-			if pr.UIEventID == last.callID && pr.Kind == baton.PendingUITool {
-				pending = true
+			if pr.UIEventID == last.callID && (pr.Kind == baton.PendingUITool || pr.Kind == baton.PendingClientTool) {
+				pending, client = true, pr.Kind == baton.PendingClientTool
 			}
 		}
 		if !pending {
@@ -416,7 +421,8 @@ func (s *Server) oaiSubmit(ctx context.Context, scope baton.Scope, chat baton.Ch
 				err: baton.Errorf(baton.ENOTFOUND, "messages[%d].tool_call_id: %q is not a tool call chat %s waits for", len(items)-1, truncate(last.callID, baton.MaxEventIDLen), chat.ID)}
 		}
 		data := json.RawMessage(last.content)
-		if !json.Valid(data) {
+		if !json.Valid(data) || client {
+			// A client tool's result is its content as the client gave it.
 			data, _ = json.Marshal(last.content)
 		}
 		callID := last.callID
@@ -424,7 +430,7 @@ func (s *Server) oaiSubmit(ctx context.Context, scope baton.Scope, chat baton.Ch
 			return ev.Type == baton.TypeChatToolResponse && ev.UIEventID == callID
 		}
 		eventID := inputEventID(scope, chat.ID, idKey, callID)
-		if err := s.cfg.Engine.RespondUIOnce(ctx, scope, chat.ID, eventID, callID, "success", data); err != nil {
+		if err := s.cfg.Engine.RespondUIWithTools(ctx, scope, chat.ID, eventID, callID, "success", data, tools); err != nil {
 			if baton.ErrorCode(err) == baton.EUNAVAILABLE {
 				return turn, unavailable(msgInputUnroutable, err)
 			}
@@ -578,7 +584,7 @@ func (s *Server) oaiTranscriptUntil(ctx context.Context, scope baton.Scope, chat
 		switch {
 		case ev.Type == baton.TypeChatText && ev.Agent == agentUser && !ev.UIHidden:
 			tr = append(tr, oaiItem{role: "user", content: strings.TrimSpace(ev.Content), seq: f.seq})
-		case ev.Type == baton.TypeChatToolCall && ev.PendingKind == baton.PendingUITool:
+		case ev.Type == baton.TypeChatToolCall && (ev.PendingKind == baton.PendingUITool || ev.PendingKind == baton.PendingClientTool):
 			r := reply()
 			r.toolCalls = append(r.toolCalls, ev.UIEventID)
 			uiCalls[ev.UIEventID] = true
@@ -593,4 +599,24 @@ func (s *Server) oaiTranscriptUntil(ctx context.Context, scope baton.Scope, chat
 		}
 	}
 	return tr, nil
+}
+
+// oaiClientTools returns the function tools a request offers, checked for
+// workflow wf (Engine.CheckClientTools): the agents that may use them are
+// offered them, and their calls come back as tool_calls. A request without
+// tools offers none, which replaces the chat's set (the newest wins).
+// tool_choice and parallel_tool_calls are accepted and ignored: the
+// workflow's agents choose their tools.
+func (s *Server) oaiClientTools(wf string, req oaiRequest) ([]baton.ClientTool, error) {
+	tools := make([]baton.ClientTool, 0, len(req.Tools))
+	for i, t := range req.Tools {
+		if t.Type != "function" {
+			return nil, baton.Errorf(baton.EINVALID, "tools[%d].type: %q is not function (the only kind of tool a client can offer)", i, truncate(t.Type, 64))
+		}
+		tools = append(tools, baton.ClientTool{Name: t.Function.Name, Description: t.Function.Description, Parameters: t.Function.Parameters})
+	}
+	if err := s.cfg.Engine.CheckClientTools(wf, tools); err != nil {
+		return nil, err // it names tools[i].name
+	}
+	return tools, nil
 }

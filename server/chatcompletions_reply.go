@@ -193,6 +193,8 @@ func (o *oaiReply) add(ev *oaiEvent) (done bool, err error) {
 				return true, o.emitTool(tc)
 			}
 			return true, nil
+		case baton.PendingClientTool:
+			return o.clientToolCall(ev)
 		}
 	case baton.TypeChatInputRequest:
 		o.finish = "stop"
@@ -380,4 +382,26 @@ func (s *Server) oaiStreamError(write func([]byte) error, msg, typ, code string)
 	if write(append(append([]byte("data: "), b...), "\n\n"...)) == nil {
 		_ = write([]byte("data: [DONE]\n\n"))
 	}
+}
+
+// clientToolCall is the reply's call of a tool the client offered: an
+// assistant tool call, its id the call's ui_event_id (what the client's
+// tool message answers), finish_reason tool_calls.
+func (o *oaiReply) clientToolCall(ev *oaiEvent) (bool, error) {
+	args := ev.Arguments
+	if len(args) == 0 || string(args) == "null" {
+		args = json.RawMessage("{}")
+	}
+	i := len(o.toolCalls)
+	tc := oaiToolCall{
+		Index: &i, ID: ev.UIEventID, Type: "function",
+		Function: oaiFunction{Name: ev.ToolName, Arguments: string(args)},
+		Baton:    &oaiToolExtension{Agent: ev.Agent},
+	}
+	o.toolCalls = append(o.toolCalls, tc)
+	o.finish = "tool_calls"
+	if o.emitTool != nil {
+		return true, o.emitTool(tc)
+	}
+	return true, nil
 }

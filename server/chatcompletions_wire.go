@@ -16,19 +16,33 @@ import (
 // so the server writes its own.
 
 // oaiRequest is the body of POST /v1/chat/completions. Fields baton does
-// not use (temperature, top_p, max_tokens, tools the client offers, …)
-// are accepted and ignored, as OpenAI-compatible servers do: a client's
-// model settings mean nothing to a workflow whose agents set their own.
+// not use (temperature, top_p, max_tokens, tool_choice,
+// parallel_tool_calls, …) are accepted and ignored, as OpenAI-compatible
+// servers do: a client's model settings mean nothing to a workflow whose
+// agents set their own. The function tools the client offers go to the
+// agents whose client_tools allow them.
 type oaiRequest struct {
 	Model         string            `json:"model"`
 	Messages      []oaiInMessage    `json:"messages"`
 	Stream        bool              `json:"stream"`
 	StreamOptions *oaiStreamOptions `json:"stream_options"`
 	N             *int              `json:"n"`
+	Tools         []oaiTool         `json:"tools"`
 	// Baton is baton's extension: the chat to continue and how to name
 	// the agents. Headers say the same for clients that cannot add body
 	// fields (X-Baton-Chat-Id, X-Baton-Agent-Prefix).
 	Baton *oaiExtension `json:"baton"`
+}
+
+// oaiTool is a tool a request offers: {"type": "function", "function":
+// {name, description, parameters}}.
+type oaiTool struct {
+	Type     string `json:"type"`
+	Function struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description"`
+		Parameters  json.RawMessage `json:"parameters"`
+	} `json:"function"`
 }
 
 type oaiStreamOptions struct {

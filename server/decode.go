@@ -126,6 +126,12 @@ type clientMessage struct {
 	Data         json.RawMessage `json:"data,omitempty"`
 	LastSequence *int64          `json:"last_sequence,omitempty"`
 	Token        string          `json:"token,omitempty"`
+
+	// offers says that the input comes with the client's tools (AG-UI,
+	// Chat Completions): tools, possibly none, replace the chat's set.
+	// The WebSocket protocol never sets it.
+	offers bool
+	tools  []baton.ClientTool
 }
 
 // Client message types.

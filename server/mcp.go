@@ -378,7 +378,7 @@ func (s *Server) mcpRun(ctx context.Context, c mcpCaller, wfName string, req *mc
 			return nil, err
 		}
 		p := seg.pause
-		if p == nil || p.kind == baton.PendingSecret || !canElicit {
+		if p == nil || p.kind == baton.PendingSecret || p.kind == baton.PendingClientTool || !canElicit {
 			if len(seg.output) == 0 {
 				// The output came before an answer this call or an earlier
 				// one gave: it is the chat's result all the same.
@@ -474,6 +474,9 @@ func decodeMCPState(s string) (mcpState, error) {
 func (s *Server) mcpSubmit(ctx context.Context, c mcpCaller, chat baton.Chat, pause *mcpPause, args mcpArgs) error {
 	input := strings.TrimSpace(args.Input)
 	key := args.IdempotencyKey
+	if p := pendingClientTool(chat); p != nil {
+		return errClientToolPending(chat.ID, p)
+	}
 	switch chat.Status {
 	case baton.ChatWaitingSecret:
 		return baton.Errorf(baton.ECONFLICT, "chat %s waits for secrets, which MCP must not carry: %s", chat.ID, webHint(c, chat))
@@ -700,6 +703,12 @@ func mcpObserve(wf *workflow.Workflow, seg *mcpSegment, f *Followed) string {
 			}
 			seg.pause = &mcpPause{kind: p.PendingKind, id: p.UIEventID, agent: p.Agent, tool: p.ToolName, args: args, seq: f.Sequence}
 			seg.status = "waiting_" + p.PendingKind
+			if p.PendingKind == baton.PendingClientTool {
+				// The chat's status: it waits as for a UI tool, for
+				// another client (waiting_for says which tool).
+				seg.status = string(baton.ChatWaitingUITool)
+				return p.Agent + " waits for the client application (" + p.ToolName + ")"
+			}
 			return p.Agent + " waits for you (" + p.ToolName + ")"
 		}
 		return p.Agent + " calls " + p.ToolName
@@ -861,6 +870,9 @@ func (s *Server) mcpResult(c mcpCaller, chat baton.Chat, seg *mcpSegment) *mcp.C
 				}
 			}
 			next = fmt.Sprintf("The chat waits for secrets (%s), which MCP does not carry: %s", p.tool, webHint(c, chat))
+		case baton.PendingClientTool:
+			w["tool"] = p.tool
+			next = fmt.Sprintf("The chat waits for the result of %s, a tool the client application offered over AG-UI or Chat Completions: only that client answers it, not MCP.", p.tool)
 		}
 		sc["waiting_for"] = w
 	}

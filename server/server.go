@@ -61,6 +61,15 @@ type Runner interface {
 	RespondUI(ctx context.Context, scope baton.Scope, chatID, uiEventID, status string, data json.RawMessage) error
 	// RespondUIOnce is RespondUI under the response's event id.
 	RespondUIOnce(ctx context.Context, scope baton.Scope, chatID, eventID, uiEventID, status string, data json.RawMessage) error
+	// CheckClientTools checks the tools a client offers a chat of a
+	// workflow (AG-UI, Chat Completions), naming tools[i].name on error.
+	CheckClientTools(workflow string, tools []baton.ClientTool) error
+	// SubmitWithTools is SubmitOnce for a message that comes with the
+	// client's tools, which replace the chat's set.
+	SubmitWithTools(ctx context.Context, scope baton.Scope, chatID, eventID, content, source string, tools []baton.ClientTool) error
+	// RespondUIWithTools is RespondUIOnce for a response that comes with
+	// the client's tools.
+	RespondUIWithTools(ctx context.Context, scope baton.Scope, chatID, eventID, uiEventID, status string, data json.RawMessage, tools []baton.ClientTool) error
 	// Fork creates a chat of scope whose history is chatID's up to event
 	// at, and continues it from there (engine.Engine.Fork).
 	Fork(ctx context.Context, scope baton.Scope, chatID string, at int64) (baton.Chat, error)

@@ -684,6 +684,10 @@ function onToolCall(d) {
   const ct = d.component_type;
   const answerable = uid && (d.awaiting_response || d.interaction_type === "auto_tool" || d.pending_kind);
   if (d.transfer) return; // a hand-over, not something to show
+  if (d.pending_kind === "client_tool") {
+    clientToolCall(d);
+    return;
+  }
   if (!ct && !answerable) {
     toolCallDetails(d);
     return;
@@ -706,6 +710,27 @@ function onToolCall(d) {
   else if (ct === "ActionPlan") comp = actionPlan(d, payload);
   else comp = inlineForm(d, payload);
   view.components.set(uid, comp);
+}
+
+// clientToolCall shows the call of a tool the client application offered
+// (over AG-UI or Chat Completions): that application runs it and sends the
+// result, never this page, so the chat shows what it waits for and the
+// composer stays closed until the result comes.
+function clientToolCall(d) {
+  const uid = d.ui_event_id;
+  if (view.components.has(uid)) return;
+  removeThinking();
+  const details = toolCallDetails(d);
+  const line = toolLine(`Waiting for the client application to run ${d.tool_name}`, "info client-tool");
+  setStatus("waiting_ui_tool");
+  setInput(false, "The chat waits for the client application's result");
+  view.components.set(uid, {
+    finish(r) {
+      const failed = r.success === false || (r.status && !["ok", "success"].includes(r.status));
+      line.textContent = `The client application answered ${d.tool_name}`;
+      showToolResult(details, r, failed);
+    },
+  });
 }
 
 function onToolResponse(d) {

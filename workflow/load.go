@@ -656,6 +656,7 @@ func (l *loader) checkAgents() {
 				l.errorf(FileAgents, fmt.Sprintf("%s.tools[%d]", p, i), "%q is a Lifecycle_Tool; the runtime calls it, not the model", t)
 			}
 		}
+		l.checkClientTools(a, p)
 		_, registered := w.Registry[a.Name]
 		registered = registered || l.broken[FileStructuredOutputs]
 		if a.AutoToolMode {
@@ -669,6 +670,30 @@ func (l *loader) checkAgents() {
 		if a.StructuredOutputsRequired && !registered {
 			l.errorf(FileAgents, p+".structured_outputs_required", "no structured-output model is registered for %s in structured_outputs.json", a.Name)
 		}
+	}
+}
+
+// checkClientTools checks an agent's client_tools: ["*"], or names a
+// client may offer, each a valid tool name that is not the workflow's (a
+// client's tool never shadows one).
+func (l *loader) checkClientTools(a *Agent, p string) {
+	seen := map[string]bool{}
+	for i, n := range a.ClientTools {
+		f := fmt.Sprintf("%s.client_tools[%d]", p, i)
+		switch {
+		case n == AnyClientTool && len(a.ClientTools) > 1:
+			l.errorf(FileAgents, f, `"*" (any tool the client offers) must be the only entry`)
+		case n == AnyClientTool:
+		case !toolNameRe.MatchString(n):
+			l.errorf(FileAgents, f, "%q must be 1 to 64 letters, digits, '_' or '-' (or \"*\" for any)", n)
+		case strings.HasPrefix(n, "transfer_to_") || n == "terminate_chat":
+			l.errorf(FileAgents, f, "%q is reserved for llm handoffs", n)
+		case !l.broken[FileTools] && l.w.tools[n] != nil:
+			l.errorf(FileAgents, f, "%q is a tool of tools.json; a client's tool may not take its name", n)
+		case seen[n]:
+			l.errorf(FileAgents, f, "%q is listed twice", n)
+		}
+		seen[n] = true
 	}
 }
 

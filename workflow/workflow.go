@@ -24,6 +24,7 @@ import (
 	"encoding/json"
 	"io/fs"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -316,6 +317,11 @@ type Agent struct {
 	// Tools names tools of tools.json that this agent may call besides the
 	// ones whose agent is this agent (a way to share a tool).
 	Tools []string `json:"tools,omitempty"`
+	// ClientTools names the tools a client application may offer this
+	// agent (AG-UI RunAgentInput.tools, a Chat Completions request's
+	// tools), or is ["*"] for any it offers. Empty: the agent never sees
+	// a client's tools.
+	ClientTools []string `json:"client_tools,omitempty"`
 
 	template []segment
 	visual   bool
@@ -342,6 +348,29 @@ func (a *Agent) Model() *Model { return a.model }
 // AutoTool returns the UI_Tool the runtime invokes with the agent's valid
 // structured output when AutoToolMode is set, or nil.
 func (a *Agent) AutoTool() *Tool { return a.autoTool }
+
+// AllowsClientTool reports whether the agent may call the client's tool
+// name (client_tools lists it, or is ["*"]).
+func (a *Agent) AllowsClientTool(name string) bool {
+	for _, n := range a.ClientTools {
+		if n == AnyClientTool || n == name {
+			return true
+		}
+	}
+	return false
+}
+
+// AnyClientTool, as the one entry of an agent's client_tools, lets it
+// call any tool the client offers.
+const AnyClientTool = "*"
+
+// ToolNameTaken reports whether name is the workflow's: one of its tools,
+// or a name reserved for llm handoffs (transfer_to_…, terminate_chat). A
+// client's tool may not take such a name, so that it never shadows the
+// workflow's.
+func (w *Workflow) ToolNameTaken(name string) bool {
+	return w.Tool(name) != nil || strings.HasPrefix(name, "transfer_to_") || name == "terminate_chat"
+}
 
 // ToolList returns the tools the model of this agent may call (Agent_Tool
 // and UI_Tool entries whose agent it is, then the ones named in its tools

@@ -427,6 +427,10 @@ func (c *chatUI) prompt(ctx context.Context, chat baton.Chat) error {
 	}
 	for _, p := range chat.Pending {
 		switch p.Kind {
+		case baton.PendingClientTool:
+			// The terminal offers no tools: the application that offered
+			// this one (over AG-UI or Chat Completions) answers it.
+			return fmt.Errorf("%s waits for the result of %s, a tool the client application offered over AG-UI or Chat Completions: only that client answers it", p.Agent, p.ToolName)
 		case baton.PendingSecret:
 			names := c.secretNames(p.ToolName)
 			if len(names) == 0 {

@@ -3,7 +3,7 @@
 // this directory (npm install; .ci/run does it).
 //
 //   node check.mjs schema            < events.json   every event (a JSON array) against @ag-ui/core's zod EventSchema
-//   node check.mjs client <url> <key> <workflow>   runs the workflow through @ag-ui/client's HttpAgent
+//   node check.mjs client <url> <key> <workflow>   runs the workflow (hello, generator, desk) through @ag-ui/client's HttpAgent
 //
 // Exit status 0: all good; 1: a check failed (the reasons on stderr). The
 // client mode prints, on stdout, a JSON object of what it saw.
@@ -42,9 +42,10 @@ const threadId = `thread-${workflow}-${process.pid}`;
 const agent = new HttpAgent({ url: `${url}/agui/acme/${workflow}`, headers: { Authorization: `Bearer ${key}` }, threadId });
 const runs = [];
 
-async function run(label) {
+async function run(label, tools) {
   const events = [];
   const input = { runId: `${label}-run` };
+  if (tools) input.tools = tools;
   let failed;
   const res = await agent.runAgent(input, {
     onEvent: ({ event }) => { events.push(event); },
@@ -83,6 +84,21 @@ if (workflow === "hello") {
   if (!call) fail(`run plan: the client has no tool call ${pending[0]} among its messages: ${JSON.stringify(agent.messages)}`);
   agent.addMessage({ id: "t-approve", role: "tool", toolCallId: pending[0], content: JSON.stringify({ action: "approve" }) });
   await run("approve");
+} else if (workflow === "desk") {
+  // The client offers its get_location tool with every run; Desk calls it
+  // (a frontend tool call that ends the run); the client runs it and
+  // answers with a tool message in the next run; the chat goes on.
+  const tools = [{ name: "get_location", description: "Where the person is, from their browser.",
+    parameters: { type: "object", properties: { precision: { enum: ["city", "street"] } }, required: ["precision"] } }];
+  agent.addMessage({ id: "u-where", role: "user", content: "Where am I?" });
+  const asked = await run("ask", tools);
+  const pending = asked.last.outcome && asked.last.outcome.pendingToolCallIds;
+  if (!pending || pending.length !== 1) fail(`run ask: want one pending client tool call, got ${JSON.stringify(asked.last)}`);
+  const call = agent.messages.flatMap((m) => m.toolCalls || []).find((c) => c.id === pending[0]);
+  if (!call || call.function.name !== "get_location") fail(`run ask: the client has no get_location call ${pending[0]}: ${JSON.stringify(agent.messages)}`);
+  const args = JSON.parse(call.function.arguments);
+  agent.addMessage({ id: "t-where", role: "tool", toolCallId: pending[0], content: `Paris (${args.precision})` });
+  await run("answer", tools);
 } else {
   fail(`unknown workflow ${workflow}`);
 }
