@@ -44,6 +44,7 @@ func (r *run) toolCallEvent(ctx context.Context, agent, msgID, key string, i int
 		if res.Status == baton.ToolStatusPending && json.Unmarshal(res.UI, &ui) == nil {
 			p.AwaitingResponse = true
 			p.UIEventID, p.ComponentType, p.Mode, p.Payload = ui.UIEventID, ui.Component, ui.Mode, ui.Payload
+			p.PendingKind = baton.PendingUITool // what the client adapters look for, as on an auto-tool's call
 			pending = &baton.PendingRequest{UIEventID: ui.UIEventID, Kind: baton.PendingUITool, ToolCallID: id, ToolName: c.Name, Agent: agent}
 		}
 		// Otherwise the arguments were invalid: the call stays open and the
