@@ -491,8 +491,14 @@ func (e *Engine) StartOnce(ctx context.Context, scope baton.Scope, workflowName,
 	chat, err = e.start(ctx, scope, workflowName, opts, opts.ChatID)
 	switch {
 	case err == nil:
-		if _, err := e.store.ClaimEffect(ctx, scope, chat.ID, startKeyEffect, e.holder); err == nil {
-			if err := e.store.RecordEffect(ctx, scope, chat.ID, startKeyEffect, fp); err != nil {
+		// The chat exists: its request is recorded even if the client has
+		// gone meanwhile (a killed caller, a closed connection), else the
+		// claim would stay pending and the client's retry be told "still
+		// being recorded" until the claim is startClaimAge old.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), startRecordTimeout)
+		defer cancel()
+		if _, err := e.store.ClaimEffect(rctx, scope, chat.ID, startKeyEffect, e.holder); err == nil {
+			if err := e.store.RecordEffect(rctx, scope, chat.ID, startKeyEffect, fp); err != nil {
 				e.log.Warn("engine: record the start's idempotency fingerprint", "chat_id", chat.ID, "err", err)
 			}
 		}
@@ -567,6 +573,10 @@ func (e *Engine) StartOnce(ctx context.Context, scope baton.Scope, workflowName,
 // fingerprint milliseconds after its claim, so an older pending claim is one
 // whose record failed.
 const startClaimAge = 10 * time.Second
+
+// startRecordTimeout bounds the recording of a start's request once its
+// chat is created, which no longer waits on the client's context.
+const startRecordTimeout = 10 * time.Second
 
 // startKeyEffect is the effect-ledger key under which an idempotent start
 // keeps its request's fingerprint.
