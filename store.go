@@ -328,6 +328,13 @@ type InboxStore interface {
 	// taken) stores nothing: it returns that input and false, so that a
 	// retried input is kept once.
 	AddInput(ctx context.Context, scope Scope, ev Event) (Input, bool, error)
+	// CreateChatWithInput creates c as CreateChat does and keeps ev, the
+	// chat's first input, in its inbox as AddInput does, in one commit:
+	// after a crash both are there or neither is. ev names c's chat (its
+	// trigger_session_id is c.ID, or empty and then set to c.ID, the one
+	// generated when c.ID is empty). An id in use is ECONFLICT and nothing
+	// is written: the existing chat's inbox is left as it was.
+	CreateChatWithInput(ctx context.Context, scope Scope, c Chat, ev Event) (Chat, Input, error)
 	// Inputs returns the chat's inputs not taken yet, in the order they
 	// were accepted.
 	Inputs(ctx context.Context, scope Scope, chatID string) ([]Input, error)
@@ -819,6 +826,23 @@ func PrepareInput(ev Event) (Event, error) {
 	}
 	ev.Sequence = 0
 	return ev, nil
+}
+
+// PrepareCreateWithInput is the part of CreateChatWithInput every store
+// shares: c.PrepareCreate(scope), then ev checked as PrepareInput does,
+// naming the new chat. It returns the input event to keep.
+func PrepareCreateWithInput(scope Scope, c *Chat, ev Event) (Event, error) {
+	if err := c.PrepareCreate(scope); err != nil {
+		return Event{}, err
+	}
+	switch ev.Metadata.TriggerSessionID {
+	case "":
+		ev.Metadata.TriggerSessionID = c.ID
+	case c.ID:
+	default:
+		return Event{}, Errorf(EINVALID, "input: chat_id %q is not the new chat's (%q)", ev.Metadata.TriggerSessionID, c.ID)
+	}
+	return PrepareInput(ev)
 }
 
 // PrepareEvents checks events for an append to chatID and returns copies

@@ -400,31 +400,36 @@ func (e *Engine) start(ctx context.Context, scope baton.Scope, workflowName stri
 	if err != nil {
 		return baton.Chat{}, fmt.Errorf("start %s: %w", workflowName, err)
 	}
-	chat, err := e.store.CreateChat(ctx, scope, baton.Chat{
+	c := baton.Chat{
 		ID:        id,
 		Workflow:  wf.Name,
 		Status:    baton.ChatRunning,
 		Context:   snap,
 		CacheSeed: cacheSeed(wf, id),
-	})
+	}
+	payload, _ := json.Marshal(baton.RunStartPayload{Message: opts.Message})
+	ev := baton.NewInput(scope, baton.TypeRunStart, id, payload)
+	if startID != "" {
+		ev.ID = startID
+	}
+	var chat baton.Chat
+	if opts.Message == "" {
+		chat, err = e.store.CreateChat(ctx, scope, c)
+	} else {
+		// The person's first message is an accepted input like any other:
+		// kept before Start returns (and the client gets its 201), taken in
+		// the append that records it. A restart before the run.start is
+		// handled resumes the chat, and the run finds the message here. It
+		// is kept in the commit that creates the chat: one commit where
+		// there were two, and no chat is ever left without its message.
+		var in baton.Input
+		chat, in, err = e.store.CreateChatWithInput(ctx, scope, c, inboxed(ev))
+		ev = in.Event
+	}
 	if err != nil {
 		return baton.Chat{}, fmt.Errorf("start %s: %w", workflowName, err)
 	}
 	e.publishSession(ctx, scope, baton.TypeSessionCreated, chat, "")
-	payload, _ := json.Marshal(baton.RunStartPayload{Message: opts.Message})
-	ev := baton.NewInput(scope, baton.TypeRunStart, chat.ID, payload)
-	if startID != "" {
-		ev.ID = startID
-	}
-	if opts.Message != "" {
-		// The person's first message is an accepted input like any other:
-		// kept before Start returns (and the client gets its 201), taken in
-		// the append that records it. A restart before the run.start is
-		// handled resumes the chat, and the run finds the message here.
-		if ev, err = e.keep(ctx, scope, ev); err != nil {
-			return chat, err
-		}
-	}
 	if err := e.publishEvent(ctx, ev); err != nil {
 		return chat, err
 	}
@@ -492,8 +497,14 @@ func (e *Engine) StartOnce(ctx context.Context, scope baton.Scope, workflowName,
 	chat, err = e.start(ctx, scope, workflowName, opts, opts.ChatID)
 	switch {
 	case err == nil:
-		if _, err := e.store.ClaimEffect(ctx, scope, chat.ID, startKeyEffect, e.holder); err == nil {
-			if err := e.store.RecordEffect(ctx, scope, chat.ID, startKeyEffect, fp); err != nil {
+		// The chat exists: its request is recorded even if the client has
+		// gone meanwhile (a killed caller, a closed connection), else the
+		// claim would stay pending and the client's retry be told "still
+		// being recorded" until the claim is startClaimAge old.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), startRecordTimeout)
+		defer cancel()
+		if _, err := e.store.ClaimEffect(rctx, scope, chat.ID, startKeyEffect, e.holder); err == nil {
+			if err := e.store.RecordEffect(rctx, scope, chat.ID, startKeyEffect, fp); err != nil {
 				e.log.Warn("engine: record the start's idempotency fingerprint", "chat_id", chat.ID, "err", err)
 			}
 		}
@@ -568,6 +579,10 @@ func (e *Engine) StartOnce(ctx context.Context, scope baton.Scope, workflowName,
 // fingerprint milliseconds after its claim, so an older pending claim is one
 // whose record failed.
 const startClaimAge = 10 * time.Second
+
+// startRecordTimeout bounds the recording of a start's request once its
+// chat is created, which no longer waits on the client's context.
+const startRecordTimeout = 10 * time.Second
 
 // startKeyEffect is the effect-ledger key under which an idempotent start
 // keeps its request's fingerprint.
@@ -685,15 +700,21 @@ func (e *Engine) modelCall(ctx context.Context, chatID string) (context.Context,
 // returns the event to publish: ev, or the input kept before under its id
 // (a retry). When keep returns nil the input survives kill -9.
 func (e *Engine) keep(ctx context.Context, scope baton.Scope, ev baton.Event) (baton.Event, error) {
-	if ev.Metadata.Extra == nil {
-		ev.Metadata.Extra = map[string]json.RawMessage{}
-	}
-	ev.Metadata.Extra[baton.InboxKey] = json.RawMessage("true")
-	in, _, err := e.store.AddInput(ctx, scope, ev)
+	in, _, err := e.store.AddInput(ctx, scope, inboxed(ev))
 	if err != nil {
 		return baton.Event{}, fmt.Errorf("keep %s for chat %s: %w", ev.Type, ev.ChatID(), err)
 	}
 	return in.Event, nil
+}
+
+// inboxed marks ev as an input kept in its chat's inbox (baton.InboxKey):
+// the run that takes it consumes it in the append that records it.
+func inboxed(ev baton.Event) baton.Event {
+	if ev.Metadata.Extra == nil {
+		ev.Metadata.Extra = map[string]json.RawMessage{}
+	}
+	ev.Metadata.Extra[baton.InboxKey] = json.RawMessage("true")
+	return ev
 }
 
 // policyOf returns the double_texting policy of the chat's workflow,

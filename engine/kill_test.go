@@ -50,6 +50,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(inboxChildEnv) != "" {
 		os.Exit(runInboxChild())
 	}
+	if os.Getenv(startChildEnv) != "" {
+		os.Exit(runStartChild())
+	}
 	if os.Getenv(ownerChildEnv) != "" {
 		os.Exit(runOwnerChild())
 	}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
+	"github.com/batonhq/baton/engine"
+	"github.com/batonhq/baton/store/sqlite"
 )
 
 // capture is a bus rule's handler that keeps the events it receives.
@@ -237,5 +239,42 @@ func TestStartOnce_PendingClaimOfADeadProcess(t *testing.T) {
 	_, _, err = h.eng.StartOnce(ctx, testScope, "assistant", "key-1", baton.StartOptions{ChatID: chat.ID, Message: "another"})
 	if !errors.Is(err, baton.ErrConflict) || !strings.Contains(err.Error(), "key-1") {
 		t.Fatalf("another request with the key: %v, want ECONFLICT naming the key", err)
+	}
+}
+
+// cancelAfterClaim cancels the caller's context once a claim of the start's
+// key has been written: the client went away (a killed caller, a closed
+// connection) between the claim and the record of its request.
+type cancelAfterClaim struct {
+	*sqlite.Store
+	cancel context.CancelFunc
+}
+
+func (s cancelAfterClaim) ClaimEffect(ctx context.Context, scope baton.Scope, chatID, key string, holder baton.EffectHolder) (baton.Effect, error) {
+	eff, err := s.Store.ClaimEffect(ctx, scope, chatID, key, holder)
+	if key == "start.idempotency" {
+		s.cancel()
+	}
+	return eff, err
+}
+
+// TestStartOnce_ClientGoneAfterTheChatIsCreated: a start whose client goes
+// away once the chat is created still records the request under its key,
+// so that the client's retry gets the chat at once, not "still being
+// recorded" until the claim is old (the A2A caller's retry after a crash).
+func TestStartOnce_ClientGoneAfterTheChatIsCreated(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h := newHarness(t, withWorkflows(loopDir), withStoreWrap(func(s *sqlite.Store) engine.Store {
+		return cancelAfterClaim{Store: s, cancel: cancel}
+	}))
+	opts := baton.StartOptions{ChatID: "chat-gone-1", Message: "hello"}
+	chat, created, err := h.eng.StartOnce(ctx, testScope, "assistant", "key-gone", opts)
+	if err != nil || !created {
+		t.Fatalf("first start: created=%v err=%v", created, err)
+	}
+	again, created, err := h.eng.StartOnce(context.Background(), testScope, "assistant", "key-gone", opts)
+	if err != nil || created || again.ID != chat.ID {
+		t.Fatalf("the client's retry: chat %q created=%v err=%v, want chat %s, not created", again.ID, created, err, chat.ID)
 	}
 }

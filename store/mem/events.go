@@ -237,5 +237,5 @@ func (s *Store) ForkChat(ctx context.Context, scope baton.Scope, f baton.Fork) (
 	if err != nil {
 		return baton.Chat{}, err
 	}
-	return s.create(scope, c, copied)
+	return s.create(scope, c, copied, nil)
 }

@@ -196,11 +196,37 @@ func (s *Store) CreateChat(ctx context.Context, scope baton.Scope, c baton.Chat)
 	if err := c.PrepareCreate(scope); err != nil {
 		return baton.Chat{}, err
 	}
-	return s.create(scope, c, nil)
+	return s.create(scope, c, nil, nil)
+}
+
+// CreateChatWithInput creates c with ev in its inbox, both at once; see
+// baton.InboxStore.
+func (s *Store) CreateChatWithInput(ctx context.Context, scope baton.Scope, c baton.Chat, ev baton.Event) (baton.Chat, baton.Input, error) {
+	if err := s.check(ctx); err != nil {
+		return baton.Chat{}, baton.Input{}, err
+	}
+	ev, err := baton.PrepareCreateWithInput(scope, &c, ev)
+	if err != nil {
+		return baton.Chat{}, baton.Input{}, err
+	}
+	var in baton.Input
+	chat, err := s.create(scope, c, nil, func(ch *chat, t time.Time) {
+		x := &baton.Input{Event: cloneEvent(ev), Seq: s.inputSeq.Add(1), AcceptedAt: t}
+		ch.inputs = append(ch.inputs, x)
+		ch.inputID[ev.ID] = x
+		ch.waiting++
+		in = copyInput(x)
+	})
+	if err != nil {
+		return baton.Chat{}, baton.Input{}, err
+	}
+	return chat, in, nil
 }
 
 // create adds c, prepared, with its first events (already numbered 1 …).
-func (s *Store) create(scope baton.Scope, c baton.Chat, events []baton.Event) (baton.Chat, error) {
+// fill, when not nil, adds to the new chat before any other goroutine can
+// see it (its first input).
+func (s *Store) create(scope baton.Scope, c baton.Chat, events []baton.Event, fill func(ch *chat, t time.Time)) (baton.Chat, error) {
 	ch := &chat{
 		ids: map[string]struct{}{}, used: map[string]struct{}{}, inputID: map[string]*baton.Input{},
 		effects: map[string]*effect{}, usage: map[string]*baton.UsageTotal{},
@@ -228,6 +254,9 @@ func (s *Store) create(scope baton.Scope, c baton.Chat, events []baton.Event) (b
 	}
 	c.LastSequence = int64(len(events))
 	ch.c, ch.n = c, len(s.order)
+	if fill != nil {
+		fill(ch, t)
+	}
 	s.setStatus(ch, "", c.Status)
 	s.chats.Store(c.ID, ch)
 	s.order = append(s.order, ch)

@@ -31,27 +31,69 @@ func (s *Store) CreateChat(ctx context.Context, scope baton.Scope, c baton.Chat)
 	pending := c.Pending
 	c.Pending = nil
 	err := s.writeTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `INSERT INTO chats (id, app, user_id, workflow, status, context, turn_agent, cache_seed, created_at, updated_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9)`,
-			c.ID, c.App, c.User, c.Workflow, string(c.Status), []byte(c.Context), c.TurnAgent, c.CacheSeed, now)
-		if _, ok := isUnique(err); ok {
-			return baton.Errorf(baton.ECONFLICT, "chat %q already exists", c.ID)
-		}
-		if err != nil {
-			return err
-		}
-		return addPending(ctx, tx, c.ID, pending, now)
+		return insertChat(ctx, tx, c, pending, now)
 	})
 	if err != nil {
 		return baton.Chat{}, s.dbErr("create chat", err)
 	}
+	return withPending(c, pending, now), nil
+}
+
+// CreateChatWithInput creates c and keeps ev in its inbox in one
+// transaction; see baton.InboxStore.
+func (s *Store) CreateChatWithInput(ctx context.Context, scope baton.Scope, c baton.Chat, ev baton.Event) (baton.Chat, baton.Input, error) {
+	if err := s.check(); err != nil {
+		return baton.Chat{}, baton.Input{}, err
+	}
+	ev, err := baton.PrepareCreateWithInput(scope, &c, ev)
+	if err != nil {
+		return baton.Chat{}, baton.Input{}, err
+	}
+	raw, err := json.Marshal(ev)
+	if err != nil {
+		return baton.Chat{}, baton.Input{}, baton.Errorf(baton.EINVALID, "input: %v", err)
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	c.CreatedAt, c.UpdatedAt = now, now
+	pending := c.Pending
+	c.Pending = nil
+	in := baton.Input{Event: ev, AcceptedAt: now}
+	err = s.writeTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		if err := insertChat(ctx, tx, c, pending, now); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `INSERT INTO inputs (chat_id, id, type, event, accepted_at) VALUES ($1, $2, $3, $4, $5) RETURNING seq`,
+			c.ID, ev.ID, ev.Type, string(raw), now).Scan(&in.Seq)
+	})
+	if err != nil {
+		return baton.Chat{}, baton.Input{}, s.dbErr("create chat with input", err)
+	}
+	return withPending(c, pending, now), in, nil
+}
+
+// insertChat writes c, prepared, and its pending requests in tx.
+func insertChat(ctx context.Context, tx pgx.Tx, c baton.Chat, pending []baton.PendingRequest, now time.Time) error {
+	_, err := tx.Exec(ctx, `INSERT INTO chats (id, app, user_id, workflow, status, context, turn_agent, cache_seed, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9)`,
+		c.ID, c.App, c.User, c.Workflow, string(c.Status), []byte(c.Context), c.TurnAgent, c.CacheSeed, now)
+	if _, ok := isUnique(err); ok {
+		return baton.Errorf(baton.ECONFLICT, "chat %q already exists", c.ID)
+	}
+	if err != nil {
+		return err
+	}
+	return addPending(ctx, tx, c.ID, pending, now)
+}
+
+// withPending returns c with its pending requests as created at now.
+func withPending(c baton.Chat, pending []baton.PendingRequest, now time.Time) baton.Chat {
 	for _, p := range pending {
 		if p.CreatedAt.IsZero() {
 			p.CreatedAt = now
 		}
 		c.Pending = append(c.Pending, p)
 	}
-	return c, nil
+	return c
 }
 
 const chatCols = `id, app, user_id, workflow, status, last_sequence, context, turn_agent, cache_seed, created_at, updated_at`

@@ -43,27 +43,73 @@ func (s *Store) CreateChat(ctx context.Context, scope baton.Scope, c baton.Chat)
 	pending := c.Pending
 	c.Pending = nil
 	err := s.write(ctx, func(ctx context.Context, w *wconn) error {
-		_, err := w.exec(ctx, `INSERT INTO chats (id, app, user_id, workflow, status, context, turn_agent, cache_seed, created_at, updated_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			c.ID, c.App, c.User, c.Workflow, string(c.Status), string(c.Context), c.TurnAgent, c.CacheSeed, micros(now), micros(now))
-		if isUnique(err) {
-			return baton.Errorf(baton.ECONFLICT, "chat %q already exists", c.ID)
-		}
-		if err != nil {
-			return storeErr("create chat", err)
-		}
-		return addPending(ctx, w, c.ID, pending, now)
+		return insertChat(ctx, w, c, pending, now)
 	})
 	if err != nil {
 		return baton.Chat{}, err
 	}
+	return withPending(c, pending, now), nil
+}
+
+// CreateChatWithInput creates c and keeps ev in its inbox in one commit;
+// see baton.InboxStore. A new chat's first message then costs one commit
+// (and one fsync) where CreateChat and AddInput cost two.
+func (s *Store) CreateChatWithInput(ctx context.Context, scope baton.Scope, c baton.Chat, ev baton.Event) (baton.Chat, baton.Input, error) {
+	ev, err := baton.PrepareCreateWithInput(scope, &c, ev)
+	if err != nil {
+		return baton.Chat{}, baton.Input{}, err
+	}
+	raw, err := json.Marshal(ev)
+	if err != nil {
+		return baton.Chat{}, baton.Input{}, baton.Errorf(baton.EINVALID, "input: %v", err)
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	c.CreatedAt, c.UpdatedAt = now, now
+	pending := c.Pending
+	c.Pending = nil
+	in := baton.Input{Event: ev, AcceptedAt: now}
+	err = s.write(ctx, func(ctx context.Context, w *wconn) error {
+		if err := insertChat(ctx, w, c, pending, now); err != nil {
+			return err
+		}
+		res, err := w.exec(ctx, `INSERT INTO inputs (chat_id, id, type, event, accepted_at) VALUES (?, ?, ?, ?, ?)`,
+			c.ID, ev.ID, ev.Type, string(raw), micros(now))
+		if err != nil {
+			return storeErr("add input", err)
+		}
+		in.Seq, err = res.LastInsertId()
+		return storeErr("add input", err)
+	})
+	if err != nil {
+		return baton.Chat{}, baton.Input{}, err
+	}
+	return withPending(c, pending, now), in, nil
+}
+
+// insertChat writes c, prepared, and its pending requests, within the
+// writer's transaction.
+func insertChat(ctx context.Context, w *wconn, c baton.Chat, pending []baton.PendingRequest, now time.Time) error {
+	_, err := w.exec(ctx, `INSERT INTO chats (id, app, user_id, workflow, status, context, turn_agent, cache_seed, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		c.ID, c.App, c.User, c.Workflow, string(c.Status), string(c.Context), c.TurnAgent, c.CacheSeed, micros(now), micros(now))
+	if isUnique(err) {
+		return baton.Errorf(baton.ECONFLICT, "chat %q already exists", c.ID)
+	}
+	if err != nil {
+		return storeErr("create chat", err)
+	}
+	return addPending(ctx, w, c.ID, pending, now)
+}
+
+// withPending returns c with its pending requests as created at now.
+func withPending(c baton.Chat, pending []baton.PendingRequest, now time.Time) baton.Chat {
 	for _, p := range pending {
 		if p.CreatedAt.IsZero() {
 			p.CreatedAt = now
 		}
 		c.Pending = append(c.Pending, p)
 	}
-	return c, nil
+	return c
 }
 
 const chatCols = `id, app, user_id, workflow, status, last_sequence, context, turn_agent, cache_seed, created_at, updated_at`

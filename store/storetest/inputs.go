@@ -147,3 +147,130 @@ func testInbox(t *testing.T, s baton.Store) {
 		}
 	}
 }
+
+// testCreateChatWithInput checks CreateChatWithInput: the chat and its
+// first input are written together (the input waits in the new chat's
+// inbox, the append that records it takes it), a taken id writes neither
+// (the existing chat's inbox is left as it was, whichever of concurrent
+// creations wins), and a bad input creates no chat.
+func testCreateChatWithInput(t *testing.T, s baton.Store) {
+	ctx := ctxT(t)
+	scope := NewScope()
+	// No chat id anywhere: the store draws one and the input names it.
+	first := inputEvent("", "hello")
+	chat, in, err := s.CreateChatWithInput(ctx, scope, baton.Chat{Workflow: "wf"}, first)
+	if err != nil {
+		t.Fatalf("CreateChatWithInput: %v", err)
+	}
+	if chat.ID == "" || chat.App != scope.App || chat.User != scope.User || chat.Status != baton.ChatRunning || chat.CacheSeed == 0 || chat.CreatedAt.IsZero() {
+		t.Errorf("created chat %+v", chat)
+	}
+	if in.Seq == 0 || in.Event.ID != first.ID || in.Event.ChatID() != chat.ID || in.AcceptedAt.IsZero() || !in.ConsumedAt.IsZero() {
+		t.Errorf("kept input %+v, want %s of chat %s, waiting", in, first.ID, chat.ID)
+	}
+	got, err := s.GetChat(ctx, scope, chat.ID)
+	if err != nil || got.Workflow != "wf" || got.LastSequence != 0 {
+		t.Fatalf("GetChat: %+v err=%v", got, err)
+	}
+	waiting, err := s.Inputs(ctx, scope, chat.ID)
+	if err != nil || len(waiting) != 1 || waiting[0].Seq != in.Seq || waiting[0].Event.ID != first.ID ||
+		waiting[0].Event.ChatID() != chat.ID || string(waiting[0].Event.Metadata.Extra["inbox"]) != "true" {
+		t.Fatalf("Inputs: %+v err=%v, want the first input", waiting, err)
+	}
+	var p struct{ Content string }
+	if err := json.Unmarshal(waiting[0].Event.Payload, &p); err != nil || p.Content != "hello" {
+		t.Errorf("kept payload %s (%v)", waiting[0].Event.Payload, err)
+	}
+	listed := false
+	chats, err := s.ChatsWithInputs(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range chats {
+		listed = listed || c.ID == chat.ID
+	}
+	if !listed {
+		t.Errorf("ChatsWithInputs misses chat %s", chat.ID)
+	}
+	// Another scope sees neither.
+	if _, err := s.Inputs(ctx, NewScope(), chat.ID); !errors.Is(err, baton.ErrNotFound) {
+		t.Errorf("Inputs in another scope: %v, want ENOTFOUND", err)
+	}
+	// The append that records it takes it, once.
+	if _, err := s.Append(ctx, scope, chat.ID, []baton.Event{TextEvent("user", "hello")}, &baton.ChatUpdate{ConsumeInputs: []string{first.ID}}); err != nil {
+		t.Fatalf("Append taking the first input: %v", err)
+	}
+	if waiting, err := s.Inputs(ctx, scope, chat.ID); err != nil || len(waiting) != 0 {
+		t.Errorf("Inputs after the take: %+v err=%v, want none", waiting, err)
+	}
+	if again, added, err := s.AddInput(ctx, scope, in.Event); err != nil || added || again.ConsumedAt.IsZero() {
+		t.Errorf("AddInput of the taken first input: %+v added=%v err=%v, want it, taken, and false", again, added, err)
+	}
+
+	// An id in use, with its own chat id on the input: ECONFLICT, and the
+	// existing chat (created with or without an input) gains no input.
+	plain := mustChat(t, s, scope, "wf")
+	for _, id := range []string{chat.ID, plain.ID} {
+		_, _, err := s.CreateChatWithInput(ctx, scope, baton.Chat{ID: id, Workflow: "other"}, inputEvent(id, "again"))
+		if !errors.Is(err, baton.ErrConflict) {
+			t.Errorf("CreateChatWithInput of chat %s again: %v, want ECONFLICT", id, err)
+		}
+		if waiting, err := s.Inputs(ctx, scope, id); err != nil || len(waiting) != 0 {
+			t.Errorf("chat %s's inbox after a refused creation: %+v err=%v, want empty", id, waiting, err)
+		}
+		if c, err := s.GetChat(ctx, scope, id); err != nil || c.Workflow != "wf" {
+			t.Errorf("chat %s after a refused creation: %+v err=%v", id, c, err)
+		}
+	}
+
+	// Concurrent creations of one id: one wins, and its input is the one
+	// the inbox holds.
+	id := baton.NewID()
+	evs := make([]baton.Event, 6)
+	errs := make([]error, len(evs))
+	var wg sync.WaitGroup
+	for i := range evs {
+		evs[i] = inputEvent(id, "racer")
+		wg.Go(func() {
+			_, _, errs[i] = s.CreateChatWithInput(ctx, scope, baton.Chat{ID: id, Workflow: "wf"}, evs[i])
+		})
+	}
+	wg.Wait()
+	winner := -1
+	for i, err := range errs {
+		switch {
+		case err == nil && winner >= 0:
+			t.Errorf("creations %d and %d of chat %s both succeeded", winner, i, id)
+		case err == nil:
+			winner = i
+		case !errors.Is(err, baton.ErrConflict):
+			t.Errorf("a losing creation: %v, want ECONFLICT", err)
+		}
+	}
+	if winner < 0 {
+		t.Fatalf("no creation of chat %s succeeded: %v", id, errs)
+	}
+	if waiting, err := s.Inputs(ctx, scope, id); err != nil || len(waiting) != 1 || waiting[0].Event.ID != evs[winner].ID {
+		t.Errorf("inbox after the race: %+v err=%v, want only the winner's input %s", waiting, err, evs[winner].ID)
+	}
+
+	// A bad input or a bad chat: EINVALID, and no chat.
+	bad := []struct {
+		name string
+		c    baton.Chat
+		ev   baton.Event
+	}{
+		{"an input of another chat", baton.Chat{ID: baton.NewID(), Workflow: "wf"}, inputEvent(baton.NewID(), "x")},
+		{"a recorded type", baton.Chat{ID: baton.NewID(), Workflow: "wf"}, TextEvent("user", "x")},
+		{"an input without an id", baton.Chat{ID: baton.NewID(), Workflow: "wf"}, func() baton.Event { e := inputEvent("", "x"); e.ID = ""; return e }()},
+		{"a bad status", baton.Chat{ID: baton.NewID(), Workflow: "wf", Status: "nope"}, inputEvent("", "x")},
+	}
+	for _, b := range bad {
+		if _, _, err := s.CreateChatWithInput(ctx, scope, b.c, b.ev); !errors.Is(err, baton.ErrInvalid) {
+			t.Errorf("CreateChatWithInput with %s: %v, want EINVALID", b.name, err)
+		}
+		if _, err := s.GetChat(ctx, scope, b.c.ID); !errors.Is(err, baton.ErrNotFound) {
+			t.Errorf("after CreateChatWithInput with %s: GetChat says %v, want ENOTFOUND", b.name, err)
+		}
+	}
+}

@@ -43,6 +43,7 @@ func Run(t *testing.T, newStore func(t *testing.T) baton.Store) {
 		{"Pending", testPending},
 		{"Fork", testFork},
 		{"Inbox", testInbox},
+		{"CreateChatWithInput", testCreateChatWithInput},
 		{"TenantIsolation", testTenantIsolation},
 		{"EffectLedger", testEffectLedger},
 		{"EffectHolder", testEffectHolder},
