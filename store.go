@@ -44,6 +44,10 @@ const (
 	PendingUITool = "ui_tool"
 	PendingInput  = "input"
 	PendingSecret = "secret"
+	// PendingToolInput is a tool call waiting for the person's answer to
+	// its question (ToolStatusInputRequired): the person's next message
+	// answers it.
+	PendingToolInput = "tool_input"
 )
 
 // Chat is one conversation of one workflow, owned by an app and a user. Its
@@ -76,7 +80,7 @@ type Chat struct {
 // PendingRequest is a request the chat waits for a person to answer.
 type PendingRequest struct {
 	UIEventID  string
-	Kind       string // PendingUITool, PendingInput or PendingSecret
+	Kind       string // PendingUITool, PendingInput, PendingSecret or PendingToolInput
 	ToolCallID string
 	ToolName   string
 	Agent      string
@@ -607,9 +611,9 @@ func (p *PendingRequest) validate() error {
 		return err
 	}
 	switch p.Kind {
-	case PendingUITool, PendingInput, PendingSecret:
+	case PendingUITool, PendingInput, PendingSecret, PendingToolInput:
 	default:
-		return Errorf(EINVALID, "pending.kind: %q is not ui_tool, input or secret", p.Kind)
+		return Errorf(EINVALID, "pending.kind: %q is not ui_tool, input, secret or tool_input", p.Kind)
 	}
 	return validateTexts("pending.tool_call_id", p.ToolCallID, "pending.tool_name", p.ToolName, "pending.agent", p.Agent)
 }

@@ -93,6 +93,8 @@ func decodeText(data []byte, p *baton.TextPayload, n names) {
 			return jsonString(v, &p.InputID)
 		case "event_id":
 			return jsonString(v, &p.EventID)
+		case "answers_tool_call_id":
+			return jsonString(v, &p.AnswersToolCallID)
 		}
 		return otherKey(k)
 	})
@@ -193,6 +195,16 @@ func decodeInputRequest(data []byte, p *baton.InputRequestPayload, n names) {
 		switch string(k) {
 		case "agent":
 			return n.str(v, &p.Agent)
+		case "request_id":
+			return jsonString(v, &p.RequestID)
+		case "tool_call_id":
+			return jsonString(v, &p.ToolCallID)
+		case "tool_name":
+			return n.str(v, &p.ToolName)
+		case "round":
+			return jsonInt(v, &p.Round)
+		case "resume":
+			return jsonRaw(v, &p.Resume)
 		}
 		return otherKey(k)
 	})
