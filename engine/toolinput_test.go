@@ -39,9 +39,11 @@ type askingTool struct {
 	blocked chan struct{} // closed when the blocking call has started
 }
 
-func (a *askingTool) Name() string                { return "ask_person" }
-func (a *askingTool) Description() string         { return "Asks the person for their name and city." }
-func (a *askingTool) Parameters() json.RawMessage { return json.RawMessage(`{"type":"object","properties":{}}`) }
+func (a *askingTool) Name() string        { return "ask_person" }
+func (a *askingTool) Description() string { return "Asks the person for their name and city." }
+func (a *askingTool) Parameters() json.RawMessage {
+	return json.RawMessage(`{"type":"object","properties":{}}`)
+}
 
 func (a *askingTool) Call(ctx context.Context, cc *baton.CallContext, _ json.RawMessage) (baton.ToolResult, error) {
 	c := askingCall{key: cc.EffectKey, recovery: cc.Recovery}
