@@ -237,3 +237,46 @@ func TestA2AToolInputKill(t *testing.T) {
 		t.Errorf("%d recovery notices after a kill during the call, want 1", recoveries)
 	}
 }
+
+// TestA2AToolInputOverProtocols: the remote question a paused a2a call asks
+// reaches the person through the other client protocols too: as the
+// agent's text of an AG-UI run (which ends waiting for input) and as the
+// content of a Chat Completions reply.
+func TestA2AToolInputOverProtocols(t *testing.T) {
+	remote := newEnv(t, withWorkflows(askNameDir))
+	t.Setenv("A2A_REMOTE_URL", remote.ts.URL)
+	t.Setenv("A2A_REMOTE_TOKEN", remote.keys[scopeAda])
+	caller := newEnv(t, withWorkflows(writeCallerWorkflow(t, "askname", "Register me.")))
+
+	r := caller.agui(t, "caller", caller.keys[scopeAda], aguiInputOf("thread-ask", "run-1", userMsg("m1", "Register me.")))
+	verifyAGUI(t, r)
+	var said strings.Builder
+	for _, ev := range r.events {
+		if ev.typ() == "TEXT_MESSAGE_CONTENT" {
+			said.WriteString(ev.str("delta"))
+		}
+	}
+	if !strings.Contains(said.String(), "What is your name?") {
+		t.Errorf("the AG-UI run said %q, not the remote question; events %v", said.String(), r.types())
+	}
+
+	resp := caller.do(t, "POST", "/v1/chat/completions", caller.keys[scopeAda],
+		map[string]any{"model": "caller", "messages": []any{map[string]any{"role": "user", "content": "Register me."}}})
+	if resp.status != 200 {
+		t.Fatalf("chat completions: %d %s", resp.status, resp.body)
+	}
+	var cc struct {
+		Choices []struct {
+			Message struct {
+				Content string `json:"content"`
+			} `json:"message"`
+			FinishReason string `json:"finish_reason"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal(resp.body, &cc); err != nil {
+		t.Fatal(err)
+	}
+	if len(cc.Choices) != 1 || !strings.Contains(cc.Choices[0].Message.Content, "What is your name?") || cc.Choices[0].FinishReason != "stop" {
+		t.Errorf("the Chat Completions reply %s does not ask the remote question", resp.body)
+	}
+}
