@@ -93,10 +93,16 @@ func withAnswer(cc *baton.CallContext, oc openCall) {
 	cc.EffectKey = baton.AnswerEffectKey(cc.EffectKey, oc.round)
 }
 
-// toolInputID is the request id of a call's round-th question: unique in
-// the chat, and short whatever the model's call id.
+// toolInputID is the request id of a call's round-th question. Pending
+// ids are unique across chats (a fork's copy of the chat goes on under the
+// same turn keys), so it names the chat; the call is hashed, to keep it
+// short whatever the model's call id.
 func (r *run) toolInputID(oc openCall, round int) string {
-	return "toolinput_" + strconv.Itoa(r.st.turn.index) + "_" + shortHash(r.st.turn.key, oc.id) + "_" + strconv.Itoa(round)
+	chat := r.st.chat.ID
+	if len(chat) > 64 {
+		chat = shortHash(chat) // a caller-chosen chat id: the request id must stay within baton.MaxEventIDLen
+	}
+	return "toolinput_" + chat + "_" + strconv.Itoa(r.st.turn.index) + "_" + shortHash(r.st.turn.key, oc.id) + "_" + strconv.Itoa(round)
 }
 
 // askPerson stages the chat.input_request of a call whose tool asked the

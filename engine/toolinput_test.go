@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -232,6 +233,29 @@ func TestToolInput_PausesForThePerson(t *testing.T) {
 	if first.Round != 1 || string(first.Resume) != `{"asked":"name"}` {
 		t.Fatalf("first question %+v", first)
 	}
+	// A fork made at the question waits for its answer too.
+	src, err := h.store.GetChat(ctx, testScope, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fork, err := h.eng.Fork(ctx, testScope, id, src.LastSequence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forkAsked := waitAsked(t, h, fork.ID, "What is your name?") // its request renamed, in the event and the row alike
+	if forkAsked.RequestID == first.RequestID || forkAsked.Round != 1 {
+		t.Fatalf("the fork's question %+v", forkAsked)
+	}
+	if err := h.eng.Submit(ctx, testScope, fork.ID, "Bob", "ws"); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the fork's second question", func() error {
+		if n := countType(h.events(fork.ID), baton.TypeChatInputRequest); n != 2 {
+			return fmt.Errorf("%d input requests", n)
+		}
+		return nil
+	})
+	waitAsked(t, h, fork.ID, "And your city?")
 	if err := h.eng.Submit(ctx, testScope, id, "Ada", "ws"); err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +278,12 @@ func TestToolInput_PausesForThePerson(t *testing.T) {
 	mu.Unlock()
 	tc := toolCallOf(t, h, id)
 	key := baton.EffectKey(id, tc.TurnKey, tc.ToolCallID)
-	runs := at.runs()
+	var runs []askingCall
+	for _, r := range at.runs() {
+		if strings.HasPrefix(r.key, id+"/") { // not the fork's
+			runs = append(runs, r)
+		}
+	}
 	want := []askingCall{{key: key}, {key: baton.AnswerEffectKey(key, 1), answer: "Ada", round: 1, resume: `{"asked":"name"}`},
 		{key: baton.AnswerEffectKey(key, 2), answer: "Paris", round: 2, resume: `{"asked":"city","name":"Ada"}`}}
 	if !slices.Equal(runs, want) {
