@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"iter"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -382,4 +384,60 @@ func toolCallOf(t *testing.T, h *harness, id string) baton.ToolCallPayload {
 	}
 	t.Fatal("no tool call")
 	return baton.ToolCallPayload{}
+}
+
+// TestToolInput_RestartBeforeTheQuestion: the process dies after the tool
+// asked (its result is in the effect ledger) but before the question was
+// recorded; after the restart the question comes from the ledger — the
+// tool does not run again — and the chat pauses with it once.
+func TestToolInput_RestartBeforeTheQuestion(t *testing.T) {
+	var mu sync.Mutex
+	var reqs [][]baton.Message
+	var dead atomic.Bool
+	at := &askingTool{}
+	h := newHarness(t, withWorkflows(writeAskingWorkflow(t)), withProvider(recording(&mu, &reqs)), withTools(tool.WithFuncs(at)),
+		withFaults(func(events []baton.Event) error {
+			if dead.Load() {
+				return errors.New("injected: the process is dead")
+			}
+			for _, ev := range events {
+				if ev.Type == baton.TypeChatInputRequest && dead.CompareAndSwap(false, true) {
+					return errors.New("injected: the process died here")
+				}
+			}
+			return nil
+		}))
+	ctx := context.Background()
+	chat, err := h.eng.Start(ctx, testScope, "asking", baton.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := chat.ID
+	testenv.Eventually(t, 10*time.Second, "the question's append to fail", func() error {
+		if !dead.Load() || !h.settled() {
+			return fmt.Errorf("dead %v, settled %v", dead.Load(), h.settled())
+		}
+		return nil
+	})
+	if n := countType(h.events(id), baton.TypeChatInputRequest); n != 0 {
+		t.Fatalf("%d questions recorded before the restart", n)
+	}
+	h.close()
+	h = newHarness(t, withDB(h.dbPath), withWorkflows(h.root), withProvider(h.prov), withTools(h.toolOpts...))
+	running, err := h.store.ChatsByStatus(ctx, baton.ChatRunning, 10)
+	if err != nil || len(running) != 1 {
+		t.Fatalf("running chats: %v %v", running, err)
+	}
+	if _, err := h.eng.Recover(ctx, running); err != nil {
+		t.Fatal(err)
+	}
+	if q := waitAsked(t, h, id, "What is your name?"); string(q.Resume) != `{"asked":"name"}` {
+		t.Fatalf("the question from the ledger lost the tool's state: %+v", q)
+	}
+	if n := countType(h.events(id), baton.TypeChatInputRequest); n != 1 {
+		t.Fatalf("%d questions, want 1", n)
+	}
+	if runs := at.runs(); len(runs) != 1 {
+		t.Fatalf("the tool ran %d times (%+v), want once: the restart takes its result from the ledger", len(runs), runs)
+	}
 }
