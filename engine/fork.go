@@ -148,7 +148,7 @@ func (st *state) pendingNow() []baton.PendingRequest {
 		out = append(out, baton.PendingRequest{UIEventID: oc.uiEventID, Kind: kind, ToolCallID: oc.id, ToolName: oc.name, Agent: oc.agent})
 	}
 	if oc := st.toolAsking(); oc != nil {
-		out = append(out, baton.PendingRequest{UIEventID: oc.asking, Kind: baton.PendingToolInput, ToolCallID: oc.id, ToolName: oc.name, Agent: oc.agent})
+		out = append(out, baton.PendingRequest{UIEventID: oc.ask.asking, Kind: baton.PendingToolInput, ToolCallID: oc.id, ToolName: oc.name, Agent: oc.agent})
 	}
 	return out
 }

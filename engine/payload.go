@@ -191,12 +191,14 @@ func decodeHandoff(data []byte, p *baton.HandoffPayload, n names) {
 }
 
 func decodeInputRequest(data []byte, p *baton.InputRequestPayload, n names) {
+	var rid []byte // request_id, read only for a tool's question: the fold needs no other's
 	decode(data, p, func(k, v []byte) bool {
 		switch string(k) {
 		case "agent":
 			return n.str(v, &p.Agent)
 		case "request_id":
-			return jsonString(v, &p.RequestID)
+			rid = v
+			return true
 		case "tool_call_id":
 			return jsonString(v, &p.ToolCallID)
 		case "tool_name":
@@ -208,6 +210,11 @@ func decodeInputRequest(data []byte, p *baton.InputRequestPayload, n names) {
 		}
 		return otherKey(k)
 	})
+	if p.ToolCallID != "" && p.RequestID == "" && rid != nil && !jsonString(rid, &p.RequestID) {
+		q := new(baton.InputRequestPayload)
+		_ = json.Unmarshal(data, q)
+		*p = *q
+	}
 }
 
 // members calls fn with the key (as written, without quotes) and the raw

@@ -32,7 +32,11 @@ func foldFields(v any) any {
 	case *baton.HandoffPayload:
 		return baton.HandoffPayload{From: p.From, To: p.To, TransitionTarget: p.TransitionTarget, Prompt: p.Prompt}
 	case *baton.InputRequestPayload:
-		return baton.InputRequestPayload{Agent: p.Agent, RequestID: p.RequestID, ToolCallID: p.ToolCallID, ToolName: p.ToolName, Round: p.Round, Resume: p.Resume}
+		out := baton.InputRequestPayload{Agent: p.Agent, ToolCallID: p.ToolCallID, ToolName: p.ToolName, Round: p.Round, Resume: p.Resume}
+		if p.ToolCallID != "" {
+			out.RequestID = p.RequestID // folded for a tool's question only
+		}
+		return out
 	}
 	panic("foldFields: unknown payload")
 }

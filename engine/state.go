@@ -104,16 +104,7 @@ type openCall struct {
 	interaction     string // "", "auto_tool" or "lifecycle"
 	pendingKind     string // for UI calls: baton.PendingUITool or baton.PendingSecret
 
-	// A call whose tool asked the person (ToolStatusInputRequired; see
-	// toolinput.go): asking is the pending request's id while the call
-	// waits for the answer; round counts the questions asked so far, resume
-	// is the tool's state from the last one, and answer the person's
-	// answer to it once recorded (answered), until the call goes on.
-	asking   string
-	round    int
-	resume   json.RawMessage
-	answer   string
-	answered bool
+	ask *toolAsk // set once the call's tool asked the person (toolinput.go)
 }
 
 func newState(chat baton.Chat, wf *workflow.Workflow) *state {

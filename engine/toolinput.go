@@ -29,8 +29,19 @@ import (
 //     tool may ask again (round+1) or answer: its chat.tool_response is then
 //     recorded as for any call, and the model goes on.
 //
-// The fold keeps all of it on the open call (openCall.asking, round,
-// resume, answer): nothing lives only in memory.
+// The fold keeps all of it on the open call (openCall.ask): nothing lives
+// only in memory.
+
+// toolAsk is what the fold knows of an open call whose tool asked the
+// person. It is allocated only for such a call, so that the open calls of
+// every other turn stay small.
+type toolAsk struct {
+	asking   string          // the pending request's id while the call waits for the answer
+	round    int             // the questions asked so far
+	resume   json.RawMessage // the tool's state from the last one
+	answer   string          // the person's answer to it, once recorded (answered)
+	answered bool
+}
 
 // toolCall returns the current turn's open call with the model's id, or nil.
 func (st *state) toolCall(id string) *openCall {
@@ -51,7 +62,7 @@ func (st *state) toolAsking() *openCall {
 		return nil
 	}
 	for i := range st.turn.open {
-		if st.turn.open[i].asking != "" {
+		if a := st.turn.open[i].ask; a != nil && a.asking != "" {
 			return &st.turn.open[i]
 		}
 	}
@@ -66,7 +77,7 @@ func (st *state) toolAsked(p *baton.InputRequestPayload) bool {
 	if oc == nil {
 		return false
 	}
-	oc.asking, oc.round, oc.resume, oc.answer, oc.answered = p.RequestID, p.Round, p.Resume, "", false
+	oc.ask = &toolAsk{asking: p.RequestID, round: p.Round, resume: p.Resume}
 	return true
 }
 
@@ -75,10 +86,10 @@ func (st *state) toolAsked(p *baton.InputRequestPayload) bool {
 // folded as a plain message).
 func (st *state) toolAnswered(id, text string) bool {
 	oc := st.toolCall(id)
-	if oc == nil || oc.asking == "" {
+	if oc == nil || oc.ask == nil || oc.ask.asking == "" {
 		return false
 	}
-	oc.asking, oc.answer, oc.answered = "", text, true
+	oc.ask = &toolAsk{round: oc.ask.round, resume: oc.ask.resume, answer: text, answered: true}
 	return true
 }
 
@@ -86,11 +97,12 @@ func (st *state) toolAnswered(id, text string) bool {
 // needs to go on: the answer, its round and the tool's state, and the
 // answer's own effect key.
 func withAnswer(cc *baton.CallContext, oc openCall) {
-	if !oc.answered {
+	a := oc.ask
+	if a == nil || !a.answered {
 		return
 	}
-	cc.Answer = &baton.ToolAnswer{Text: oc.answer, Resume: oc.resume, Round: oc.round}
-	cc.EffectKey = baton.AnswerEffectKey(cc.EffectKey, oc.round)
+	cc.Answer = &baton.ToolAnswer{Text: a.answer, Resume: a.resume, Round: a.round}
+	cc.EffectKey = baton.AnswerEffectKey(cc.EffectKey, a.round)
 }
 
 // toolInputID is the request id of a call's round-th question. Pending
@@ -109,7 +121,10 @@ func (r *run) toolInputID(oc openCall, round int) string {
 // person (res.Status is baton.ToolStatusInputRequired): its prompt is the
 // tool's question, and the chat waits for the person's message.
 func (r *run) askPerson(oc openCall, res baton.ToolResult) {
-	round := oc.round + 1
+	round := 1
+	if oc.ask != nil {
+		round = oc.ask.round + 1
+	}
 	id := r.toolInputID(oc, round)
 	prompt := res.Content
 	if prompt == "" {
@@ -136,7 +151,7 @@ func (r *run) askPerson(oc openCall, res baton.ToolResult) {
 // the next step (runTool, with the answer).
 func (r *run) toolAnswer(ev baton.Event, oc *openCall, content, source string) error {
 	st := r.st
-	id, asking := oc.id, oc.asking // staging the text folds the answer into oc
+	id, asking := oc.id, oc.ask.asking // staging the text folds the answer into oc
 	user := workflow.UserAgent
 	events := r.synthetic(user, content)
 	events = append(events, baton.NewChatEvent(baton.TypeChatText, st.chat.ID, user, baton.TextPayload{
