@@ -441,3 +441,47 @@ func TestToolInput_RestartBeforeTheQuestion(t *testing.T) {
 		t.Fatalf("the tool ran %d times (%+v), want once: the restart takes its result from the ledger", len(runs), runs)
 	}
 }
+
+// TestToolInput_CancelWhilePaused: run.cancel while the chat waits for the
+// tool's answer does what it does for any pause — nothing, no run being in
+// progress — and the answer still goes on with the call.
+func TestToolInput_CancelWhilePaused(t *testing.T) {
+	var mu sync.Mutex
+	var reqs [][]baton.Message
+	at := &askingTool{}
+	h := newHarness(t, withWorkflows(writeAskingWorkflow(t)), withProvider(recording(&mu, &reqs)), withTools(tool.WithFuncs(at)))
+	ctx := context.Background()
+	chat, err := h.eng.Start(ctx, testScope, "asking", baton.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := chat.ID
+	waitAsked(t, h, id, "What is your name?")
+	before := len(h.events(id))
+	if err := h.eng.Cancel(ctx, testScope, id); err != nil {
+		t.Fatal(err)
+	}
+	h.settle()
+	if n := len(h.events(id)); n != before {
+		t.Fatalf("the cancel recorded %d events:\n%s", n-before, dump(h.events(id)))
+	}
+	waitAsked(t, h, id, "What is your name?")
+	for _, answer := range []string{"Ada", "Paris"} {
+		if err := h.eng.Submit(ctx, testScope, id, answer, "ws"); err != nil {
+			t.Fatal(err)
+		}
+		if answer == "Ada" {
+			testenv.Eventually(t, 10*time.Second, "the second question", func() error {
+				if n := countType(h.events(id), baton.TypeChatInputRequest); n != 2 {
+					return fmt.Errorf("%d input requests:\n%s", n, dump(h.events(id)))
+				}
+				return nil
+			})
+			waitAsked(t, h, id, "And your city?")
+		}
+	}
+	h.waitStatus(id, baton.ChatCompleted)
+	mu.Lock()
+	defer mu.Unlock()
+	checkAnswered(t, h, id, reqs)
+}
