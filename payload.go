@@ -32,6 +32,10 @@ type TextPayload struct {
 	// drops what it showed of that message.
 	RetractMessageID string `json:"retract_message_id,omitempty"`
 	Interrupted      bool   `json:"interrupted,omitempty"` // the model call was stopped by the person's message (double_texting: interrupt)
+	// AnswersToolCallID names the open tool call whose question
+	// (chat.input_request with tool_call_id) the person's message answers:
+	// the message goes to the tool, not to the agent's model.
+	AnswersToolCallID string `json:"answers_tool_call_id,omitempty"`
 }
 
 // StructuredOutputPayload is chat.structured_output_ready.
@@ -141,9 +145,17 @@ type HandoffPayload struct {
 // InputRequestPayload is chat.input_request: the chat waits for the person.
 type InputRequestPayload struct {
 	Kind      string `json:"kind"`
-	Agent     string `json:"agent"` // the agent that handed over to the person
+	Agent     string `json:"agent"` // the agent that handed over to the person, or whose tool call asks
 	Prompt    string `json:"prompt,omitempty"`
 	RequestID string `json:"request_id"`
+	// The next four are set when an open tool call asks the person (its
+	// result was ToolStatusInputRequired, e.g. a remote A2A task that
+	// needs input): the person's next message answers it and the call
+	// goes on with the answer.
+	ToolCallID string          `json:"tool_call_id,omitempty"`
+	ToolName   string          `json:"tool_name,omitempty"`
+	Round      int             `json:"round,omitempty"`  // 1 for the call's first question, 2 for the next…
+	Resume     json.RawMessage `json:"resume,omitempty"` // the tool's state to go on with (ToolResult.Resume)
 }
 
 // RunCompletePayload is chat.run_complete.

@@ -60,7 +60,7 @@ func TestPayloads_WireNames(t *testing.T) {
 		payload any
 		want    string
 	}{
-		{TextPayload{}, "agent agent_message_id content cost event_id feedback has_tool_calls index input_id interrupted kind retract_message_id source tokens tool_only turn_key ui_hidden"},
+		{TextPayload{}, "agent agent_message_id answers_tool_call_id content cost event_id feedback has_tool_calls index input_id interrupted kind retract_message_id source tokens tool_only turn_key ui_hidden"},
 		{SelectSpeakerPayload{}, "_synthetic agent kind prompt source turn_index turn_key"},
 		{ToolCallPayload{}, "agent agent_message_id arguments awaiting_response component_type corr event_id interaction_type kind lifecycle_key lifecycle_trigger mode payload pending_kind tool_call_id tool_name transfer turn_key ui_event_id ui_hidden"},
 		{ToolResponsePayload{}, "agent call_id content corr event_id input_id interaction_type kind payload status success tool_call_id tool_name ui_event_id ui_hidden"},
@@ -68,7 +68,7 @@ func TestPayloads_WireNames(t *testing.T) {
 		{UsageSummaryPayload{}, "agent agent_message_id cached_tokens completion_tokens cost kind model prompt_tokens reasoning_tokens request_digest total_tokens"},
 		{ContextUpdatedPayload{}, "agent kind trigger variables"},
 		{HandoffPayload{}, "condition from handoff_type kind prompt to transition_target"},
-		{InputRequestPayload{}, "agent kind prompt request_id"},
+		{InputRequestPayload{}, "agent kind prompt request_id resume round tool_call_id tool_name"},
 		{RunCompletePayload{}, "kind reason status total_turns"},
 		{ErrorPayload{}, "agent code kind message retryable turn_key"},
 		{WorkflowResumedPayload{}, "agent kind reason"},

@@ -48,6 +48,10 @@ const (
 	// (ClientTool): the client runs it and answers with its result, as it
 	// answers a UI tool (the chat's status is ChatWaitingUITool).
 	PendingClientTool = "client_tool"
+	// PendingToolInput is a tool call waiting for the person's answer to
+	// its question (ToolStatusInputRequired): the person's next message
+	// answers it.
+	PendingToolInput = "tool_input"
 )
 
 // Chat is one conversation of one workflow, owned by an app and a user. Its
@@ -80,7 +84,7 @@ type Chat struct {
 // PendingRequest is a request the chat waits for a person to answer.
 type PendingRequest struct {
 	UIEventID  string
-	Kind       string // PendingUITool, PendingInput, PendingSecret or PendingClientTool
+	Kind       string // PendingUITool, PendingInput, PendingSecret, PendingClientTool or PendingToolInput
 	ToolCallID string
 	ToolName   string
 	Agent      string
@@ -618,9 +622,9 @@ func (p *PendingRequest) validate() error {
 		return err
 	}
 	switch p.Kind {
-	case PendingUITool, PendingInput, PendingSecret, PendingClientTool:
+	case PendingUITool, PendingInput, PendingSecret, PendingClientTool, PendingToolInput:
 	default:
-		return Errorf(EINVALID, "pending.kind: %q is not ui_tool, input, secret or client_tool", p.Kind)
+		return Errorf(EINVALID, "pending.kind: %q is not ui_tool, input, secret, client_tool or tool_input", p.Kind)
 	}
 	return validateTexts("pending.tool_call_id", p.ToolCallID, "pending.tool_name", p.ToolName, "pending.agent", p.Agent)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"maps"
+	"strconv"
 	"sync"
 )
 
@@ -33,7 +34,34 @@ const (
 	// ToolResult.UI is waiting for the person, and the chat pauses until a
 	// ui.tool.response arrives.
 	ToolStatusPending = "pending"
+	// ToolStatusInputRequired marks the result of a call that waits for the
+	// person (an a2a tool whose remote task asks for input): Content is the
+	// question the person is shown, Resume what the tool needs to go on.
+	// The call stays open; the engine records a chat.input_request and
+	// calls the tool again with CallContext.Answer set to the person's
+	// answer. Tools the engine does not run for a model (lifecycle and
+	// auto-tools) must not return it.
+	ToolStatusInputRequired = "input_required"
 )
+
+// ToolAnswer is the person's answer to a call that returned
+// ToolStatusInputRequired, given to the same tool's next Call.
+type ToolAnswer struct {
+	// Text is what the person wrote.
+	Text string
+	// Resume is the ToolResult.Resume of the result that asked.
+	Resume json.RawMessage
+	// Round counts the answers to this call: 1 for the first.
+	Round int
+}
+
+// AnswerEffectKey is the effect key of the round-th answer to the call
+// whose effect key is callKey: each answer is an effect of its own (a
+// message to a remote agent), taken once however often the call is run
+// again after a restart.
+func AnswerEffectKey(callKey string, round int) string {
+	return callKey + "/answer/" + strconv.Itoa(round)
+}
 
 // CallContext is what a tool call knows about where it happens. The engine
 // fills it for every call.
@@ -64,6 +92,10 @@ type CallContext struct {
 	// Secrets are resolved secrets for the tools that need them. They are
 	// never logged or recorded.
 	Secrets map[string]string
+	// Answer is set when the call continues after the person answered the
+	// question of its ToolStatusInputRequired result; EffectKey is then
+	// AnswerEffectKey(the call's key, Answer.Round). Nil for a first call.
+	Answer *ToolAnswer
 }
 
 // EffectKey returns the effect-ledger key of a tool call: the chat, the
@@ -79,8 +111,14 @@ type ToolResult struct {
 	// UI is an optional payload for the chat UI (for a UI tool, the
 	// component to show; see package tool's UIRequest).
 	UI json.RawMessage `json:"ui,omitempty"`
-	// Status is ToolStatusOK, ToolStatusError or ToolStatusPending.
+	// Status is ToolStatusOK, ToolStatusError, ToolStatusPending or
+	// ToolStatusInputRequired.
 	Status string `json:"status"`
+	// Resume is, with ToolStatusInputRequired, the state the tool needs to
+	// go on with the person's answer (for an a2a tool, the remote task and
+	// context ids). The engine records it with the chat.input_request and
+	// gives it back in CallContext.Answer; it must hold no secret.
+	Resume json.RawMessage `json:"resume,omitempty"`
 	// Updates are context-variable updates the engine applies after the
 	// call, by name.
 	Updates map[string]json.RawMessage `json:"updates,omitempty"`

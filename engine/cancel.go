@@ -25,10 +25,16 @@ const maxPendingCancels = 4096
 type cancels struct {
 	mu      sync.Mutex
 	runs    map[string]context.CancelCauseFunc // chat → its run's cancel
-	pending map[string]bool                    // chat → a cancel seen, its lane event not handled yet
-	sub     *bus.Subscription
-	closing bool // set by stopWatchingCancels: subscribe no more
-	done    chan struct{}
+	pending map[string]string                  // chat → the id of a cancel seen, its lane event not handled yet
+	// stopped holds the ids of the cancels that stopped a run, until their
+	// lane event; laned those whose lane event was handled before this
+	// instance's watcher saw them (the bus delivers the two in either
+	// order): such a cancel comes too late for every run queued before it,
+	// and must stop no later one.
+	stopped, laned map[string]bool
+	sub            *bus.Subscription
+	closing        bool // set by stopWatchingCancels: subscribe no more
+	done           chan struct{}
 }
 
 // Cancel asks the run of chatID in progress to stop (see baton.TypeRunCancel). It
@@ -45,7 +51,9 @@ func (e *Engine) Cancel(ctx context.Context, scope baton.Scope, chatID string) e
 // applies them; Close stops it.
 func (e *Engine) watchCancels() error {
 	e.cancels.runs = map[string]context.CancelCauseFunc{}
-	e.cancels.pending = map[string]bool{}
+	e.cancels.pending = map[string]string{}
+	e.cancels.stopped = map[string]bool{}
+	e.cancels.laned = map[string]bool{}
 	sub, err := e.bus.Subscribe([]string{baton.TypeRunCancel}, bus.Buffer(cancelBuffer))
 	if err != nil {
 		return fmt.Errorf("engine: watch run.cancel: %w", err)
@@ -56,7 +64,7 @@ func (e *Engine) watchCancels() error {
 		defer close(e.cancels.done)
 		for {
 			for ev := range sub.C() {
-				e.cancelRun(ev.ChatID())
+				e.cancelRun(ev.ChatID(), ev.ID)
 			}
 			// Dropped for falling behind (it never should: applying a cancel
 			// is a map lookup): subscribe again, unless the bus or the
@@ -99,17 +107,31 @@ func (e *Engine) stopWatchingCancels() {
 // cancelRun cancels the chat's run in progress here, or, when none is,
 // remembers the cancel for a run about to start: one queued on the chat's
 // lane before the cancel (its lane event, handleCancel, forgets it).
-func (e *Engine) cancelRun(chatID string) {
+func (e *Engine) cancelRun(chatID, eventID string) {
 	e.cancels.mu.Lock()
 	defer e.cancels.mu.Unlock()
+	if e.cancels.laned[eventID] {
+		// Its lane turn has passed: a run in progress now began after it.
+		delete(e.cancels.laned, eventID)
+		return
+	}
 	if cancel, ok := e.cancels.runs[chatID]; ok {
 		cancel(errRunCancelled)
+		remember(e.cancels.stopped, eventID)
 		return
 	}
 	if len(e.cancels.pending) >= maxPendingCancels {
 		clear(e.cancels.pending)
 	}
-	e.cancels.pending[chatID] = true
+	e.cancels.pending[chatID] = eventID
+}
+
+// remember adds id to a bounded set of cancel ids.
+func remember(set map[string]bool, id string) {
+	if len(set) >= maxPendingCancels {
+		clear(set)
+	}
+	set[id] = true
 }
 
 // handleCancel is the lane's handler of run.cancel: every run queued before
@@ -117,8 +139,13 @@ func (e *Engine) cancelRun(chatID string) {
 // forgotten (it must not stop a later run).
 func (e *Engine) handleCancel(_ context.Context, ev baton.Event) error {
 	e.cancels.mu.Lock()
+	defer e.cancels.mu.Unlock()
+	seen := e.cancels.pending[ev.ChatID()] == ev.ID || e.cancels.stopped[ev.ID]
 	delete(e.cancels.pending, ev.ChatID())
-	e.cancels.mu.Unlock()
+	delete(e.cancels.stopped, ev.ID)
+	if !seen {
+		remember(e.cancels.laned, ev.ID) // for the watcher, when it sees it
+	}
 	return nil
 }
 
@@ -129,8 +156,9 @@ func (e *Engine) cancellable(ctx context.Context, chatID string) (context.Contex
 	runCtx, cancel := context.WithCancelCause(ctx)
 	e.cancels.mu.Lock()
 	e.cancels.runs[chatID] = cancel
-	if e.cancels.pending[chatID] {
+	if id, ok := e.cancels.pending[chatID]; ok {
 		delete(e.cancels.pending, chatID)
+		remember(e.cancels.stopped, id) // until its lane event
 		cancel(errRunCancelled)
 	}
 	e.cancels.mu.Unlock()

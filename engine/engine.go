@@ -1103,7 +1103,8 @@ func specsOf(wf *workflow.Workflow) []tool.Spec {
 			s.UI = tool.UISpec{Component: t.UI.Component, Mode: t.UI.Mode}
 		}
 		if t.A2A != nil {
-			s.A2A = tool.A2ASpec{CardURL: t.A2A.CardURL, Skill: t.A2A.Skill, TokenFrom: t.A2A.TokenFrom}
+			s.A2A = tool.A2ASpec{CardURL: t.A2A.CardURL, Skill: t.A2A.Skill, TokenFrom: t.A2A.TokenFrom,
+				ModelAnswers: t.A2A.OnInputRequired == workflow.A2AAskModel}
 		}
 		specs = append(specs, s)
 	}

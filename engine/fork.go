@@ -128,6 +128,9 @@ func (st *state) statusNow() baton.ChatStatus {
 		}
 		return baton.ChatWaitingUITool
 	}
+	if st.toolAsking() != nil {
+		return baton.ChatWaitingInput // a tool's question (toolinput.go)
+	}
 	if st.turn == nil && st.next == workflow.UserAgent {
 		return baton.ChatWaitingInput
 	}
@@ -143,6 +146,9 @@ func (st *state) pendingNow() []baton.PendingRequest {
 			kind = baton.PendingUITool
 		}
 		out = append(out, baton.PendingRequest{UIEventID: oc.uiEventID, Kind: kind, ToolCallID: oc.id, ToolName: oc.name, Agent: oc.agent})
+	}
+	if oc := st.toolAsking(); oc != nil {
+		out = append(out, baton.PendingRequest{UIEventID: oc.ask.asking, Kind: baton.PendingToolInput, ToolCallID: oc.id, ToolName: oc.name, Agent: oc.agent})
 	}
 	return out
 }

@@ -61,6 +61,10 @@ func (r *run) userInput(ctx context.Context, ev baton.Event) error {
 	switch {
 	case content == "":
 		return fmt.Errorf("%w: empty message", errIgnored)
+	case st.toolAsking() != nil:
+		// A tool call asked the person: this message is the answer
+		// (toolinput.go).
+		return r.toolAnswer(ev, st.toolAsking(), content, q.Source)
 	case st.turn != nil && !st.isFailed():
 		return fmt.Errorf("%w: the chat waits for a UI tool response, not a message", errIgnored)
 	}

@@ -93,6 +93,8 @@ func decodeText(data []byte, p *baton.TextPayload, n names) {
 			return jsonString(v, &p.InputID)
 		case "event_id":
 			return jsonString(v, &p.EventID)
+		case "answers_tool_call_id":
+			return jsonString(v, &p.AnswersToolCallID)
 		}
 		return otherKey(k)
 	})
@@ -189,13 +191,30 @@ func decodeHandoff(data []byte, p *baton.HandoffPayload, n names) {
 }
 
 func decodeInputRequest(data []byte, p *baton.InputRequestPayload, n names) {
+	var rid []byte // request_id, read only for a tool's question: the fold needs no other's
 	decode(data, p, func(k, v []byte) bool {
 		switch string(k) {
 		case "agent":
 			return n.str(v, &p.Agent)
+		case "request_id":
+			rid = v
+			return true
+		case "tool_call_id":
+			return jsonString(v, &p.ToolCallID)
+		case "tool_name":
+			return n.str(v, &p.ToolName)
+		case "round":
+			return jsonInt(v, &p.Round)
+		case "resume":
+			return jsonRaw(v, &p.Resume)
 		}
 		return otherKey(k)
 	})
+	if p.ToolCallID != "" && p.RequestID == "" && rid != nil && !jsonString(rid, &p.RequestID) {
+		q := new(baton.InputRequestPayload)
+		_ = json.Unmarshal(data, q)
+		*p = *q
+	}
 }
 
 // members calls fn with the key (as written, without quotes) and the raw

@@ -18,7 +18,7 @@ func foldFields(v any) any {
 		return baton.SelectSpeakerPayload{Agent: p.Agent, Source: p.Source, TurnKey: p.TurnKey, TurnIndex: p.TurnIndex, Prompt: p.Prompt}
 	case *baton.TextPayload:
 		return baton.TextPayload{Agent: p.Agent, Content: p.Content, AgentMessageID: p.AgentMessageID, HasToolCalls: p.HasToolCalls,
-			ToolOnly: p.ToolOnly, Feedback: p.Feedback, InputID: p.InputID}
+			ToolOnly: p.ToolOnly, Feedback: p.Feedback, InputID: p.InputID, AnswersToolCallID: p.AnswersToolCallID}
 	case *baton.ToolCallPayload:
 		return baton.ToolCallPayload{Agent: p.Agent, ToolName: p.ToolName, ToolCallID: p.ToolCallID, Arguments: p.Arguments,
 			AgentMessageID: p.AgentMessageID, UIEventID: p.UIEventID, InteractionType: p.InteractionType, Transfer: p.Transfer,
@@ -32,7 +32,11 @@ func foldFields(v any) any {
 	case *baton.HandoffPayload:
 		return baton.HandoffPayload{From: p.From, To: p.To, TransitionTarget: p.TransitionTarget, Prompt: p.Prompt}
 	case *baton.InputRequestPayload:
-		return baton.InputRequestPayload{Agent: p.Agent}
+		out := baton.InputRequestPayload{Agent: p.Agent, ToolCallID: p.ToolCallID, ToolName: p.ToolName, Round: p.Round, Resume: p.Resume}
+		if p.ToolCallID != "" {
+			out.RequestID = p.RequestID // folded for a tool's question only
+		}
+		return out
 	}
 	panic("foldFields: unknown payload")
 }
@@ -70,7 +74,7 @@ func decoderSeeds() [][]byte {
 	var seeds [][]byte
 	for _, s := range texts {
 		for _, v := range []any{
-			baton.TextPayload{Kind: "text", Agent: s, Content: s, Index: 3, AgentMessageID: s, HasToolCalls: true, ToolOnly: true, Feedback: true, InputID: s, Cost: 0.5, Tokens: 12},
+			baton.TextPayload{Kind: "text", Agent: s, Content: s, Index: 3, AgentMessageID: s, HasToolCalls: true, ToolOnly: true, Feedback: true, InputID: s, Cost: 0.5, Tokens: 12, AnswersToolCallID: s},
 			baton.SelectSpeakerPayload{Kind: "select_speaker", Agent: s, Source: "native", TurnKey: s, TurnIndex: 42, Prompt: s},
 			baton.ToolCallPayload{Kind: "tool_call", Agent: s, ToolName: s, ToolCallID: s, Arguments: json.RawMessage(`{"a": [1, {"b": "}"}], "c": null}`),
 				AgentMessageID: s, UIEventID: s, InteractionType: s, Transfer: true, LifecycleKey: s, PendingKind: s, Payload: json.RawMessage(`[{"x":"]"}]`)},
@@ -78,7 +82,7 @@ func decoderSeeds() [][]byte {
 			baton.StructuredOutputPayload{Kind: "structured_output_ready", ModelName: s, Data: json.RawMessage(`{"k":"v","n":[1,2,3]}`), AutoToolMode: true},
 			baton.ContextUpdatedPayload{Kind: "context_updated", Agent: s, Variables: map[string]json.RawMessage{"a": json.RawMessage(`true`), s: json.RawMessage(`"x"`)}},
 			baton.HandoffPayload{Kind: "handoff", From: s, To: s, TransitionTarget: s, Prompt: s, Condition: s},
-			baton.InputRequestPayload{Kind: "input_request", Agent: s, RequestID: s},
+			baton.InputRequestPayload{Kind: "input_request", Agent: s, RequestID: s, ToolCallID: s, ToolName: s, Round: 2, Resume: json.RawMessage(`{"task_id":"t-1","context_id":"}"}`)},
 		} {
 			raw, err := json.Marshal(v)
 			if err != nil {

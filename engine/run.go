@@ -232,6 +232,17 @@ func (r *run) steps(ctx context.Context) error {
 			if took, err = r.takeUIResponse(ctx); err == nil && !took {
 				return nil
 			}
+		case st.toolAsking() != nil:
+			// A tool call waits for the person's answer (toolinput.go): a
+			// message in the inbox is it. The question is recorded first,
+			// so its request is pending before the answer resolves it.
+			if err = r.flush(ctx); err != nil {
+				break
+			}
+			var took bool
+			if took, err = r.takeInput(ctx); err == nil && !took {
+				return nil
+			}
 		case st.terminating:
 			if lt := r.nextLifecycle(workflow.AfterChat, "", "chat"); lt != nil {
 				err = r.runLifecycle(ctx, lt, workflow.AfterChat, "", "chat")

@@ -103,6 +103,8 @@ type openCall struct {
 	transfer        bool
 	interaction     string // "", "auto_tool" or "lifecycle"
 	pendingKind     string // for UI calls: baton.PendingUITool or baton.PendingSecret
+
+	ask *toolAsk // set once the call's tool asked the person (toolinput.go)
 }
 
 func newState(chat baton.Chat, wf *workflow.Workflow) *state {
@@ -226,6 +228,9 @@ func (st *state) apply(ev *baton.Event) {
 		st.rememberInput(p.InputID)
 		st.rememberInput(p.EventID) // an environment event's "Observed event" message
 		switch {
+		case p.AnswersToolCallID != "" && st.toolAnswered(p.AnswersToolCallID, p.Content):
+			// The person's answer to a tool's question: it goes to the tool,
+			// whose result the model reads, not to the model.
 		case p.Agent == workflow.UserAgent || p.Agent == systemAgent: // systemAgent: also an observed event's text
 			msg := baton.Message{Role: baton.RoleUser, Name: p.Agent, Content: p.Content}
 			if len(st.unanswered) > 0 {
@@ -381,6 +386,9 @@ func (st *state) apply(ev *baton.Event) {
 	case baton.TypeChatInputRequest:
 		var p baton.InputRequestPayload
 		decodeInputRequest(ev.Payload, &p, st.names)
+		if p.ToolCallID != "" && st.toolAsked(&p) {
+			break // the turn goes on once the call has its answer
+		}
 		st.next = workflow.UserAgent
 		if p.Agent != "" && p.Agent != workflow.UserAgent {
 			st.revertedFrom = p.Agent

@@ -76,6 +76,7 @@ func (r *run) runTool(ctx context.Context, oc openCall) error {
 			break
 		}
 		cc := r.callContext(oc.agent, t.key, oc.id)
+		withAnswer(cc, oc) // a call going on with the person's answer (toolinput.go)
 		res, err = tl.Call(ctx, cc, oc.args)
 		if err != nil && errors.Is(err, tool.ErrInterrupted) {
 			// The process that ran the call is gone (killed, restarted, or
@@ -109,6 +110,11 @@ func (r *run) runTool(ctx context.Context, oc openCall) error {
 			}
 			res = baton.ToolResult{Status: baton.ToolStatusError, Content: fmt.Sprintf("Tool %s failed: %s", oc.name, baton.ErrorMessage(err))}
 			r.logger().Warn("engine: tool call failed", "tool", oc.name, "err", err)
+		}
+		if res.Status == baton.ToolStatusInputRequired {
+			// The tool asks the person: the call stays open (toolinput.go).
+			r.askPerson(oc, res)
+			return nil
 		}
 		if res.Status == baton.ToolStatusPending {
 			res = baton.ToolResult{Status: baton.ToolStatusError, Content: fmt.Sprintf("Tool %s could not be shown.", oc.name)}

@@ -28,10 +28,11 @@ const (
 	a2aKillChatID   = "a2a-kill-chat"
 )
 
-// runA2AKillChild is the calling baton of TestA2AToolKill: it opens the
-// SQLite file A2A_KILL_STORE, starts the caller chat (or, after a kill,
-// recovers it as baton serve does at start) and exits 0 when the chat has
-// completed, 3 when it failed.
+// runA2AKillChild is the calling baton of TestA2AToolKill and
+// TestA2AToolInputKill: it opens the SQLite file A2A_KILL_STORE, starts the
+// caller chat (or, after a kill, recovers it as baton serve does at start),
+// answers a remote question with A2A_KILL_ANSWER when the chat pauses for
+// one, and exits 0 when the chat has completed, 3 when it failed.
 func runA2AKillChild() int {
 	ctx := context.Background()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
@@ -61,8 +62,18 @@ func runA2AKillChild() int {
 		return 1
 	}
 	fmt.Println("child: running") // the parent kills only after this line
+	answer, answered := os.Getenv("A2A_KILL_ANSWER"), false
 	for {
 		c, err := st.GetChat(ctx, scopeAda, a2aKillChatID)
+		if err == nil && answer != "" && !answered && c.Status == baton.ChatWaitingInput && len(c.Pending) == 1 && c.Pending[0].Kind == baton.PendingToolInput {
+			// The person answers the remote agent's question (once: after
+			// a restart the answer is recorded and nothing is pending).
+			if err := rt.Engine().Submit(ctx, scopeAda, a2aKillChatID, answer, "test"); err != nil {
+				fmt.Fprintln(os.Stderr, "child: answer:", err)
+				return 1
+			}
+			answered = true
+		}
 		if err == nil && c.Status == baton.ChatCompleted && rt.Engine().Active() == 0 {
 			return 0
 		}
@@ -71,6 +82,51 @@ func runA2AKillChild() int {
 			return 3
 		}
 		time.Sleep(5 * time.Millisecond) // polling the store for the chat's end
+	}
+}
+
+// startA2AKillChild starts the calling baton (runA2AKillChild) with env
+// and returns once it says it runs.
+func startA2AKillChild(t *testing.T, env []string) (*exec.Cmd, *bufio.Reader) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = env
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	rd := bufio.NewReader(out)
+	line, err := rd.ReadString('\n')
+	if err != nil || !strings.Contains(line, "child: running") {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("child did not start: %q %v", line, err)
+	}
+	return cmd, rd
+}
+
+// waitA2AKillChild waits for the calling baton to exit after completing
+// its chat (two minutes at most).
+func waitA2AKillChild(t *testing.T, cmd *exec.Cmd, rd *bufio.Reader) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		_, _ = io.Copy(io.Discard, rd)
+		done <- cmd.Wait()
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("restarted caller: %v", err)
+		}
+	case <-time.After(2 * time.Minute):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatal("the restarted caller did not complete its chat")
 	}
 }
 
@@ -86,27 +142,7 @@ func TestA2AToolKill(t *testing.T) {
 		"A2A_KILL_STORE="+filepath.Join(dir, "caller.db"),
 		"A2A_KILL_WORKFLOWS="+writeCallerWorkflow(t, "benchpaced", "Tell me a story."),
 		"A2A_REMOTE_URL="+remote.ts.URL, "A2A_REMOTE_TOKEN="+remote.keys[scopeAda])
-	run := func() (*exec.Cmd, *bufio.Reader) {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = childEnv
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		rd := bufio.NewReader(out)
-		line, err := rd.ReadString('\n')
-		if err != nil || !strings.Contains(line, "child: running") {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			t.Fatalf("child did not start: %q %v", line, err)
-		}
-		return cmd, rd
-	}
-	cmd, _ := run()
+	cmd, _ := startA2AKillChild(t, childEnv)
 	// The remote run is under way: the caller's tool is following it.
 	testenv.Eventually(t, 30*time.Second, "the remote chat is running", func() error {
 		chats := remoteChats(t, remote)
@@ -123,22 +159,8 @@ func TestA2AToolKill(t *testing.T) {
 	if c, err := remote.store.GetChat(context.Background(), scopeAda, remoteID); err != nil || c.Status != baton.ChatRunning {
 		t.Logf("the remote chat was %s when the caller was killed (%v)", c.Status, err) // still a valid run: the caller had not recorded the result
 	}
-	cmd, rd := run()
-	done := make(chan error, 1)
-	go func() {
-		_, _ = io.Copy(io.Discard, rd)
-		done <- cmd.Wait()
-	}()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("restarted caller: %v", err)
-		}
-	case <-time.After(2 * time.Minute):
-		_ = cmd.Process.Kill()
-		<-done
-		t.Fatal("the restarted caller did not complete its chat")
-	}
+	cmd, rd := startA2AKillChild(t, childEnv)
+	waitA2AKillChild(t, cmd, rd)
 	if n := len(remoteChats(t, remote)); n != 1 {
 		t.Fatalf("the remote side has %d chats, want 1", n)
 	}

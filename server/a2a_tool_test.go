@@ -17,6 +17,17 @@ import (
 // remote agent at ${A2A_REMOTE_URL} through an a2a tool, then ends.
 func writeCallerWorkflow(t *testing.T, remoteWorkflow, message string) string {
 	t.Helper()
+	return writeCallerWorkflowAsk(t, remoteWorkflow, message, "")
+}
+
+// writeCallerWorkflowAsk is writeCallerWorkflow with the a2a block's
+// on_input_required set to onInput ("" leaves the default).
+func writeCallerWorkflowAsk(t *testing.T, remoteWorkflow, message, onInput string) string {
+	t.Helper()
+	extra := ""
+	if onInput != "" {
+		extra = `, "on_input_required": "` + onInput + `"`
+	}
 	root := t.TempDir()
 	dir := filepath.Join(root, "caller")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -32,7 +43,7 @@ func writeCallerWorkflow(t *testing.T, remoteWorkflow, message string) string {
 		"handoffs.json":           `{"handoff_rules": [{"source_agent": "Caller", "handoff_type": "after_work", "transition_target": "TerminateTarget"}]}`,
 		"structured_outputs.json": `{"structured_outputs": {"models": {}, "registry": {}}}`,
 		"tools.json": `{"tools": [{"agent": "Caller", "name": "ask_remote", "description": "Ask the remote agent.", "tool_type": "Agent_Tool", "kind": "a2a",
-			"a2a": {"card_url": "${A2A_REMOTE_URL}/a2a/acme/` + remoteWorkflow + `", "token_from": "A2A_REMOTE_TOKEN"}, "allow_private_network": true}]}`,
+			"a2a": {"card_url": "${A2A_REMOTE_URL}/a2a/acme/` + remoteWorkflow + `", "token_from": "A2A_REMOTE_TOKEN"` + extra + `}, "allow_private_network": true}]}`,
 		"scripted.json": `{"agents": {"Caller": [
 			{"tool_calls": [{"name": "ask_remote", "arguments": ` + string(args) + `}]},
 			{"text": "The remote agent answered."}]}}`,

@@ -279,6 +279,15 @@ func (m *aguiMapper) live(f *Followed) (done bool, err error) {
 			m.addUsage(p)
 		}
 	case baton.TypeChatInputRequest:
+		var p baton.InputRequestPayload
+		if json.Unmarshal(f.Data, &p) == nil && p.ToolCallID != "" && p.Prompt != "" {
+			// A tool's question (a remote agent's, through an a2a tool): no
+			// agent said it, so it is sent as the agent's message; the
+			// client's next message answers it.
+			if err := m.wholeText(toolQuestionID(&p), "assistant", p.Agent, p.Prompt); err != nil {
+				return false, err
+			}
+		}
 		return true, m.finish(&aguiOutcome{Type: "success"}, map[string]any{"waiting": "input"})
 	case baton.TypeChatRunComplete:
 		var p baton.RunCompletePayload
@@ -657,9 +666,17 @@ func (m *aguiMapper) endWaiting(chat baton.Chat) error {
 	return m.finish(&aguiOutcome{Type: "success"}, map[string]any{"status": string(chat.Status)})
 }
 
+// toolQuestionID is the AG-UI message id of a tool's question.
+func toolQuestionID(p *baton.InputRequestPayload) string { return "toolinput-" + p.RequestID }
+
 // history adds a recorded envelope of the history to the snapshot.
 func (m *aguiMapper) history(f *Followed) {
 	switch f.Type {
+	case baton.TypeChatInputRequest:
+		var p baton.InputRequestPayload
+		if json.Unmarshal(f.Data, &p) == nil && p.ToolCallID != "" && p.Prompt != "" {
+			m.msgs = append(m.msgs, aguiMessage{ID: toolQuestionID(&p), Role: "assistant", Name: p.Agent, Content: jsonString(p.Prompt)})
+		}
 	case baton.TypeChatText:
 		var p aguiTextData
 		if json.Unmarshal(f.Data, &p) != nil || p.UIHidden || p.Feedback || p.Agent == "system" {

@@ -35,6 +35,9 @@ type oaiEvent struct {
 	CompletionTokens int64           `json:"completion_tokens"`
 	Message          string          `json:"message"`
 	Status           string          `json:"status"`
+	Prompt           string          `json:"prompt"`
+	RequestID        string          `json:"request_id"`
+	ToolCallID       string          `json:"tool_call_id"`
 
 	sub int // Followed.Subscription
 }
@@ -198,6 +201,12 @@ func (o *oaiReply) add(ev *oaiEvent) (done bool, err error) {
 		}
 	case baton.TypeChatInputRequest:
 		o.finish = "stop"
+		if ev.ToolCallID != "" && ev.Prompt != "" {
+			// A tool's question (a remote agent's, through an a2a tool): no
+			// agent said it, so the reply says it; the client's next
+			// message answers it.
+			return true, o.text(ev.Agent, "input:"+ev.RequestID, ev.Prompt)
+		}
 		return true, nil
 	case baton.TypeChatRunComplete:
 		o.finish = "stop"

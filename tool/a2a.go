@@ -25,9 +25,14 @@ var a2aParams = json.RawMessage(`{"type":"object","properties":{` +
 
 // a2aTool sends the model's message to a remote A2A agent (another baton
 // workflow, an ADK agent…) and returns the remote task's outcome: the
-// agent's messages and artifacts when it completed; what it asks for, with
-// the task id to answer it with, when it needs input; an error result when
-// it failed, was canceled or was rejected.
+// agent's messages and artifacts when it completed; an error result when
+// it failed, was canceled or was rejected. When the remote task waits for
+// input (input-required, auth-required) the result is, by default,
+// ToolStatusInputRequired with the remote question: the engine pauses the
+// chat for the person and calls again with CallContext.Answer, which this
+// tool sends to the same remote task (its message id derived from the
+// answer's effect key). With on_input_required "model" it is an ok result
+// naming the task id, for the model to answer with task_id.
 //
 // The message id is derived from the call's effect key, so a call run
 // again after a restart (the effect ledger's recovery) sends the same
@@ -42,6 +47,9 @@ type a2aTool struct {
 	skill      string
 	tokenFrom  string // a declared secret or environment variable holding the bearer token
 	client     *http.Client
+	// modelAnswers: a remote task that asks for input is the model's to
+	// answer (on_input_required "model"), not the person's.
+	modelAnswers bool
 
 	mu    sync.Mutex
 	cards map[string]*a2a.AgentCard // by expanded card url: a chat's secret may fill its path
@@ -60,7 +68,7 @@ func newA2ATool(r *Registry, s *Spec) (*a2aTool, error) {
 		desc = "Ask the remote agent at " + s.A2A.CardURL + "."
 	}
 	return &a2aTool{
-		reg: r, name: s.toolName(), desc: desc, cardURL: s.A2A.CardURL, skill: s.A2A.Skill, tokenFrom: s.A2A.TokenFrom,
+		reg: r, name: s.toolName(), desc: desc, cardURL: s.A2A.CardURL, skill: s.A2A.Skill, tokenFrom: s.A2A.TokenFrom, modelAnswers: s.A2A.ModelAnswers,
 		client: guardedClient(r.opts.httpClient, !s.AllowPrivateNetwork, []string{"Authorization"}),
 	}, nil
 }
@@ -187,6 +195,17 @@ func (t *a2aTool) Call(ctx context.Context, cc *baton.CallContext, args json.Raw
 	}
 	msg := &a2a.Message{ID: "baton-" + key, Role: a2a.MessageRoleUser, TaskID: a2a.TaskID(in.TaskID),
 		Parts: a2a.ContentParts{a2a.TextPart{Text: in.Message}}}
+	if a := cc.Answer; a != nil {
+		// The person's answer to the remote task's question: to the same
+		// task, its id from the answer's own effect key (a retry after a
+		// crash is the same message, which the remote side takes once).
+		var rs a2aResume
+		if err := json.Unmarshal(a.Resume, &rs); err != nil || rs.TaskID == "" {
+			return errorResult("tool %s: the answer cannot go on: no remote task recorded with the question", t.name), nil
+		}
+		msg.TaskID, msg.ContextID = a2a.TaskID(rs.TaskID), rs.ContextID
+		msg.Parts = a2a.ContentParts{a2a.TextPart{Text: a.Text}}
+	}
 	if t.skill != "" {
 		msg.Metadata = map[string]any{"skill": t.skill}
 	}
@@ -226,18 +245,63 @@ func (t *a2aTool) Call(ctx context.Context, cc *baton.CallContext, args json.Raw
 		}
 		return errorResult("tool %s: the agent at %s: task %s: %v", t.name, url, taskID, err), nil
 	}
+	if !t.modelAnswers && (task.Status.State == a2a.TaskStateInputRequired || task.Status.State == a2a.TaskStateAuthRequired) {
+		return askResult(task), nil
+	}
 	return taskResult(t.name, task), nil
+}
+
+// a2aResume is an a2a tool's ToolResult.Resume when the remote task asks
+// for input: the task the person's answer goes to.
+type a2aResume struct {
+	TaskID    string `json:"task_id"`
+	ContextID string `json:"context_id,omitempty"`
+}
+
+// askResult is the result of a remote task that waits for input, for the
+// person to answer (on_input_required "person"): the question is what the
+// remote agent said since the last message it was sent, and the status
+// message of its pause, if it adds anything.
+func askResult(task *a2a.Task) baton.ToolResult {
+	var said []string
+	for _, m := range task.History {
+		switch m.Role {
+		case a2a.MessageRoleUser:
+			said = said[:0]
+		case a2a.MessageRoleAgent:
+			if s := messageText(m); s != "" {
+				said = append(said, s)
+			}
+		}
+	}
+	if s := messageText(task.Status.Message); s != "" && (len(said) == 0 || said[len(said)-1] != s) {
+		said = append(said, s)
+	}
+	prompt := strings.TrimSpace(strings.Join(said, "\n\n"))
+	if prompt == "" {
+		prompt = "The remote agent needs your input."
+	}
+	if task.Status.State == a2a.TaskStateAuthRequired {
+		prompt = "The remote agent needs you to sign in or authorise it: " + prompt
+	}
+	resume, _ := json.Marshal(a2aResume{TaskID: string(task.ID), ContextID: task.ContextID})
+	return baton.ToolResult{Status: baton.ToolStatusInputRequired, Content: prompt, Resume: resume}
 }
 
 // taskResult is the tool result of a remote task.
 func taskResult(name string, task *a2a.Task) baton.ToolResult {
 	var b strings.Builder
-	for _, m := range task.History {
-		if m.Role == a2a.MessageRoleAgent {
-			if s := messageText(m); s != "" {
-				b.WriteString(s)
-				b.WriteString("\n")
-			}
+	for i, m := range task.History {
+		s := messageText(m)
+		switch {
+		case s == "":
+		case m.Role == a2a.MessageRoleAgent:
+			b.WriteString(s)
+			b.WriteString("\n")
+		case i > 0:
+			// A later message to the task: an answer to its question (the
+			// person's, or the model's with task_id).
+			fmt.Fprintf(&b, "[answered] %s\n", s)
 		}
 	}
 	for _, a := range task.Artifacts {

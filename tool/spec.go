@@ -111,6 +111,10 @@ type A2ASpec struct {
 	// TokenFrom names the secret or environment variable holding the
 	// bearer token.
 	TokenFrom string
+	// ModelAnswers is set for on_input_required "model": a remote task that
+	// asks for input is an ok result for the model, naming the task id,
+	// instead of a ToolStatusInputRequired result the person answers.
+	ModelAnswers bool
 }
 
 // UISpec is the component a UI tool shows: tools.json's "ui" object.

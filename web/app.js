@@ -954,6 +954,19 @@ function inlineForm(d, payload) {
 function onInputRequest(d) {
   removeThinking();
   setStatus("waiting_input");
+  if (d.tool_call_id && d.prompt) {
+    // A tool's question (a remote agent's, through an a2a tool): nobody
+    // said it in the chat, so it is shown as a message, and the person's
+    // next message answers it. Plain text: the remote agent wrote it.
+    const { node, body } = messageNode(d.agent || "", "agent");
+    node.classList.add("tool-question");
+    node.dataset.seq = d.sequence;
+    body.textContent = d.prompt;
+    if (d.tool_name) body.append(el("div", { class: "via", text: `asked through ${d.tool_name}` }));
+    append(node);
+    setInput(true, "Your answer");
+    return;
+  }
   setInput(true, d.prompt);
 }
 

@@ -938,7 +938,7 @@ func (l *loader) checkToolKind(t *Tool, p string) {
 // itself is fetched at the first call.
 func (l *loader) checkA2ATool(t *Tool, p string) {
 	if t.A2A == nil {
-		l.errorf(FileTools, p+".a2a", "required for an a2a tool (card_url, and optionally skill and token_from)")
+		l.errorf(FileTools, p+".a2a", "required for an a2a tool (card_url, and optionally skill, token_from and on_input_required)")
 		return
 	}
 	switch {
@@ -953,6 +953,11 @@ func (l *loader) checkA2ATool(t *Tool, p string) {
 			l.errorf(FileTools, p+".a2a.token_from", "%q is not a secret or environment variable name", n)
 		}
 		l.checkEnvName(FileTools, p+".a2a.token_from", n)
+	}
+	switch t.A2A.OnInputRequired {
+	case "", A2AAskPerson, A2AAskModel:
+	default:
+		l.errorf(FileTools, p+".a2a.on_input_required", "%q is not %q or %q", t.A2A.OnInputRequired, A2AAskPerson, A2AAskModel)
 	}
 }
 

@@ -432,7 +432,20 @@ type A2AConfig struct {
 	// TokenFrom names the secret (declared by a secret form) or the
 	// environment variable holding the bearer token sent to the agent.
 	TokenFrom string `json:"token_from,omitempty"`
+	// OnInputRequired says who answers when the remote task asks for input
+	// (input-required or auth-required): A2AAskPerson ("person", the
+	// default) pauses the chat with the remote question for the person,
+	// whose next message goes back to the same remote task; A2AAskModel
+	// ("model") gives the question and the task id to the calling agent's
+	// model as the tool's result.
+	OnInputRequired string `json:"on_input_required,omitempty"`
 }
+
+// Values of A2AConfig.OnInputRequired.
+const (
+	A2AAskPerson = "person"
+	A2AAskModel  = "model"
+)
 
 // Tool is one entry of tools.json.
 type Tool struct {

@@ -41,6 +41,7 @@ func Run(t *testing.T, newStore func(t *testing.T) baton.Store) {
 		{"GaplessManyChats", testGaplessManyChats},
 		{"AtomicAppend", testAtomicAppend},
 		{"Pending", testPending},
+		{"PendingToolInput", testPendingToolInput},
 		{"Fork", testFork},
 		{"Inbox", testInbox},
 		{"CreateChatWithInput", testCreateChatWithInput},
@@ -554,6 +555,41 @@ func testPending(t *testing.T, s baton.Store) {
 	got, _ = s.GetChat(ctx, scope, c.ID)
 	if len(got.Pending) != 0 {
 		t.Fatalf("pending after resolving all: %+v", got.Pending)
+	}
+}
+
+// testPendingToolInput: a tool call waiting for the person's answer
+// (PendingToolInput) is kept with its call, tool and agent, and the
+// answer's append resolves it once.
+func testPendingToolInput(t *testing.T, s baton.Store) {
+	ctx := ctxT(t)
+	scope := NewScope()
+	c := mustChat(t, s, scope, "hello")
+	id := "toolinput_0_" + baton.NewID() + "_1"
+	if _, err := s.Append(ctx, scope, c.ID, []baton.Event{TextEvent("A", "asks")}, &baton.ChatUpdate{
+		Status:     ptr(baton.ChatWaitingInput),
+		AddPending: []baton.PendingRequest{{UIEventID: id, Kind: baton.PendingToolInput, ToolCallID: "call_9", ToolName: "ask_remote", Agent: "A"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetChat(ctx, scope, c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != baton.ChatWaitingInput || len(got.Pending) != 1 {
+		t.Fatalf("chat %s, pending %+v", got.Status, got.Pending)
+	}
+	if p := got.Pending[0]; p.UIEventID != id || p.Kind != baton.PendingToolInput || p.ToolCallID != "call_9" || p.ToolName != "ask_remote" || p.Agent != "A" {
+		t.Fatalf("pending request = %+v", p)
+	}
+	if _, err := s.Append(ctx, scope, c.ID, []baton.Event{TextEvent("user", "Ada")}, &baton.ChatUpdate{Status: ptr(baton.ChatRunning), ResolvePending: []string{id}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Append(ctx, scope, c.ID, []baton.Event{TextEvent("user", "Ada")}, &baton.ChatUpdate{ResolvePending: []string{id}})
+	wantCode(t, "answer twice", err, baton.ECONFLICT)
+	got, _ = s.GetChat(ctx, scope, c.ID)
+	if len(got.Pending) != 0 || got.Status != baton.ChatRunning || got.LastSequence != 2 {
+		t.Fatalf("after the answer: %+v", got)
 	}
 }
 

@@ -1,0 +1,164 @@
+package engine
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/workflow"
+)
+
+// A tool call that asks the person (docs/engine.md, "A tool that asks the
+// person"): a tool whose result is baton.ToolStatusInputRequired — an a2a
+// tool whose remote task stopped at input-required — does not answer the
+// model yet. Its call stays open and three steps follow, each recorded
+// before the next starts, so a restart at any point goes on from the last:
+//
+//  1. askPerson records a chat.input_request naming the call (tool_call_id,
+//     tool_name, round, and the tool's resume state), a pending request of
+//     kind baton.PendingToolInput and the status waiting_input. Every client
+//     shows it as any pause for the person.
+//  2. The person's next message (a user.query, through any client) is taken
+//     by toolAnswer: their chat.text, visible as any message, marked
+//     answers_tool_call_id, resolving the pending request.
+//  3. runTool calls the tool again with baton.CallContext.Answer, under the
+//     effect key baton.AnswerEffectKey(call key, round): each answer is one
+//     effect in the ledger, so a crash during it re-sends the same message
+//     (its id derived from that key) and the remote side takes it once. The
+//     tool may ask again (round+1) or answer: its chat.tool_response is then
+//     recorded as for any call, and the model goes on.
+//
+// The fold keeps all of it on the open call (openCall.ask): nothing lives
+// only in memory.
+
+// toolAsk is what the fold knows of an open call whose tool asked the
+// person. It is allocated only for such a call, so that the open calls of
+// every other turn stay small.
+type toolAsk struct {
+	asking   string          // the pending request's id while the call waits for the answer
+	round    int             // the questions asked so far
+	resume   json.RawMessage // the tool's state from the last one
+	answer   string          // the person's answer to it, once recorded (answered)
+	answered bool
+}
+
+// toolCall returns the current turn's open call with the model's id, or nil.
+func (st *state) toolCall(id string) *openCall {
+	if st.turn == nil {
+		return nil
+	}
+	for i := range st.turn.open {
+		if st.turn.open[i].id == id {
+			return &st.turn.open[i]
+		}
+	}
+	return nil
+}
+
+// toolAsking returns the open call waiting for the person's answer, or nil.
+func (st *state) toolAsking() *openCall {
+	if st.turn == nil {
+		return nil
+	}
+	for i := range st.turn.open {
+		if a := st.turn.open[i].ask; a != nil && a.asking != "" {
+			return &st.turn.open[i]
+		}
+	}
+	return nil
+}
+
+// toolAsked folds a chat.input_request of an open call: the call waits for
+// the answer. It reports false when no such call is open (the request is
+// then folded as a plain one).
+func (st *state) toolAsked(p *baton.InputRequestPayload) bool {
+	oc := st.toolCall(p.ToolCallID)
+	if oc == nil {
+		return false
+	}
+	oc.ask = &toolAsk{asking: p.RequestID, round: p.Round, resume: p.Resume}
+	return true
+}
+
+// toolAnswered folds the person's answer to an open call's question. It
+// reports false when no call of that id is waiting (the text is then
+// folded as a plain message).
+func (st *state) toolAnswered(id, text string) bool {
+	oc := st.toolCall(id)
+	if oc == nil || oc.ask == nil || oc.ask.asking == "" {
+		return false
+	}
+	oc.ask = &toolAsk{round: oc.ask.round, resume: oc.ask.resume, answer: text, answered: true}
+	return true
+}
+
+// withAnswer sets, for a call that has the person's answer, what the tool
+// needs to go on: the answer, its round and the tool's state, and the
+// answer's own effect key.
+func withAnswer(cc *baton.CallContext, oc openCall) {
+	a := oc.ask
+	if a == nil || !a.answered {
+		return
+	}
+	cc.Answer = &baton.ToolAnswer{Text: a.answer, Resume: a.resume, Round: a.round}
+	cc.EffectKey = baton.AnswerEffectKey(cc.EffectKey, a.round)
+}
+
+// toolInputID is the request id of a call's round-th question. Pending
+// ids are unique across chats (a fork's copy of the chat goes on under the
+// same turn keys), so it names the chat; the call is hashed, to keep it
+// short whatever the model's call id.
+func (r *run) toolInputID(oc openCall, round int) string {
+	chat := r.st.chat.ID
+	if len(chat) > 64 {
+		chat = shortHash(chat) // a caller-chosen chat id: the request id must stay within baton.MaxEventIDLen
+	}
+	return "toolinput_" + chat + "_" + strconv.Itoa(r.st.turn.index) + "_" + shortHash(r.st.turn.key, oc.id) + "_" + strconv.Itoa(round)
+}
+
+// askPerson stages the chat.input_request of a call whose tool asked the
+// person (res.Status is baton.ToolStatusInputRequired): its prompt is the
+// tool's question, and the chat waits for the person's message.
+func (r *run) askPerson(oc openCall, res baton.ToolResult) {
+	round := 1
+	if oc.ask != nil {
+		round = oc.ask.round + 1
+	}
+	id := r.toolInputID(oc, round)
+	prompt := res.Content
+	if prompt == "" {
+		prompt = fmt.Sprintf("%s needs your answer to go on.", oc.name)
+	}
+	var resume json.RawMessage
+	if len(res.Resume) > 0 && json.Valid(res.Resume) {
+		resume = res.Resume
+	}
+	r.logger().Info("engine: a tool call waits for the person's answer", "tool", oc.name, "tool_call_id", oc.id, "round", round)
+	ev := baton.NewChatEvent(baton.TypeChatInputRequest, r.st.chat.ID, oc.agent, baton.InputRequestPayload{
+		Kind: "input_request", Agent: oc.agent, Prompt: prompt, RequestID: id,
+		ToolCallID: oc.id, ToolName: oc.name, Round: round, Resume: resume,
+	})
+	waiting := baton.ChatWaitingInput
+	r.stage([]baton.Event{ev}, &baton.ChatUpdate{Status: &waiting, AddPending: []baton.PendingRequest{{
+		UIEventID: id, Kind: baton.PendingToolInput, ToolCallID: oc.id, ToolName: oc.name, Agent: oc.agent,
+	}}})
+}
+
+// toolAnswer stages the person's message that answers the question of oc:
+// their chat.text (shown as any message of theirs, taken from the inbox and
+// resolving the pending request in the same append). The call goes on at
+// the next step (runTool, with the answer).
+func (r *run) toolAnswer(ev baton.Event, oc *openCall, content, source string) error {
+	st := r.st
+	id, asking := oc.id, oc.ask.asking // staging the text folds the answer into oc
+	user := workflow.UserAgent
+	events := r.synthetic(user, content)
+	events = append(events, baton.NewChatEvent(baton.TypeChatText, st.chat.ID, user, baton.TextPayload{
+		Kind: "text", Agent: user, Content: content, Index: st.texts, Source: source, InputID: ev.ID,
+		AnswersToolCallID: id,
+	}))
+	running := baton.ChatRunning
+	r.stage(events, &baton.ChatUpdate{Status: &running, TurnAgent: &user, ConsumeInputs: []string{ev.ID}, ResolvePending: []string{asking}})
+	return nil
+}

@@ -1,0 +1,487 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/engine"
+	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/tool"
+	"github.com/batonhq/baton/workflow"
+)
+
+// askingCall is one run of askingTool's Call.
+type askingCall struct {
+	key      string
+	answer   string
+	round    int
+	resume   string
+	recovery bool
+}
+
+// askingTool is an in-process tool with side effects that asks the person
+// twice (its result is ToolStatusInputRequired) and then answers with what
+// it was told. With block set, the call that carries the first answer
+// waits for its context to end instead (the process dies meanwhile), once.
+type askingTool struct {
+	mu      sync.Mutex
+	calls   []askingCall
+	block   bool
+	blocked chan struct{} // closed when the blocking call has started
+}
+
+func (a *askingTool) Name() string        { return "ask_person" }
+func (a *askingTool) Description() string { return "Asks the person for their name and city." }
+func (a *askingTool) Parameters() json.RawMessage {
+	return json.RawMessage(`{"type":"object","properties":{}}`)
+}
+
+func (a *askingTool) Call(ctx context.Context, cc *baton.CallContext, _ json.RawMessage) (baton.ToolResult, error) {
+	c := askingCall{key: cc.EffectKey, recovery: cc.Recovery}
+	if cc.Answer != nil {
+		c.answer, c.round, c.resume = cc.Answer.Text, cc.Answer.Round, string(cc.Answer.Resume)
+	}
+	a.mu.Lock()
+	a.calls = append(a.calls, c)
+	block := a.block && c.round == 1
+	if block {
+		a.block = false
+	}
+	a.mu.Unlock()
+	switch {
+	case block:
+		close(a.blocked)
+		<-ctx.Done()
+		return baton.ToolResult{}, ctx.Err()
+	case cc.Answer == nil:
+		return baton.ToolResult{Status: baton.ToolStatusInputRequired, Content: "What is your name?", Resume: json.RawMessage(`{"asked":"name"}`)}, nil
+	case c.round == 1:
+		return baton.ToolResult{Status: baton.ToolStatusInputRequired, Content: "And your city?",
+			Resume: json.RawMessage(`{"asked":"city","name":` + strconvQuote(c.answer) + `}`)}, nil
+	}
+	var rs struct{ Name string }
+	_ = json.Unmarshal(cc.Answer.Resume, &rs)
+	return baton.ToolResult{Status: baton.ToolStatusOK, Content: "name=" + rs.Name + " city=" + c.answer}, nil
+}
+
+func (a *askingTool) runs() []askingCall {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.calls)
+}
+
+func strconvQuote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// writeAskingWorkflow writes the workflow "asking": its agent calls
+// ask_person (a go tool with side effects), then says it is done.
+func writeAskingWorkflow(t *testing.T) string {
+	t.Helper()
+	root := t.TempDir()
+	dir := filepath.Join(root, "asking")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		"workflow.json": `{"name": "asking", "description": "A tool that asks the person.", "version": "1.0.0", "visual_agents": ["Clerk"],
+			"orchestration": {"initial_agent": "Clerk", "initial_message": "Register the person.", "startup_mode": "AgentDriven", "max_turns": 5},
+			"llm": {"model": "gpt-4o-mini"}}`,
+		"agents.json":             `{"agents": {"Clerk": {"system_message": "You register people.", "max_consecutive_auto_reply": 3}}}`,
+		"context_variables.json":  `{"variables": {}, "derived_variables": []}`,
+		"handoffs.json":           `{"handoff_rules": [{"source_agent": "Clerk", "handoff_type": "after_work", "transition_target": "TerminateTarget"}]}`,
+		"structured_outputs.json": `{"structured_outputs": {"models": {}, "registry": {}}}`,
+		"tools.json": `{"tools": [{"agent": "Clerk", "name": "ask_person", "function": "ask_person", "description": "Ask the person.",
+			"tool_type": "Agent_Tool", "kind": "go", "side_effects": true}]}`,
+		"scripted.json": `{"agents": {"Clerk": [
+			{"tool_calls": [{"name": "ask_person", "arguments": {}}]},
+			{"text": "Registered."}]}}`,
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+// messagesProvider keeps the messages of every model call.
+type messagesProvider struct {
+	baton.Provider
+	mu   *sync.Mutex
+	reqs *[][]baton.Message
+}
+
+func (p messagesProvider) Stream(ctx context.Context, req *baton.Request) iter.Seq2[baton.Delta, error] {
+	p.mu.Lock()
+	*p.reqs = append(*p.reqs, slices.Clone(req.Messages))
+	p.mu.Unlock()
+	return p.Provider.Stream(ctx, req)
+}
+
+func recording(mu *sync.Mutex, reqs *[][]baton.Message) engine.ProviderFunc {
+	return func(wf *workflow.Workflow) (baton.Provider, error) {
+		p, err := scriptedProviders(wf)
+		return messagesProvider{Provider: p, mu: mu, reqs: reqs}, err
+	}
+}
+
+// waitAsked waits for the chat to pause with the tool's question and
+// returns the chat.input_request.
+func waitAsked(t *testing.T, h *harness, id, prompt string) baton.InputRequestPayload {
+	t.Helper()
+	c := h.waitStatus(id, baton.ChatWaitingInput)
+	call := toolCallOf(t, h, id).ToolCallID
+	if len(c.Pending) != 1 || c.Pending[0].Kind != baton.PendingToolInput || c.Pending[0].ToolCallID != call || c.Pending[0].ToolName != "ask_person" {
+		t.Fatalf("pending %+v, want one tool_input request of %s", c.Pending, call)
+	}
+	var last baton.InputRequestPayload
+	for _, ev := range h.events(id) {
+		if ev.Type == baton.TypeChatInputRequest {
+			if err := json.Unmarshal(ev.Payload, &last); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if last.Prompt != prompt || last.ToolCallID != call || last.ToolName != "ask_person" || last.Agent != "Clerk" || last.RequestID != c.Pending[0].UIEventID {
+		t.Fatalf("input request %+v, pending %+v; want the prompt %q", last, c.Pending[0], prompt)
+	}
+	return last
+}
+
+// checkAnswered checks a completed chat: the tool's answer is the model's
+// tool message, the person's answers are their messages, shown once each and
+// marked as answers, and the model never saw them as messages to it.
+func checkAnswered(t *testing.T, h *harness, id string, reqs [][]baton.Message) {
+	t.Helper()
+	evs := h.events(id)
+	checkSequences(t, evs)
+	checkSpeakers(t, evs)
+	call := toolCallOf(t, h, id).ToolCallID
+	var answers []string
+	var responses []baton.ToolResponsePayload
+	for _, ev := range evs {
+		switch ev.Type {
+		case baton.TypeChatText:
+			p, _ := baton.DecodePayload[baton.TextPayload](&ev)
+			if p.Agent == workflow.UserAgent && !p.UIHidden { // the hidden one is the initial message
+				if p.AnswersToolCallID != call || p.InputID == "" {
+					t.Errorf("the person's text %+v does not answer %s", p, call)
+				}
+				answers = append(answers, p.Content)
+			}
+		case baton.TypeChatToolResponse:
+			p, _ := baton.DecodePayload[baton.ToolResponsePayload](&ev)
+			responses = append(responses, p)
+		}
+	}
+	if !slices.Equal(answers, []string{"Ada", "Paris"}) {
+		t.Errorf("the person's texts %q, want Ada then Paris once each", answers)
+	}
+	if countType(evs, baton.TypeChatInputRequest) != 2 || countType(evs, baton.TypeChatToolCall) != 1 {
+		t.Errorf("%d input requests and %d tool calls, want 2 and 1:\n%s", countType(evs, baton.TypeChatInputRequest), countType(evs, baton.TypeChatToolCall), dump(evs))
+	}
+	if len(responses) != 1 || !responses[0].Success || responses[0].Content != "name=Ada city=Paris" || responses[0].ToolCallID != call {
+		t.Fatalf("tool responses %+v", responses)
+	}
+	if len(reqs) != 2 {
+		t.Fatalf("%d model calls, want 2", len(reqs))
+	}
+	msgs := reqs[1]
+	for _, m := range msgs {
+		if m.Role == baton.RoleUser && (m.Content == "Ada" || m.Content == "Paris") {
+			t.Errorf("the model was sent the person's answer as a message: %+v", msgs)
+		}
+	}
+	if last := msgs[len(msgs)-1]; last.Role != baton.RoleTool || last.ToolCallID != call || last.Content != "name=Ada city=Paris" {
+		t.Errorf("the model's last message %+v, want the tool's answer", last)
+	}
+	c, err := h.store.GetChat(context.Background(), testScope, id)
+	if err != nil || len(c.Pending) != 0 {
+		t.Errorf("pending after the end: %+v %v", c.Pending, err)
+	}
+}
+
+// TestToolInput_PausesForThePerson: a tool that asks the person pauses the
+// chat with its question (a chat.input_request naming the call, a pending
+// tool_input request); each of the person's messages answers it and the
+// call goes on with the answer, under an effect key per round; the tool's
+// final result answers the model, and nothing happens twice.
+func TestToolInput_PausesForThePerson(t *testing.T) {
+	var mu sync.Mutex
+	var reqs [][]baton.Message
+	at := &askingTool{}
+	h := newHarness(t, withWorkflows(writeAskingWorkflow(t)), withProvider(recording(&mu, &reqs)), withTools(tool.WithFuncs(at)))
+	ctx := context.Background()
+	chat, err := h.eng.Start(ctx, testScope, "asking", baton.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := chat.ID
+	first := waitAsked(t, h, id, "What is your name?")
+	if first.Round != 1 || string(first.Resume) != `{"asked":"name"}` {
+		t.Fatalf("first question %+v", first)
+	}
+	// A fork made at the question waits for its answer too.
+	src, err := h.store.GetChat(ctx, testScope, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fork, err := h.eng.Fork(ctx, testScope, id, src.LastSequence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forkAsked := waitAsked(t, h, fork.ID, "What is your name?") // its request renamed, in the event and the row alike
+	if forkAsked.RequestID == first.RequestID || forkAsked.Round != 1 {
+		t.Fatalf("the fork's question %+v", forkAsked)
+	}
+	if err := h.eng.Submit(ctx, testScope, fork.ID, "Bob", "ws"); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the fork's second question", func() error {
+		if n := countType(h.events(fork.ID), baton.TypeChatInputRequest); n != 2 {
+			return fmt.Errorf("%d input requests", n)
+		}
+		return nil
+	})
+	waitAsked(t, h, fork.ID, "And your city?")
+	if err := h.eng.Submit(ctx, testScope, id, "Ada", "ws"); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the second question", func() error {
+		if n := countType(h.events(id), baton.TypeChatInputRequest); n != 2 {
+			return fmt.Errorf("%d input requests", n)
+		}
+		return nil
+	})
+	second := waitAsked(t, h, id, "And your city?")
+	if second.Round != 2 || second.RequestID == first.RequestID {
+		t.Fatalf("second question %+v after %+v", second, first)
+	}
+	if err := h.eng.Submit(ctx, testScope, id, "Paris", "ws"); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus(id, baton.ChatCompleted)
+	mu.Lock()
+	checkAnswered(t, h, id, reqs)
+	mu.Unlock()
+	tc := toolCallOf(t, h, id)
+	key := baton.EffectKey(id, tc.TurnKey, tc.ToolCallID)
+	var runs []askingCall
+	for _, r := range at.runs() {
+		if strings.HasPrefix(r.key, id+"/") { // not the fork's
+			runs = append(runs, r)
+		}
+	}
+	want := []askingCall{{key: key}, {key: baton.AnswerEffectKey(key, 1), answer: "Ada", round: 1, resume: `{"asked":"name"}`},
+		{key: baton.AnswerEffectKey(key, 2), answer: "Paris", round: 2, resume: `{"asked":"city","name":"Ada"}`}}
+	if !slices.Equal(runs, want) {
+		t.Fatalf("tool runs\n got %+v\nwant %+v", runs, want)
+	}
+}
+
+// TestToolInput_RestartDuringTheAnswer: the process dies while the call
+// goes on with the person's recorded answer; after the restart the call is
+// recovered under the answer's effect key (the same message, for a remote
+// agent to take once), the person is not asked again for it, and the chat
+// completes.
+func TestToolInput_RestartDuringTheAnswer(t *testing.T) {
+	var mu sync.Mutex
+	var reqs [][]baton.Message
+	at := &askingTool{block: true, blocked: make(chan struct{})}
+	h := newHarness(t, withWorkflows(writeAskingWorkflow(t)), withProvider(recording(&mu, &reqs)), withTools(tool.WithFuncs(at)))
+	ctx := context.Background()
+	chat, err := h.eng.Start(ctx, testScope, "asking", baton.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := chat.ID
+	waitAsked(t, h, id, "What is your name?")
+	if err := h.eng.Submit(ctx, testScope, id, "Ada", "ws"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-at.blocked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call did not go on with the answer")
+	}
+	// The answer is recorded before the call goes on with it.
+	if c, err := h.store.GetChat(ctx, testScope, id); err != nil || c.Status != baton.ChatRunning || len(c.Pending) != 0 {
+		t.Fatalf("chat before the crash: %+v %v", c, err)
+	}
+	h = h.crash()
+	running, err := h.store.ChatsByStatus(ctx, baton.ChatRunning, 10)
+	if err != nil || len(running) != 1 {
+		t.Fatalf("running chats: %v %v", running, err)
+	}
+	if _, err := h.eng.Recover(ctx, running); err != nil {
+		t.Fatal(err)
+	}
+	waitAsked(t, h, id, "And your city?")
+	if err := h.eng.Submit(ctx, testScope, id, "Paris", "ws"); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus(id, baton.ChatCompleted)
+	mu.Lock()
+	checkAnswered(t, h, id, reqs)
+	mu.Unlock()
+	tc := toolCallOf(t, h, id)
+	key := baton.EffectKey(id, tc.TurnKey, tc.ToolCallID)
+	var answer1 []askingCall
+	for _, r := range at.runs() {
+		if r.key == baton.AnswerEffectKey(key, 1) {
+			answer1 = append(answer1, r)
+		}
+	}
+	if len(answer1) != 2 || answer1[0].recovery || !answer1[1].recovery || answer1[1].answer != "Ada" {
+		t.Fatalf("runs of the first answer %+v, want the interrupted one and its recovery", answer1)
+	}
+	if n := countType(h.events(id), baton.TypeChatNotice); n != 1 {
+		t.Errorf("%d notices, want the recovery's", n)
+	}
+}
+
+// crash stops the harness as a kill would, not waiting for the runs in
+// progress to finish (their contexts end at once, so they record nothing
+// more), and opens a new one on the same database.
+func (h *harness) crash() *harness {
+	h.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = h.bus.Close(ctx) // cancels the handlers and waits for them to return
+	_ = h.eng.Close()
+	if err := h.store.Close(); err != nil {
+		h.t.Errorf("store close: %v", err)
+	}
+	h.bus = nil
+	return newHarness(h.t, withDB(h.dbPath), withWorkflows(h.root), withProvider(h.prov), withTools(h.toolOpts...))
+}
+
+// toolCallOf returns the chat's first chat.tool_call.
+func toolCallOf(t *testing.T, h *harness, id string) baton.ToolCallPayload {
+	t.Helper()
+	for _, ev := range h.events(id) {
+		if ev.Type == baton.TypeChatToolCall {
+			p, err := baton.DecodePayload[baton.ToolCallPayload](&ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}
+	}
+	t.Fatal("no tool call")
+	return baton.ToolCallPayload{}
+}
+
+// TestToolInput_RestartBeforeTheQuestion: the process dies after the tool
+// asked (its result is in the effect ledger) but before the question was
+// recorded; after the restart the question comes from the ledger — the
+// tool does not run again — and the chat pauses with it once.
+func TestToolInput_RestartBeforeTheQuestion(t *testing.T) {
+	var mu sync.Mutex
+	var reqs [][]baton.Message
+	var dead atomic.Bool
+	at := &askingTool{}
+	h := newHarness(t, withWorkflows(writeAskingWorkflow(t)), withProvider(recording(&mu, &reqs)), withTools(tool.WithFuncs(at)),
+		withFaults(func(events []baton.Event) error {
+			if dead.Load() {
+				return errors.New("injected: the process is dead")
+			}
+			for _, ev := range events {
+				if ev.Type == baton.TypeChatInputRequest && dead.CompareAndSwap(false, true) {
+					return errors.New("injected: the process died here")
+				}
+			}
+			return nil
+		}))
+	ctx := context.Background()
+	chat, err := h.eng.Start(ctx, testScope, "asking", baton.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := chat.ID
+	testenv.Eventually(t, 10*time.Second, "the question's append to fail", func() error {
+		if !dead.Load() || !h.settled() {
+			return fmt.Errorf("dead %v, settled %v", dead.Load(), h.settled())
+		}
+		return nil
+	})
+	if n := countType(h.events(id), baton.TypeChatInputRequest); n != 0 {
+		t.Fatalf("%d questions recorded before the restart", n)
+	}
+	h.close()
+	h = newHarness(t, withDB(h.dbPath), withWorkflows(h.root), withProvider(h.prov), withTools(h.toolOpts...))
+	running, err := h.store.ChatsByStatus(ctx, baton.ChatRunning, 10)
+	if err != nil || len(running) != 1 {
+		t.Fatalf("running chats: %v %v", running, err)
+	}
+	if _, err := h.eng.Recover(ctx, running); err != nil {
+		t.Fatal(err)
+	}
+	if q := waitAsked(t, h, id, "What is your name?"); string(q.Resume) != `{"asked":"name"}` {
+		t.Fatalf("the question from the ledger lost the tool's state: %+v", q)
+	}
+	if n := countType(h.events(id), baton.TypeChatInputRequest); n != 1 {
+		t.Fatalf("%d questions, want 1", n)
+	}
+	if runs := at.runs(); len(runs) != 1 {
+		t.Fatalf("the tool ran %d times (%+v), want once: the restart takes its result from the ledger", len(runs), runs)
+	}
+}
+
+// TestToolInput_CancelWhilePaused: run.cancel while the chat waits for the
+// tool's answer does what it does for any pause — nothing, no run being in
+// progress — and the answer still goes on with the call.
+func TestToolInput_CancelWhilePaused(t *testing.T) {
+	var mu sync.Mutex
+	var reqs [][]baton.Message
+	at := &askingTool{}
+	h := newHarness(t, withWorkflows(writeAskingWorkflow(t)), withProvider(recording(&mu, &reqs)), withTools(tool.WithFuncs(at)))
+	ctx := context.Background()
+	chat, err := h.eng.Start(ctx, testScope, "asking", baton.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := chat.ID
+	waitAsked(t, h, id, "What is your name?")
+	before := len(h.events(id))
+	if err := h.eng.Cancel(ctx, testScope, id); err != nil {
+		t.Fatal(err)
+	}
+	h.settle()
+	if n := len(h.events(id)); n != before {
+		t.Fatalf("the cancel recorded %d events:\n%s", n-before, dump(h.events(id)))
+	}
+	waitAsked(t, h, id, "What is your name?")
+	for _, answer := range []string{"Ada", "Paris"} {
+		if err := h.eng.Submit(ctx, testScope, id, answer, "ws"); err != nil {
+			t.Fatal(err)
+		}
+		if answer == "Ada" {
+			testenv.Eventually(t, 10*time.Second, "the second question", func() error {
+				if n := countType(h.events(id), baton.TypeChatInputRequest); n != 2 {
+					return fmt.Errorf("%d input requests:\n%s", n, dump(h.events(id)))
+				}
+				return nil
+			})
+			waitAsked(t, h, id, "And your city?")
+		}
+	}
+	h.waitStatus(id, baton.ChatCompleted)
+	mu.Lock()
+	defer mu.Unlock()
+	checkAnswered(t, h, id, reqs)
+}

@@ -1,0 +1,52 @@
+package tool
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/a2aproject/a2a-go/a2a"
+
+	"github.com/batonhq/baton"
+)
+
+func textMessage(role a2a.MessageRole, text string) *a2a.Message {
+	return &a2a.Message{Role: role, Parts: a2a.ContentParts{a2a.TextPart{Text: text}}}
+}
+
+// TestA2AAskResult: a remote task waiting for input is, for the person, a
+// question made of what the remote agent said since the last message it
+// was sent, and its pause's status message when that adds anything; the
+// resume state names the task and its context. After the answer, the
+// tool's result shows the answers as such.
+func TestA2AAskResult(t *testing.T) {
+	task := &a2a.Task{ID: "chat-1.1", ContextID: "chat-1", History: []*a2a.Message{
+		textMessage(a2a.MessageRoleUser, "Register me."),
+		textMessage(a2a.MessageRoleAgent, "Hello."),
+		textMessage(a2a.MessageRoleUser, "Ada"),
+		textMessage(a2a.MessageRoleAgent, "Which city?"),
+	}, Status: a2a.TaskStatus{State: a2a.TaskStateInputRequired, Message: textMessage(a2a.MessageRoleAgent, "Which city?")}}
+	res := askResult(task)
+	if res.Status != baton.ToolStatusInputRequired || res.Content != "Which city?" {
+		t.Fatalf("result %+v: want only what was said since the last answer, once", res)
+	}
+	var rs a2aResume
+	if err := json.Unmarshal(res.Resume, &rs); err != nil || rs.TaskID != "chat-1.1" || rs.ContextID != "chat-1" {
+		t.Fatalf("resume %s (%v)", res.Resume, err)
+	}
+	task.Status = a2a.TaskStatus{State: a2a.TaskStateAuthRequired, Message: textMessage(a2a.MessageRoleAgent, "Sign in at https://example.com/login.")}
+	if res := askResult(task); res.Content != "The remote agent needs you to sign in or authorise it: Which city?\n\nSign in at https://example.com/login." {
+		t.Fatalf("auth-required question %q", res.Content)
+	}
+	task.History, task.Status = task.History[:1], a2a.TaskStatus{State: a2a.TaskStateInputRequired}
+	if res := askResult(task); res.Content != "The remote agent needs your input." {
+		t.Fatalf("a question with no text: %q", res.Content)
+	}
+	done := &a2a.Task{ID: "chat-1.1", History: []*a2a.Message{
+		textMessage(a2a.MessageRoleUser, "Register me."), textMessage(a2a.MessageRoleAgent, "Your name?"),
+		textMessage(a2a.MessageRoleUser, "Ada"), textMessage(a2a.MessageRoleAgent, "Welcome, Ada."),
+	}, Status: a2a.TaskStatus{State: a2a.TaskStateCompleted}}
+	if res := taskResult("ask", done); !res.OK() || strings.Contains(res.Content, "Register me.") || res.Content != "Your name?\n[answered] Ada\nWelcome, Ada." {
+		t.Fatalf("completed result %q", res.Content)
+	}
+}
