@@ -119,7 +119,7 @@ func runChat(ctx context.Context, o chatOptions, workflowName string, stdout io.
 	}()
 	// Chats a killed process left running go on here, unless another
 	// process runs chats on the store now (recoverAtStart).
-	if release, err = recoverAtStart(ctx, rt, rc, rc.log); err != nil {
+	if release, err = recoverAtStart(ctx, rt, rc, rc.log, false); err != nil {
 		return err
 	}
 	scope := baton.Scope{App: app, User: user}

@@ -77,7 +77,7 @@ func runMCP(ctx context.Context, rc runtimeConfig, scope baton.Scope, webURL, lo
 	}()
 	// Chats a killed `baton mcp` (or serve) left running go on here, unless
 	// another process runs chats on the store now (recoverAtStart).
-	if release, err = recoverAtStart(ctx, rt, rc, log); err != nil {
+	if release, err = recoverAtStart(ctx, rt, rc, log, false); err != nil {
 		return err
 	}
 	api, err := server.New(server.Config{Store: rt.Store(), Keys: rt.Store(), Bus: rt.Bus(), Engine: rt.Engine(), Logger: log})

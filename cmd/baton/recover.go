@@ -24,14 +24,30 @@ import (
 // resumed by the next process that starts alone. A second lock serialises
 // the starts, so two processes starting at once do not both resume.
 // With --instance-id, leases decide (engine/lease.go).
+//
+// Where no lock can tell (a PostgreSQL store without --instance-id, or a
+// system without flock(2)), only `baton serve` resumes at start, as it
+// always did: it is the store's one process by the deployment's rule
+// (docs/scaling.md), while `baton mcp` or `baton chat` pointed at a
+// server's store would run that server's live chats a second time.
 
 // recoverAtStart resumes what Runtime.Recover resumes when this process is
 // the store's only one, and returns what releases its lock file at exit.
-func recoverAtStart(ctx context.Context, rt *runtime.Runtime, rc runtimeConfig, log *slog.Logger) (release func(), err error) {
+// server is true for `baton serve`, which resumes wherever no lock can
+// tell; mcp and chat resume only where one can.
+func recoverAtStart(ctx context.Context, rt *runtime.Runtime, rc runtimeConfig, log *slog.Logger, server bool) (release func(), err error) {
 	path := sqlitePath(rc)
-	if rc.instanceID != "" || path == "" {
-		// Leases (--instance-id), an in-memory store, or a PostgreSQL one
-		// without leases, which one process owns (docs/scaling.md).
+	switch {
+	case rc.instanceID != "" || strings.HasPrefix(rc.storeURL, "mem:"):
+		// Leases decide (--instance-id), or the store is this process's own.
+		return func() {}, rt.Recover(ctx)
+	case path == "" || !canLockStore:
+		// A PostgreSQL store without leases, or no flock(2): the store's
+		// one process is the server.
+		if !server {
+			log.Info("chats left running on this store are resumed by `baton serve`, not by this command")
+			return func() {}, nil
+		}
 		return func() {}, rt.Recover(ctx)
 	}
 	alone, release, err := lockStore(ctx, path)

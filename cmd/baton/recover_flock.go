@@ -12,6 +12,10 @@ import (
 	"time"
 )
 
+// canLockStore is true where flock(2) lets processes sharing a SQLite
+// store tell whether they are alone (recoverAtStart).
+const canLockStore = true
+
 // lockStore takes the store's start lock (waiting for another process's
 // start to end, within ctx), then tries its live lock alone. The live lock
 // is then held shared until release, which the process calls at exit (the

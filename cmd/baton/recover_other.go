@@ -4,9 +4,12 @@ package main
 
 import "context"
 
-// lockStore has no lock files where flock(2) is missing: the process
-// resumes the running chats as if it were the store's only one (as `baton
-// serve` always did), so run one process per store there.
+// canLockStore is false where flock(2) is missing: only `baton serve`
+// resumes chats at start there (recoverAtStart), so run one process per
+// store.
+const canLockStore = false
+
+// lockStore is never called where canLockStore is false.
 func lockStore(_ context.Context, _ string) (startLock, func(), error) {
 	return startLock{ok: true, done: func() {}}, func() {}, nil
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -128,4 +130,25 @@ func TestMCP_ResumesChatsLeftRunning(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// `baton mcp` and `baton chat` pointed at a store no lock file can guard (a
+// PostgreSQL store without --instance-id) resume nothing at start: the
+// store's server may be running those chats now. A nil runtime makes any
+// Recover call panic, which the first call must not do and the server's
+// must.
+func TestRecoverAtStart_OnlyTheServerWhereNoLockCanTell(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	rc := runtimeConfig{storeURL: "postgres://baton@db/baton"}
+	release, err := recoverAtStart(context.Background(), nil, rc, log, false)
+	if err != nil {
+		t.Fatalf("recoverAtStart: %v", err)
+	}
+	release()
+	defer func() {
+		if recover() == nil {
+			t.Errorf("the server did not resume the store's chats")
+		}
+	}()
+	_, _ = recoverAtStart(context.Background(), nil, rc, log, true) // the server resumes: Recover on the nil runtime
 }

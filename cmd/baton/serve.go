@@ -91,7 +91,7 @@ func runServe(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) er
 		return err
 	}
 	closeRuntime := func(ctx context.Context) error { return rt.Close(ctx) }
-	release, err := recoverAtStart(ctx, rt, cfg.runtime, log)
+	release, err := recoverAtStart(ctx, rt, cfg.runtime, log, true)
 	if err != nil {
 		_ = closeRuntime(context.Background())
 		return err

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -106,15 +105,6 @@ func Percentile(sorted []time.Duration, p float64) time.Duration {
 	}
 	i := int(float64(len(sorted)-1)*p/100 + 0.5)
 	return sorted[min(max(i, 0), len(sorted)-1)]
-}
-
-// CPUTime returns this process's CPU time, user and system, on every core.
-func CPUTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // Run runs turns turns of t, concurrency of them in flight, and measures
