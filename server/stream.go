@@ -175,32 +175,6 @@ func (l *liveStream) deliver(ctx context.Context, send func(*frame) error) error
 	return err
 }
 
-// startEventStream answers the request with a text/event-stream (the SSE
-// stream and the AG-UI and Chat Completions streams) and returns its
-// writer: each write has timeout to reach the client and is flushed at
-// once. The writer is not safe for concurrent use: a stream with a
-// heartbeat serializes its writes.
-func startEventStream(w http.ResponseWriter, timeout time.Duration) func([]byte) error {
-	rc := http.NewResponseController(w)
-	// The server's ReadTimeout bounds reading requests; a stream has nothing
-	// more to read, and an expired read deadline would end it.
-	_ = rc.SetReadDeadline(time.Time{})
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	return func(b []byte) error {
-		_ = rc.SetWriteDeadline(time.Now().Add(timeout))
-		if len(b) > 0 {
-			if _, err := w.Write(b); err != nil {
-				return err
-			}
-		}
-		return rc.Flush()
-	}
-}
-
 // lastSequence reads the client's starting point from the query.
 func lastSequenceParam(r *http.Request) (int64, error) {
 	return seqParam(r.URL.Query().Get("last_sequence"), "last_sequence")
@@ -815,7 +789,8 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 	stop := context.AfterFunc(s.ctx, cancel)
 	defer stop()
 
-	write := startEventStream(w, s.cfg.WriteTimeout)
+	es := newEventStream(w, s.cfg.WriteTimeout)
+	write := es.write
 	buf := make([]byte, 0, 1024)
 	send := func(f *frame) error {
 		buf = buf[:0]
@@ -834,7 +809,10 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 	if err := write([]byte("retry: 1000\n\n")); err != nil {
 		return
 	}
-	if err := live.replay(ctx, send); err != nil {
+	// The events of a replay, and of a delivery (all waiting already),
+	// are flushed together (followBatched).
+	holdBatch(es)
+	if err := releaseBatch(es, live.replay(ctx, send)); err != nil {
 		return
 	}
 	tick := time.NewTicker(s.cfg.Heartbeat)
@@ -845,7 +823,8 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 		var err error
 		select {
 		case <-live.ready():
-			err = live.deliver(ctx, send)
+			holdBatch(es)
+			err = releaseBatch(es, live.deliver(ctx, send))
 		case <-tick.C:
 			err = write([]byte(": heartbeat\n\n"))
 		case <-recheck.C:
