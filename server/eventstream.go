@@ -31,17 +31,10 @@ type eventStream struct {
 // to reach the client.
 const deadlineSlack = 16
 
-// startEventStream answers the request with a text/event-stream and
-// returns its writer: each write has timeout (at least 15/16 of it, see
-// eventStream.armed) to reach the client and is flushed at once. The
-// writer is not safe for concurrent use: a stream with a heartbeat
-// serializes its writes.
-func startEventStream(w http.ResponseWriter, timeout time.Duration) func([]byte) error {
-	return newEventStream(w, timeout).write
-}
-
-// newEventStream sends the response's headers (not yet flushed: the first
-// write flushes them) and returns its writer.
+// newEventStream answers the request with a text/event-stream — its
+// headers, flushed by the first write — and returns its writer: each write
+// has timeout (at least 15/16 of it, see armed) to reach the client and is
+// flushed at once unless held.
 func newEventStream(w http.ResponseWriter, timeout time.Duration) *eventStream {
 	rc := http.NewResponseController(w)
 	// The server's ReadTimeout bounds reading requests; a stream has nothing
