@@ -13,17 +13,22 @@ import (
 // It is not safe for concurrent use: a stream with a heartbeat serializes
 // its writes (and its hold and release).
 type eventStream struct {
-	w       http.ResponseWriter
-	rc      *http.ResponseController
-	timeout time.Duration
-	// armed is when the write deadline was last set, to now+timeout; it
-	// is set again once timeout/deadlineSlack has passed, not on every
-	// write: setting a socket deadline re-arms a runtime timer, which cost
-	// more than a small event's write.
-	armed   time.Time
-	now     func() time.Time // time.Now; a test's clock
+	w http.ResponseWriter
+	writeDeadline
 	held    bool
 	pending bool // written while held, not yet flushed
+}
+
+// writeDeadline keeps a response's write deadline timeout ahead of its
+// writes, give or take timeout/deadlineSlack: it is moved to now+timeout
+// once that much has passed since it was last set, not on every write, as
+// setting a socket deadline re-arms a runtime timer, which cost more than
+// a small event's write.
+type writeDeadline struct {
+	rc      *http.ResponseController
+	timeout time.Duration
+	armed   time.Time        // when the deadline was last set
+	now     func() time.Time // time.Now; a test's clock
 }
 
 // deadlineSlack is how finely an event stream's write deadline follows
@@ -33,7 +38,7 @@ const deadlineSlack = 16
 
 // newEventStream answers the request with a text/event-stream — its
 // headers, flushed by the first write — and returns its writer: each write
-// has timeout (at least 15/16 of it, see armed) to reach the client and is
+// has timeout (at least 15/16 of it, see writeDeadline) to reach the client and is
 // flushed at once unless held.
 func newEventStream(w http.ResponseWriter, timeout time.Duration) *eventStream {
 	rc := http.NewResponseController(w)
@@ -45,15 +50,15 @@ func newEventStream(w http.ResponseWriter, timeout time.Duration) *eventStream {
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	return &eventStream{w: w, rc: rc, timeout: timeout, now: time.Now}
+	return &eventStream{w: w, writeDeadline: writeDeadline{rc: rc, timeout: timeout, now: time.Now}}
 }
 
 // arm keeps the write deadline at least timeout·(1-1/deadlineSlack) ahead.
-func (e *eventStream) arm() {
-	now := e.now()
-	if e.armed.IsZero() || now.Sub(e.armed) >= e.timeout/deadlineSlack {
-		_ = e.rc.SetWriteDeadline(now.Add(e.timeout))
-		e.armed = now
+func (d *writeDeadline) arm() {
+	now := d.now()
+	if d.armed.IsZero() || now.Sub(d.armed) >= d.timeout/deadlineSlack {
+		_ = d.rc.SetWriteDeadline(now.Add(d.timeout))
+		d.armed = now
 	}
 }
 
