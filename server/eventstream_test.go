@@ -111,17 +111,28 @@ func TestEventStream_HoldCoalescesReleaseFlushes(t *testing.T) {
 	}
 }
 
-// pausingModel is the scripted provider, except that its first model call
-// stops after its first text delta, sending that delta's text on paused,
-// until resume is closed.
+// pausingModel is the scripted provider of the hello workflow (a tool
+// call, then the answer), except that its first model call waits for start
+// to be closed — the answer's stream.start then comes after the client's
+// stream subscribed: one sent before is not the client's, the recorded text
+// brings it — and its second, the answer, stops after its first text delta,
+// sending that delta's text on paused, until resume is closed.
 type pausingModel struct {
 	calls  atomic.Int32
+	start  chan struct{}
 	paused chan string
 	resume chan struct{}
 }
 
 func newPausingModel() *pausingModel {
-	return &pausingModel{paused: make(chan string, 1), resume: make(chan struct{})}
+	return &pausingModel{start: make(chan struct{}), paused: make(chan string, 1), resume: make(chan struct{})}
+}
+
+// begin lets the model go on once the client's stream follows the chat.
+func (m *pausingModel) begin(t *testing.T, e *env) {
+	t.Helper()
+	waitUntil(t, "the client's stream to follow the chat", func() bool { return e.srv.hub.subscribers() == 1 })
+	close(m.start)
 }
 
 func (m *pausingModel) providers(wf *workflow.Workflow) (baton.Provider, error) {
@@ -129,9 +140,22 @@ func (m *pausingModel) providers(wf *workflow.Workflow) (baton.Provider, error) 
 	if err != nil {
 		return nil, err
 	}
+	wait := func(ctx context.Context, ch <-chan struct{}, yield func(baton.Delta, error) bool) bool {
+		select {
+		case <-ch:
+			return true
+		case <-ctx.Done():
+			yield(baton.Delta{}, ctx.Err())
+			return false
+		}
+	}
 	return providerFunc(func(ctx context.Context, req *baton.Request) iter.Seq2[baton.Delta, error] {
-		pause := m.calls.Add(1) == 1
+		call := m.calls.Add(1)
 		return func(yield func(baton.Delta, error) bool) {
+			if call == 1 && !wait(ctx, m.start, yield) {
+				return
+			}
+			pause := call == 2
 			for d, err := range sp.Stream(ctx, req) {
 				if !yield(d, err) {
 					return
@@ -139,10 +163,7 @@ func (m *pausingModel) providers(wf *workflow.Workflow) (baton.Provider, error) 
 				if pause && d.Kind == baton.DeltaText {
 					pause = false
 					m.paused <- d.Text
-					select {
-					case <-m.resume:
-					case <-ctx.Done():
-						yield(baton.Delta{}, ctx.Err())
+					if !wait(ctx, m.resume, yield) {
 						return
 					}
 				}
@@ -151,13 +172,15 @@ func (m *pausingModel) providers(wf *workflow.Workflow) (baton.Provider, error) 
 	}), nil
 }
 
-// streamEnv is an env on the bench workflows (benchpaced: one visual agent
-// streaming its reply) whose model pauses after its first delta, with no
-// heartbeat: only the stream's own flush can bring that delta to the
-// client while nothing follows it.
+// helloAnswer is the hello workflow's scripted answer.
+const helloAnswer = "Hello! I checked the clock in UTC for you. Have a wonderful day!"
+
+// streamEnv is an env whose model pauses in the middle of hello's answer,
+// with no heartbeat: only the stream's own flush can bring the answer's
+// first delta to the client while nothing follows it.
 func streamEnv(t *testing.T) (*env, *pausingModel) {
 	m := newPausingModel()
-	e := newEnv(t, withWorkflows(benchDir), withProvider(m.providers), withConfig(func(c *Config) { c.Heartbeat = time.Hour }))
+	e := newEnv(t, withProvider(m.providers), withConfig(func(c *Config) { c.Heartbeat = time.Hour }))
 	return e, m
 }
 
@@ -169,14 +192,15 @@ func TestAGUI_DeltaAloneReachesTheClient(t *testing.T) {
 	e, m := streamEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	body, _ := json.Marshal(aguiInputOf("alone-1", "run-1"))
-	req, _ := http.NewRequestWithContext(ctx, "POST", e.ts.URL+"/agui/acme/benchpaced", bytes.NewReader(body))
+	body, _ := json.Marshal(aguiInputOf("alone-1", "run-1", userMsg("u1", "What time is it?")))
+	req, _ := http.NewRequestWithContext(ctx, "POST", e.ts.URL+"/agui/acme/hello", bytes.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+e.keys[scopeAda])
 	resp, err := e.ts.Client().Do(req)
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("AG-UI run: %v %v", resp, err)
 	}
 	defer resp.Body.Close()
+	m.begin(t, e)
 	var first string
 	select {
 	case first = <-m.paused:
@@ -184,6 +208,7 @@ func TestAGUI_DeltaAloneReachesTheClient(t *testing.T) {
 		t.Fatal("the model did not stream")
 	}
 	sc := bufio.NewScanner(resp.Body)
+	var seen []string
 	next := func() aguiEv {
 		t.Helper()
 		for sc.Scan() {
@@ -192,10 +217,11 @@ func TestAGUI_DeltaAloneReachesTheClient(t *testing.T) {
 				if err := json.Unmarshal(data, &ev); err != nil {
 					t.Fatalf("%s: %v", data, err)
 				}
+				seen = append(seen, ev.typ())
 				return ev
 			}
 		}
-		t.Fatalf("the stream ended: %v", sc.Err())
+		t.Fatalf("the stream ended after %v: %v", seen, sc.Err())
 		return nil
 	}
 	// Until the model resumes, nothing follows the first delta: the read
@@ -220,8 +246,8 @@ func TestAGUI_DeltaAloneReachesTheClient(t *testing.T) {
 			break
 		}
 	}
-	if !strings.HasPrefix(text, "Once upon a time word0 word1") || !strings.HasSuffix(text, "word59. The end.") {
-		t.Fatalf("the streamed text %q", text)
+	if text != helloAnswer {
+		t.Fatalf("the streamed text %q, want %q", text, helloAnswer)
 	}
 }
 
@@ -232,10 +258,11 @@ func TestChatCompletions_DeltaAloneReachesTheClient(t *testing.T) {
 	e, m := streamEnv(t)
 	ctx := oaiCtx(t)
 	s := e.oaiClient(scopeAda).Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
-		Model:    "benchpaced",
-		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Tell me a story.")},
+		Model:    "hello",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("What time is it?")},
 	})
 	defer s.Close()
+	m.begin(t, e)
 	var first string
 	select {
 	case first = <-m.paused:
@@ -264,7 +291,7 @@ func TestChatCompletions_DeltaAloneReachesTheClient(t *testing.T) {
 	if err := s.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if finish != "stop" || !strings.HasPrefix(text.String(), "Once upon a time word0") || !strings.HasSuffix(text.String(), "word59. The end.") {
-		t.Fatalf("finish %q, text %q", finish, text.String())
+	if finish != "stop" || text.String() != helloAnswer {
+		t.Fatalf("finish %q, text %q, want %q", finish, text.String(), helloAnswer)
 	}
 }
