@@ -81,27 +81,28 @@ func (s *Server) handleA2A(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.WriteTimeout > 0 {
 		// a2a-go's SSE writer sets no deadline: each write gets one, so a
 		// client that stops reading frees its stream.
-		w = &a2aDeadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: s.cfg.WriteTimeout}
+		w = &a2aDeadlineWriter{ResponseWriter: w, dl: writeDeadline{rc: http.NewResponseController(w), timeout: s.cfg.WriteTimeout, now: time.Now}}
 	}
 	a2asrv.NewJSONRPCHandler(&a2aAgent{s: s, p: p, wf: wf, origin: requestOrigin(r)}).ServeHTTP(w, r)
 }
 
-// a2aDeadlineWriter sets a write deadline before each write and flush.
+// a2aDeadlineWriter keeps a write deadline ahead of each write and flush
+// (writeDeadline: at least 15/16 of WriteTimeout). a2a-go writes from
+// the handler's goroutine only.
 type a2aDeadlineWriter struct {
 	http.ResponseWriter
-	rc      *http.ResponseController
-	timeout time.Duration
+	dl writeDeadline
 }
 
 func (d *a2aDeadlineWriter) Write(b []byte) (int, error) {
-	_ = d.rc.SetWriteDeadline(time.Now().Add(d.timeout))
+	d.dl.arm()
 	return d.ResponseWriter.Write(b)
 }
 
 // Flush flushes with a deadline; a2a-go's SSE writer needs an http.Flusher.
 func (d *a2aDeadlineWriter) Flush() {
-	_ = d.rc.SetWriteDeadline(time.Now().Add(d.timeout))
-	_ = d.rc.Flush()
+	d.dl.arm()
+	_ = d.dl.rc.Flush()
 }
 
 // Unwrap lets http.ResponseController reach the connection.
@@ -440,8 +441,24 @@ func lastSeqParam(md map[string]any) (int64, bool, error) {
 func (h *a2aAgent) stream(ctx context.Context, id a2aTaskID, chat baton.Chat, last int64, yield func(a2a.Event, error) bool) {
 	conv := newA2AConv(id)
 	stopped := false
-	err := h.s.follow(withFollower(ctx, h.p), h.p.scope, chat, last, func(f *Followed) error {
-		evs, final := conv.events(f)
+	err := h.s.followEnvelopes(withFollower(ctx, h.p), h.p.scope, chat, last, func(seq int64, typ string, envelope []byte, subscription int) error {
+		if typ == baton.TypeStreamText {
+			// Most of a streamed reply: read without reflection when the
+			// envelope has the hub's shape (decodeStreamText), not twice
+			// (follow's envelope, then its data) as the other events are.
+			if d, ok := decodeStreamText(envelope); ok {
+				if ev := conv.delta(d.MessageID, d.Agent, d.Delta); ev != nil && !yield(ev, nil) {
+					stopped = true
+					return errStopFollow
+				}
+				return nil
+			}
+		}
+		f := Followed{Sequence: seq, Subscription: subscription}
+		if err := json.Unmarshal(envelope, &f.Envelope); err != nil {
+			return fmt.Errorf("a2a: follow chat %s: decode envelope: %w", chat.ID, err)
+		}
+		evs, final := conv.events(&f)
 		for _, ev := range evs {
 			if !yield(ev, nil) {
 				stopped = true
@@ -843,14 +860,10 @@ func (c *a2aConv) events(f *Followed) (evs []a2a.Event, final bool) {
 	}
 	switch f.Type {
 	case baton.TypeStreamText:
-		if d.Delta == "" || d.MessageID == "" {
-			return nil, false
+		if ev := c.delta(d.MessageID, d.Agent, d.Delta); ev != nil {
+			return []a2a.Event{ev}, false
 		}
-		ev := &a2a.TaskArtifactUpdateEvent{TaskID: c.id, ContextID: c.ctxID, Append: c.started[d.MessageID],
-			Artifact: &a2a.Artifact{ID: a2a.ArtifactID("stream-" + d.MessageID), Name: d.Agent,
-				Parts: a2a.ContentParts{a2a.TextPart{Text: d.Delta}}, Metadata: map[string]any{"agent": d.Agent}}}
-		c.started[d.MessageID] = true
-		return []a2a.Event{ev}, false
+		return nil, false
 	case baton.TypeChatText:
 		if d.Agent == agentUser || d.Agent == agentSystem || d.UIHidden || d.ToolOnly || d.Feedback || d.Content == "" {
 			// The client's own message, the runtime's, one for the model
@@ -889,6 +902,19 @@ func (c *a2aConv) events(f *Followed) (evs []a2a.Event, final bool) {
 			a2a.DataPart{Data: map[string]any{"code": d.Code}}), true)}, true
 	}
 	return nil, false
+}
+
+// delta converts a stream.text delta to an artifact update of the
+// message's stream artifact (nil for an empty delta).
+func (c *a2aConv) delta(msgID, agent, text string) a2a.Event {
+	if text == "" || msgID == "" {
+		return nil
+	}
+	ev := &a2a.TaskArtifactUpdateEvent{TaskID: c.id, ContextID: c.ctxID, Append: c.started[msgID],
+		Artifact: &a2a.Artifact{ID: a2a.ArtifactID("stream-" + msgID), Name: agent,
+			Parts: a2a.ContentParts{a2a.TextPart{Text: text}}, Metadata: map[string]any{"agent": agent}}}
+	c.started[msgID] = true
+	return ev
 }
 
 // agentMessage is an agent's message of the task, its id the recorded

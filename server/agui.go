@@ -320,7 +320,7 @@ func (s *Server) agui(w http.ResponseWriter, r *http.Request) error {
 	hb.Go(func() { out.heartbeats(hbCtx, s.cfg.Heartbeat) })
 	defer func() { stopHB(); hb.Wait() }()
 
-	m.emit = out.event
+	m.emit, m.batch = out.event, out
 	err = s.aguiRun(ctx, p.scope, chat, from, replay, waiting, m)
 	if err != nil && ctx.Err() == nil {
 		s.log.Warn("server: AG-UI run", "chat_id", chatID, "err", err)
@@ -542,15 +542,15 @@ func requestOrigin(r *http.Request) string {
 // aguiStream writes AG-UI events as Server-Sent Events ("data: <json>"),
 // and comment heartbeats between them, one writer at a time.
 type aguiStream struct {
-	mu   sync.Mutex
-	send func([]byte) error // startEventStream's
-	buf  []byte
-	err  error
+	mu  sync.Mutex
+	es  *eventStream
+	buf []byte
+	err error
 }
 
 // startAGUIStream sends the stream's headers.
 func startAGUIStream(w http.ResponseWriter, timeout time.Duration) (*aguiStream, error) {
-	out := &aguiStream{send: startEventStream(w, timeout), buf: make([]byte, 0, 1024)}
+	out := &aguiStream{es: newEventStream(w, timeout), buf: make([]byte, 0, 1024)}
 	return out, out.write(nil)
 }
 
@@ -585,7 +585,25 @@ func (o *aguiStream) writeLocked(b []byte) error {
 	if o.err != nil {
 		return o.err
 	}
-	o.err = o.send(b)
+	o.err = o.es.write(b)
+	return o.err
+}
+
+// hold coalesces the events written until release into one flush
+// (followBatched).
+func (o *aguiStream) hold() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.es.hold()
+}
+
+// release flushes the events written since hold.
+func (o *aguiStream) release() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err := o.es.release(); o.err == nil {
+		o.err = err
+	}
 	return o.err
 }
 
@@ -625,7 +643,7 @@ func (s *Server) aguiRun(ctx context.Context, scope baton.Scope, chat baton.Chat
 			return m.endWaiting(chat)
 		}
 	}
-	return s.followEnvelopes(ctx, scope, chat, from, func(seq int64, typ string, envelope []byte, subscription int) error {
+	return s.followBatched(ctx, scope, chat, from, m.batch, func(seq int64, typ string, envelope []byte, subscription int) error {
 		done, err := m.liveEnvelope(seq, typ, envelope, subscription)
 		if err != nil {
 			return err

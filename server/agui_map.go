@@ -128,6 +128,7 @@ type aguiMapper struct {
 	scope           baton.Scope
 	chatID, webURL  string
 	emit            func(any) error
+	batch           batcher // the stream's, to coalesce a delivery's events (nil: none)
 
 	// own maps the input event ids of the client's user and tool messages
 	// to their AG-UI ids: the client has those messages, so the run does
@@ -345,13 +346,19 @@ func (m *aguiMapper) delta(d *aguiStreamData, subscription int) error {
 // data, in one pass; any other event goes through live.
 func (m *aguiMapper) liveEnvelope(seq int64, typ string, envelope []byte, subscription int) (done bool, err error) {
 	if typ == baton.TypeStreamText {
-		var d struct {
-			Data aguiStreamData `json:"data"`
+		s, ok := decodeStreamText(envelope)
+		if !ok {
+			// A shape the fast path leaves to encoding/json.
+			var d struct {
+				Data aguiStreamData `json:"data"`
+			}
+			if json.Unmarshal(envelope, &d) != nil {
+				return false, nil // as live: an undecodable delta is skipped
+			}
+			s = streamDelta(d.Data)
 		}
-		if json.Unmarshal(envelope, &d) != nil {
-			return false, nil // as live: an undecodable delta is skipped
-		}
-		return false, m.delta(&d.Data, subscription)
+		d := aguiStreamData(s)
+		return false, m.delta(&d, subscription)
 	}
 	f := Followed{Sequence: seq, Subscription: subscription}
 	if err := json.Unmarshal(envelope, &f.Envelope); err != nil {

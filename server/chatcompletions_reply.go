@@ -51,6 +51,14 @@ func (e *oaiEvent) decode(typ string, data json.RawMessage) error {
 // decodeEnvelope is decode from the whole envelope (followEnvelopes), in
 // one pass: the envelope's data straight into e.
 func (e *oaiEvent) decodeEnvelope(typ string, envelope []byte) error {
+	if typ == baton.TypeStreamText {
+		// Most of a streamed reply: read without reflection when the
+		// envelope has the hub's shape (decodeStreamText).
+		if d, ok := decodeStreamText(envelope); ok {
+			*e = oaiEvent{Type: typ, Agent: d.Agent, MessageID: d.MessageID, Delta: d.Delta}
+			return nil
+		}
+	}
 	*e = oaiEvent{}
 	v := struct {
 		Data *oaiEvent `json:"data"`
@@ -88,6 +96,9 @@ type oaiReply struct {
 	// emit receives each text piece (with its agent) and the tool call.
 	emitText func(agent, text string) error
 	emitTool func(tc oaiToolCall) error
+	// batch, when set, coalesces the writes of emitText and emitTool
+	// (followBatched).
+	batch batcher
 }
 
 // oaiStreamed is what a message's deltas sent, and in which of follow's
@@ -229,7 +240,7 @@ func (o *oaiReply) add(ev *oaiEvent) (done bool, err error) {
 func (s *Server) oaiFollow(ctx context.Context, scope baton.Scope, turn oaiTurn, out *oaiReply) error {
 	open := turn.gate == nil
 	var ev oaiEvent
-	return s.followEnvelopes(ctx, scope, turn.chat, turn.last, func(_ int64, typ string, envelope []byte, subscription int) error {
+	return s.followBatched(ctx, scope, turn.chat, turn.last, out.batch, func(_ int64, typ string, envelope []byte, subscription int) error {
 		if err := ev.decodeEnvelope(typ, envelope); err != nil {
 			return fmt.Errorf("chat completion of chat %s: decode envelope: %w", turn.chat.ID, err)
 		}
@@ -270,13 +281,9 @@ func (s *Server) oaiStream(w http.ResponseWriter, r *http.Request, scope baton.S
 	stop := context.AfterFunc(s.ctx, cancel)
 	defer stop()
 
-	send := startEventStream(w, s.cfg.WriteTimeout)
-	var mu sync.Mutex // the heartbeat writes too
-	write := func(b []byte) error {
-		mu.Lock()
-		defer mu.Unlock()
-		return send(b)
-	}
+	es := &lockedEventStream{es: newEventStream(w, s.cfg.WriteTimeout)} // the heartbeat writes too
+	write := es.write
+	out.batch = es
 	var nullUsage *oaiUsage
 	if includeUsage {
 		nullUsage = &oaiUsage{} // replaced by null below: see chunk

@@ -99,6 +99,23 @@ func (s *Server) follow(ctx context.Context, scope baton.Scope, chat baton.Chat,
 // envelope is valid only during the call (it may be a pooled buffer): fn
 // must copy what it keeps.
 func (s *Server) followEnvelopes(ctx context.Context, scope baton.Scope, chat baton.Chat, last int64, fn func(seq int64, typ string, envelope []byte, subscription int) error) error {
+	return s.followBatched(ctx, scope, chat, last, nil, fn)
+}
+
+// batcher is a follow's writer that coalesces writes: between hold and
+// release its writes wait for release's flush (eventStream).
+type batcher interface {
+	hold()
+	release() error
+}
+
+// followBatched is followEnvelopes for a writer that coalesces: the frames
+// of one delivery from the hub — all waiting already when the follow woke —
+// and the events of a replay are written between b.hold and b.release, so
+// that they reach the client in one flush, the last of them as soon as it
+// is written. A frame that arrives alone is flushed alone, at once. b may
+// be nil: fn then flushes as it likes.
+func (s *Server) followBatched(ctx context.Context, scope baton.Scope, chat baton.Chat, last int64, b batcher, fn func(seq int64, typ string, envelope []byte, subscription int) error) error {
 	subs := 0
 	send := func(f *frame) error { return fn(f.seq, f.typ, f.data, subs) }
 	p, _ := ctx.Value(followerKey{}).(principal)
@@ -113,7 +130,7 @@ func (s *Server) followEnvelopes(ctx context.Context, scope baton.Scope, chat ba
 		if err != nil {
 			return err
 		}
-		err = s.followLive(ctx, p, live, send)
+		err = s.followLive(ctx, p, live, b, send)
 		last = live.cur.last
 		live.close()
 		if err != nil {
@@ -133,11 +150,12 @@ func (s *Server) followEnvelopes(ctx context.Context, scope baton.Scope, chat ba
 
 // followLive replays and then delivers live frames until the hub kicks the
 // subscriber (nil: the caller reads why) or send or ctx fails.
-func (s *Server) followLive(ctx context.Context, p principal, live *liveStream, send func(*frame) error) error {
+func (s *Server) followLive(ctx context.Context, p principal, live *liveStream, b batcher, send func(*frame) error) error {
 	if err := live.checkChat(ctx); err != nil {
 		return err
 	}
-	if err := live.replay(ctx, send); err != nil {
+	holdBatch(b)
+	if err := releaseBatch(b, live.replay(ctx, send)); err != nil {
 		return err
 	}
 	var recheck <-chan time.Time // nil: no key to re-check (dev mode)
@@ -153,7 +171,8 @@ func (s *Server) followLive(ctx context.Context, p principal, live *liveStream, 
 				return err
 			}
 		case <-live.ready():
-			if err := live.deliver(ctx, send); err != nil {
+			holdBatch(b)
+			if err := releaseBatch(b, live.deliver(ctx, send)); err != nil {
 				return err
 			}
 		case <-live.kicked():
@@ -166,4 +185,25 @@ func (s *Server) followLive(ctx context.Context, p principal, live *liveStream, 
 			return ctx.Err()
 		}
 	}
+}
+
+// holdBatch holds b, if there is one, for the writes of a delivery.
+func holdBatch(b batcher) {
+	if b != nil {
+		b.hold()
+	}
+}
+
+// releaseBatch releases b after the writes of a delivery, which returned
+// err: it flushes them even after a failed write, or one that stops the
+// follow (what was written before it is the client's). A failed flush is
+// the error then, unless a write failed first.
+func releaseBatch(b batcher, err error) error {
+	if b == nil {
+		return err
+	}
+	if ferr := b.release(); ferr != nil && (err == nil || errors.Is(err, errStopFollow)) {
+		return ferr
+	}
+	return err
 }

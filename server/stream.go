@@ -175,32 +175,6 @@ func (l *liveStream) deliver(ctx context.Context, send func(*frame) error) error
 	return err
 }
 
-// startEventStream answers the request with a text/event-stream (the SSE
-// stream and the AG-UI and Chat Completions streams) and returns its
-// writer: each write has timeout to reach the client and is flushed at
-// once. The writer is not safe for concurrent use: a stream with a
-// heartbeat serializes its writes.
-func startEventStream(w http.ResponseWriter, timeout time.Duration) func([]byte) error {
-	rc := http.NewResponseController(w)
-	// The server's ReadTimeout bounds reading requests; a stream has nothing
-	// more to read, and an expired read deadline would end it.
-	_ = rc.SetReadDeadline(time.Time{})
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	return func(b []byte) error {
-		_ = rc.SetWriteDeadline(time.Now().Add(timeout))
-		if len(b) > 0 {
-			if _, err := w.Write(b); err != nil {
-				return err
-			}
-		}
-		return rc.Flush()
-	}
-}
-
 // lastSequence reads the client's starting point from the query.
 func lastSequenceParam(r *http.Request) (int64, error) {
 	return seqParam(r.URL.Query().Get("last_sequence"), "last_sequence")
@@ -832,7 +806,7 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 	stop := context.AfterFunc(s.ctx, cancel)
 	defer stop()
 
-	write := startEventStream(w, s.cfg.WriteTimeout)
+	write := newEventStream(w, s.cfg.WriteTimeout).write
 	// The events of a batch (those a delivery took from the queue at once,
 	// or a replay page) are written and flushed together, as a WebSocket's
 	// are (batchConn): one write to the network each, not one per event.
