@@ -27,7 +27,7 @@ var refKeywords = []string{"$ref", "$dynamicRef", "$recursiveRef", "$defs", "def
 var (
 	oneSchemaKeywords = []string{
 		"not", "if", "then", "else", "additionalProperties", "additionalItems",
-		"unevaluatedItems", "unevaluatedProperties", "contains", "propertyNames", "items",
+		"unevaluatedItems", "unevaluatedProperties", "contains", "propertyNames", "contentSchema", "items",
 	}
 	schemaArrayKeywords = []string{"allOf", "anyOf", "oneOf", "prefixItems", "items"}
 	schemaMapKeywords   = []string{"properties", "patternProperties", "dependentSchemas", "dependencies"}
