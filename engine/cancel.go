@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/batonhq/baton"
@@ -23,19 +24,62 @@ const maxPendingCancels = 4096
 // cancels holds the cancel functions of the runs in progress on this
 // instance and the cancels that arrived before their run started.
 type cancels struct {
-	mu      sync.Mutex
-	runs    map[string]context.CancelCauseFunc // chat → its run's cancel
-	pending map[string]string                  // chat → the id of a cancel seen, its lane event not handled yet
+	mu   sync.Mutex
+	runs map[string]context.CancelCauseFunc // chat → its run's cancel
+	// pending holds, per chat, the ids of the cancels seen and not used,
+	// their lane events not handled yet, oldest first: a run that starts
+	// takes the oldest (the one queued on the lane right after it), and a
+	// lane event removes its own id only, so a second cancel seen before
+	// the first one's lane event still stops the run queued between them.
+	pending map[string][]string
 	// stopped holds the ids of the cancels that stopped a run, until their
 	// lane event; laned those whose lane event was handled before this
 	// instance's watcher saw them (the bus delivers the two in either
 	// order): such a cancel comes too late for every run queued before it,
 	// and must stop no later one.
-	stopped, laned map[string]bool
+	stopped, laned idRing
 	sub            *bus.Subscription
 	closing        bool // set by stopWatchingCancels: subscribe no more
 	done           chan struct{}
 }
+
+// maxPendingPerChat bounds the cancels kept for one chat's runs not
+// started yet; the oldest goes first (a newer one stops the same runs and
+// those queued after it).
+const maxPendingPerChat = 16
+
+// idRing is a set of cancel ids that holds at most maxPendingCancels of
+// them, forgetting the oldest added first. An id is forgotten only after
+// maxPendingCancels newer ones: far more than the run.cancel subscription
+// may lag behind the lanes (cancelBuffer), so a forgotten laned id is never
+// seen late by the watcher and taken for a live cancel, as emptying the
+// whole set at once could.
+type idRing struct {
+	m    map[string]bool
+	ring []string // the ids in the order added; a deleted id keeps its slot
+	next int      // the slot written next, holding the oldest once full
+}
+
+func (r *idRing) has(id string) bool { return r.m[id] }
+
+func (r *idRing) delete(id string) { delete(r.m, id) }
+
+func (r *idRing) add(id string) {
+	if r.m == nil {
+		r.m = map[string]bool{}
+	}
+	if len(r.ring) < maxPendingCancels {
+		r.ring = append(r.ring, id)
+	} else {
+		delete(r.m, r.ring[r.next]) // the oldest, if still there
+		r.ring[r.next] = id
+		r.next = (r.next + 1) % maxPendingCancels
+	}
+	r.m[id] = true
+}
+
+// len returns how many ids the set holds.
+func (r *idRing) len() int { return len(r.m) }
 
 // Cancel asks the run of chatID in progress to stop (see baton.TypeRunCancel). It
 // returns once the request is published, not once the run stopped: the
@@ -51,9 +95,7 @@ func (e *Engine) Cancel(ctx context.Context, scope baton.Scope, chatID string) e
 // applies them; Close stops it.
 func (e *Engine) watchCancels() error {
 	e.cancels.runs = map[string]context.CancelCauseFunc{}
-	e.cancels.pending = map[string]string{}
-	e.cancels.stopped = map[string]bool{}
-	e.cancels.laned = map[string]bool{}
+	e.cancels.pending = map[string][]string{}
 	sub, err := e.bus.Subscribe([]string{baton.TypeRunCancel}, bus.Buffer(cancelBuffer))
 	if err != nil {
 		return fmt.Errorf("engine: watch run.cancel: %w", err)
@@ -110,41 +152,48 @@ func (e *Engine) stopWatchingCancels() {
 func (e *Engine) cancelRun(chatID, eventID string) {
 	e.cancels.mu.Lock()
 	defer e.cancels.mu.Unlock()
-	if e.cancels.laned[eventID] {
+	if e.cancels.laned.has(eventID) {
 		// Its lane turn has passed: a run in progress now began after it.
-		delete(e.cancels.laned, eventID)
+		e.cancels.laned.delete(eventID)
 		return
 	}
 	if cancel, ok := e.cancels.runs[chatID]; ok {
 		cancel(errRunCancelled)
-		remember(e.cancels.stopped, eventID)
+		e.cancels.stopped.add(eventID)
 		return
 	}
-	if len(e.cancels.pending) >= maxPendingCancels {
+	ids := e.cancels.pending[chatID]
+	if ids == nil && len(e.cancels.pending) >= maxPendingCancels {
+		// Forgetting cancels loses them (a queued run goes on) but never
+		// makes one stop a run queued after it.
 		clear(e.cancels.pending)
 	}
-	e.cancels.pending[chatID] = eventID
-}
-
-// remember adds id to a bounded set of cancel ids.
-func remember(set map[string]bool, id string) {
-	if len(set) >= maxPendingCancels {
-		clear(set)
+	if len(ids) >= maxPendingPerChat {
+		ids = slices.Delete(ids, 0, 1)
 	}
-	set[id] = true
+	e.cancels.pending[chatID] = append(ids, eventID)
 }
 
 // handleCancel is the lane's handler of run.cancel: every run queued before
 // it has had its chance to be cancelled, so a cancel not used by then is
-// forgotten (it must not stop a later run).
+// forgotten (it must not stop a later run). Only this cancel is: another
+// of the chat, seen since, still stops the run queued before it.
 func (e *Engine) handleCancel(_ context.Context, ev baton.Event) error {
 	e.cancels.mu.Lock()
 	defer e.cancels.mu.Unlock()
-	seen := e.cancels.pending[ev.ChatID()] == ev.ID || e.cancels.stopped[ev.ID]
-	delete(e.cancels.pending, ev.ChatID())
-	delete(e.cancels.stopped, ev.ID)
+	chatID := ev.ChatID()
+	seen := e.cancels.stopped.has(ev.ID)
+	e.cancels.stopped.delete(ev.ID)
+	if ids := e.cancels.pending[chatID]; slices.Contains(ids, ev.ID) {
+		seen = true
+		if ids = slices.DeleteFunc(ids, func(id string) bool { return id == ev.ID }); len(ids) == 0 {
+			delete(e.cancels.pending, chatID)
+		} else {
+			e.cancels.pending[chatID] = ids
+		}
+	}
 	if !seen {
-		remember(e.cancels.laned, ev.ID) // for the watcher, when it sees it
+		e.cancels.laned.add(ev.ID) // for the watcher, when it sees it
 	}
 	return nil
 }
@@ -156,9 +205,15 @@ func (e *Engine) cancellable(ctx context.Context, chatID string) (context.Contex
 	runCtx, cancel := context.WithCancelCause(ctx)
 	e.cancels.mu.Lock()
 	e.cancels.runs[chatID] = cancel
-	if id, ok := e.cancels.pending[chatID]; ok {
-		delete(e.cancels.pending, chatID)
-		remember(e.cancels.stopped, id) // until its lane event
+	if ids := e.cancels.pending[chatID]; len(ids) > 0 {
+		// The oldest: the run is the one queued before it. The newer ones
+		// wait for the runs queued after it.
+		if len(ids) == 1 {
+			delete(e.cancels.pending, chatID)
+		} else {
+			e.cancels.pending[chatID] = ids[1:]
+		}
+		e.cancels.stopped.add(ids[0]) // until its lane event
 		cancel(errRunCancelled)
 	}
 	e.cancels.mu.Unlock()

@@ -24,7 +24,7 @@ func (e *Engine) PerChatEntries(chatID string) []string {
 	if _, ok := e.cancels.runs[chatID]; ok {
 		held = append(held, "cancels.runs")
 	}
-	if _, ok := e.cancels.pending[chatID]; ok {
+	if len(e.cancels.pending[chatID]) > 0 {
 		held = append(held, "cancels.pending")
 	}
 	e.cancels.mu.Unlock()

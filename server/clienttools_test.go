@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -326,5 +327,63 @@ func TestClientTools_OtherProtocolsSaySo(t *testing.T) {
 	}
 	if resp := e.toolResponses(t, chatID); len(resp) != 0 {
 		t.Fatalf("the call was answered: %+v", resp)
+	}
+}
+
+// bombParameters is a client tool schema whose validation costs 2^depth:
+// each definition refers twice to the one before it.
+func bombParameters(depth int) map[string]any {
+	defs := map[string]any{"d0": map[string]any{"required": []string{"x"}}}
+	for i := 1; i <= depth; i++ {
+		ref := map[string]any{"$ref": "#/$defs/d" + strconv.Itoa(i-1)}
+		defs["d"+strconv.Itoa(i)] = map[string]any{"anyOf": []any{ref, ref}}
+	}
+	return map[string]any{"type": "object", "$defs": defs, "$ref": "#/$defs/d" + strconv.Itoa(depth)}
+}
+
+// TestClientTools_SchemaBombRefused: over AG-UI and Chat Completions (the
+// official client), a client tool whose parameters refer to other schemas
+// is a 400 naming tools[i].parameters and the keyword, before any run; a
+// plain nested schema is accepted and its tool called.
+func TestClientTools_SchemaBombRefused(t *testing.T) {
+	e := newEnv(t, withWorkflows(clientToolsDir))
+	key := e.keys[scopeAda]
+	bomb := map[string]any{"name": "bomb", "description": "never validated", "parameters": bombParameters(40)}
+
+	in := aguiInputOf("desk-bomb", "r1", userMsg("u-1", "Where am I?"))
+	in["tools"] = []any{locationToolJSON, bomb}
+	if r := e.agui(t, "desk", key, in); r.status != http.StatusBadRequest ||
+		!strings.Contains(string(r.body), "tools[1].parameters") || !strings.Contains(string(r.body), `$ref`) {
+		t.Fatalf("AG-UI with a schema bomb: %d %s", r.status, r.body)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := e.oaiClient(scopeAda)
+	tool := func(name string, params map[string]any) openai.ChatCompletionToolUnionParam {
+		return openai.ChatCompletionFunctionTool(shared.FunctionDefinitionParam{Name: name, Parameters: shared.FunctionParameters(params)})
+	}
+	hi := []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Where am I?")}
+	_, err := c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "desk", Messages: hi,
+		Tools: []openai.ChatCompletionToolUnionParam{tool("bomb", bombParameters(40))}})
+	if apiErr := asAPIError(t, err); apiErr.StatusCode != 400 || apiErr.Param != "tools[0].parameters" || !strings.Contains(apiErr.Message, `"$ref" is not allowed`) {
+		t.Fatalf("Chat Completions with a schema bomb: %d %q %s", apiErr.StatusCode, apiErr.Param, apiErr.Message)
+	}
+
+	// A plain schema, nested, is still accepted.
+	nestedParams := map[string]any{"type": "object", "properties": map[string]any{
+		"precision": map[string]any{"enum": []string{"city", "street"}},
+		"near": map[string]any{"type": "object", "properties": map[string]any{
+			"at": map[string]any{"type": "array", "items": map[string]any{"type": "number"}},
+			"by": map[string]any{"anyOf": []any{map[string]any{"type": "string"}, map[string]any{"type": "null"}}},
+		}},
+	}, "required": []string{"precision"}}
+	first, err := c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "desk", Messages: hi,
+		Tools: []openai.ChatCompletionToolUnionParam{tool("get_location", nestedParams)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Choices[0].FinishReason != "tool_calls" || first.Choices[0].Message.ToolCalls[0].Function.Name != "get_location" {
+		t.Fatalf("with a nested schema: %s", first.RawJSON())
 	}
 }

@@ -2,8 +2,12 @@ package tool
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"sync"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/batonhq/baton"
 )
@@ -11,7 +15,8 @@ import (
 // CheckClientTools checks the tools a client offers a chat
 // (baton.ClientTool): at most baton.MaxClientTools, each named as a model
 // API accepts (1 to 64 letters, digits, '_' or '-'), once, with parameters
-// that compile as a JSON Schema of an object, within the size limits. The
+// that compile as a plain JSON Schema of an object (checkPlainSchema: no
+// $ref or $defs, bounded nesting and size), within the size limits. The
 // error names the field at fault, as tools[i].name. Whether a name collides
 // with a workflow's tool is the engine's to say (Engine.CheckClientTools).
 func CheckClientTools(tools []baton.ClientTool) error {
@@ -38,8 +43,8 @@ func CheckClientTools(tools []baton.ClientTool) error {
 		}
 		total += size
 		if p := bytes.TrimSpace(t.Parameters); len(p) > 0 && !bytes.Equal(p, []byte("null")) {
-			if _, err := compileSchema(p); err != nil {
-				return baton.Errorf(baton.EINVALID, "%s.parameters: not a usable JSON Schema: %v", field, err)
+			if _, err := compileClientSchema(p); err != nil {
+				return baton.Errorf(baton.EINVALID, "%s.parameters: %v", field, err)
 			}
 			if err := baton.ValidateJSONB(field+".parameters", p); err != nil {
 				return err
@@ -80,10 +85,57 @@ func ClientToolParameters(t baton.ClientTool) json.RawMessage {
 // against its parameters. It returns "" when they are valid, else a message
 // for the model naming each problem (the call is then answered with it as
 // an error, and the client never sees it).
+//
+// The schema is checked again here, not only when the client offered it: a
+// set recorded before the check was as strict must not lock the run up.
 func CheckClientArgs(t baton.ClientTool, args json.RawMessage) string {
-	s, err := compileSchema(ClientToolParameters(t))
+	s, err := compileClientSchema(ClientToolParameters(t))
 	if err != nil {
-		return "the tool's parameters are not a usable JSON Schema: " + err.Error()
+		return "the tool's parameters are " + err.Error()
 	}
 	return s.validate(args)
 }
+
+// compileClientSchema compiles the parameters of a client's tool, once they
+// are found plain (checkPlainSchema). A schema compiled before is taken from
+// clientSchemas: a call's arguments are checked twice, and a chat's set is
+// offered again with every message.
+func compileClientSchema(raw json.RawMessage) (*schema, error) {
+	key := sha256.Sum256(raw)
+	clientSchemas.mu.Lock()
+	s, ok := clientSchemas.m[key]
+	clientSchemas.mu.Unlock()
+	if ok {
+		return s, nil
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		return nil, fmt.Errorf("not valid JSON: %w", err)
+	}
+	if err := checkPlainSchema(doc); err != nil {
+		return nil, fmt.Errorf("not a plain JSON Schema: %w", err)
+	}
+	s, err = compileSchema(raw)
+	if err != nil {
+		return nil, fmt.Errorf("not a usable JSON Schema: %w", err)
+	}
+	clientSchemas.mu.Lock()
+	if len(clientSchemas.m) >= maxClientSchemas {
+		clear(clientSchemas.m) // compiled again when next needed
+	}
+	clientSchemas.m[key] = s
+	clientSchemas.compiled++
+	clientSchemas.mu.Unlock()
+	return s, nil
+}
+
+// maxClientSchemas bounds the compiled schemas of client tools kept.
+const maxClientSchemas = 1024
+
+// clientSchemas holds compiled client tool schemas by the SHA-256 of their
+// text. A compiled schema is safe to validate with from many goroutines.
+var clientSchemas = struct {
+	mu       sync.Mutex
+	m        map[[32]byte]*schema
+	compiled int // how many were compiled, for the tests
+}{m: map[[32]byte]*schema{}}
