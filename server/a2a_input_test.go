@@ -80,7 +80,9 @@ func TestA2AToolInputAcrossBatons(t *testing.T) {
 			t.Fatalf("the caller's chat ended without asking: %s", raw)
 		}
 	}
-	if !strings.Contains(asked.str("prompt"), "What is your name?") || asked.str("tool_name") != "ask_remote" || asked.str("tool_call_id") == "" || asked.str("agent") != "Caller" {
+	// Labelled as the remote agent's question (its card's name), not the
+	// calling agent's own words.
+	if !strings.HasPrefix(asked.str("prompt"), "askname asks: ") || !strings.Contains(asked.str("prompt"), "What is your name?") || asked.str("tool_name") != "ask_remote" || asked.str("tool_call_id") == "" || asked.str("agent") != "Caller" {
 		t.Fatalf("the person was asked %s", asked.raw)
 	}
 	chat := caller.waitStatus(t, id, baton.ChatWaitingInput)
