@@ -138,6 +138,11 @@ func (r *run) takeInput(ctx context.Context) (bool, error) {
 			r.stage(nil, &baton.ChatUpdate{Status: &r.st.chat.Status, ConsumeInputs: []string{ev.ID}})
 			continue
 		}
+		if oc := r.st.toolAsking(); oc != nil && !answersAsk(oc, in.AcceptedAt) {
+			// Sent before the tool's question existed: not an answer to it.
+			// It stays queued, in order, for the model once the call ends.
+			continue
+		}
 		if err := r.userInput(ctx, ev); err != nil {
 			if !errors.Is(err, errIgnored) {
 				return false, err

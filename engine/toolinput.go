@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/workflow"
@@ -21,7 +22,11 @@ import (
 //     shows it as any pause for the person.
 //  2. The person's next message (a user.query, through any client) is taken
 //     by toolAnswer: their chat.text, visible as any message, marked
-//     answers_tool_call_id, resolving the pending request.
+//     answers_tool_call_id, resolving the pending request. Only a message
+//     the inbox accepted after the question was made answers it
+//     (answersAsk): one typed before — while the tool ran, say — was not
+//     written for the question, which the person had not seen; it stays
+//     in the inbox, for the model once the call has ended.
 //  3. runTool calls the tool again with baton.CallContext.Answer, under the
 //     effect key baton.AnswerEffectKey(call key, round): each answer is one
 //     effect in the ledger, so a crash during it re-sends the same message
@@ -37,6 +42,7 @@ import (
 // every other turn stay small.
 type toolAsk struct {
 	asking   string          // the pending request's id while the call waits for the answer
+	askedAt  int64           // when the question was made (its event's Timestamp, Unix ms): only a later input answers it
 	round    int             // the questions asked so far
 	resume   json.RawMessage // the tool's state from the last one
 	answer   string          // the person's answer to it, once recorded (answered)
@@ -72,13 +78,23 @@ func (st *state) toolAsking() *openCall {
 // toolAsked folds a chat.input_request of an open call: the call waits for
 // the answer. It reports false when no such call is open (the request is
 // then folded as a plain one).
-func (st *state) toolAsked(p *baton.InputRequestPayload) bool {
+func (st *state) toolAsked(p *baton.InputRequestPayload, at int64) bool {
 	oc := st.toolCall(p.ToolCallID)
 	if oc == nil {
 		return false
 	}
-	oc.ask = &toolAsk{asking: p.RequestID, round: p.Round, resume: p.Resume}
+	oc.ask = &toolAsk{asking: p.RequestID, askedAt: at, round: p.Round, resume: p.Resume}
 	return true
+}
+
+// answersAsk reports whether an input accepted at accepted may answer the
+// question of oc: it must have been accepted after the question was made.
+// Both times come from clocks of the same deployment (the instance that
+// ran the tool, the store that accepted the input); a message accepted in
+// the very millisecond the question was made counts as before it, as the
+// person cannot have seen a question not yet recorded.
+func answersAsk(oc *openCall, accepted time.Time) bool {
+	return oc != nil && oc.ask != nil && accepted.UnixMilli() > oc.ask.askedAt
 }
 
 // toolAnswered folds the person's answer to an open call's question. It

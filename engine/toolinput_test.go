@@ -40,6 +40,9 @@ type askingTool struct {
 	calls   []askingCall
 	block   bool
 	blocked chan struct{} // closed when the blocking call has started
+	// With gate set, the first call (before any answer) closes started and
+	// waits for gate before it asks.
+	gate, started chan struct{}
 }
 
 func (a *askingTool) Name() string        { return "ask_person" }
@@ -66,6 +69,20 @@ func (a *askingTool) Call(ctx context.Context, cc *baton.CallContext, _ json.Raw
 		<-ctx.Done()
 		return baton.ToolResult{}, ctx.Err()
 	case cc.Answer == nil:
+		if a.gate != nil {
+			a.mu.Lock()
+			gate, started := a.gate, a.started
+			a.gate = nil
+			a.mu.Unlock()
+			if gate != nil {
+				close(started)
+				select {
+				case <-gate:
+				case <-ctx.Done():
+					return baton.ToolResult{}, ctx.Err()
+				}
+			}
+		}
 		return baton.ToolResult{Status: baton.ToolStatusInputRequired, Content: "What is your name?", Resume: json.RawMessage(`{"asked":"name"}`)}, nil
 	case c.round == 1:
 		return baton.ToolResult{Status: baton.ToolStatusInputRequired, Content: "And your city?",
@@ -484,4 +501,101 @@ func TestToolInput_CancelWhilePaused(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	checkAnswered(t, h, id, reqs)
+}
+
+// TestToolInput_EarlierMessageIsNotTheAnswer: a message the person sent
+// while the tool ran, before its question existed, is not sent to the tool
+// as the answer (the person never saw the question); only the messages
+// sent after the question answer it, and the earlier one stays queued and
+// reaches the model, once, after the call has ended.
+func TestToolInput_EarlierMessageIsNotTheAnswer(t *testing.T) {
+	var mu sync.Mutex
+	var reqs [][]baton.Message
+	gate, started := make(chan struct{}), make(chan struct{})
+	at := &askingTool{gate: gate, started: started}
+	h := newHarness(t, withWorkflows(writeAskingWorkflow(t)), withProvider(recording(&mu, &reqs)), withTools(tool.WithFuncs(at)))
+	ctx := context.Background()
+	chat, err := h.eng.Start(ctx, testScope, "asking", baton.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := chat.ID
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the tool was not called")
+	}
+	const early = "a note for the agent, typed while the tool ran"
+	if err := h.eng.Submit(ctx, testScope, id, early, "ws"); err != nil { // accepted (durable) when Submit returns
+		t.Fatal(err)
+	}
+	close(gate)
+	waitAsked(t, h, id, "What is your name?")
+	if err := h.eng.Submit(ctx, testScope, id, "Ada", "ws"); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the second question", func() error {
+		if n := countType(h.events(id), baton.TypeChatInputRequest); n != 2 {
+			return fmt.Errorf("%d input requests:\n%s", n, dump(h.events(id)))
+		}
+		return nil
+	})
+	waitAsked(t, h, id, "And your city?")
+	if err := h.eng.Submit(ctx, testScope, id, "Paris", "ws"); err != nil {
+		t.Fatal(err)
+	}
+	// The early message is taken once the call has ended: a message to
+	// the model, after the tool's result.
+	var earlySeq, responseSeq int64
+	testenv.Eventually(t, 10*time.Second, "the early message taken for the model", func() error {
+		earlySeq, responseSeq = 0, 0
+		for _, ev := range h.events(id) {
+			switch ev.Type {
+			case baton.TypeChatText:
+				p, _ := baton.DecodePayload[baton.TextPayload](&ev)
+				if p.Content == early {
+					if p.AnswersToolCallID != "" {
+						return fmt.Errorf("the early message answers %s", p.AnswersToolCallID)
+					}
+					earlySeq = ev.Sequence
+				}
+			case baton.TypeChatToolResponse:
+				responseSeq = ev.Sequence
+			}
+		}
+		if earlySeq == 0 || !h.settled() {
+			return fmt.Errorf("early message at %d, settled %v", earlySeq, h.settled())
+		}
+		return nil
+	})
+	var answers []string
+	for _, r := range at.runs() {
+		if r.round > 0 {
+			answers = append(answers, r.answer)
+		}
+	}
+	if !slices.Equal(answers, []string{"Ada", "Paris"}) {
+		t.Fatalf("the tool was answered %q, want Ada then Paris", answers)
+	}
+	if responseSeq == 0 || earlySeq < responseSeq {
+		t.Fatalf("the early message recorded at %d, the tool's response at %d: want it after the call", earlySeq, responseSeq)
+	}
+	ins, err := h.store.Inputs(ctx, testScope, id)
+	if err != nil || len(ins) != 0 {
+		t.Fatalf("inbox after: %+v %v", ins, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	seen := 0
+	for _, req := range reqs {
+		for _, m := range req {
+			if m.Role == baton.RoleUser && m.Content == early {
+				seen++
+				break
+			}
+		}
+	}
+	if seen == 0 {
+		t.Fatalf("the model never saw the early message in %d calls", len(reqs))
+	}
 }
