@@ -43,6 +43,7 @@ import (
 type toolAsk struct {
 	asking   string          // the pending request's id while the call waits for the answer
 	askedAt  int64           // when the question was made (its event's Timestamp, Unix ms): only a later input answers it
+	seq      int64           // the question's sequence in the chat: in a fork, one at or before the fork point is the original's
 	round    int             // the questions asked so far
 	resume   json.RawMessage // the tool's state from the last one
 	answer   string          // the person's answer to it, once recorded (answered)
@@ -78,12 +79,12 @@ func (st *state) toolAsking() *openCall {
 // toolAsked folds a chat.input_request of an open call: the call waits for
 // the answer. It reports false when no such call is open (the request is
 // then folded as a plain one).
-func (st *state) toolAsked(p *baton.InputRequestPayload, at int64) bool {
+func (st *state) toolAsked(p *baton.InputRequestPayload, at, seq int64) bool {
 	oc := st.toolCall(p.ToolCallID)
 	if oc == nil {
 		return false
 	}
-	oc.ask = &toolAsk{asking: p.RequestID, askedAt: at, round: p.Round, resume: p.Resume}
+	oc.ask = &toolAsk{asking: p.RequestID, askedAt: at, seq: seq, round: p.Round, resume: p.Resume}
 	return true
 }
 
@@ -105,7 +106,7 @@ func (st *state) toolAnswered(id, text string) bool {
 	if oc == nil || oc.ask == nil || oc.ask.asking == "" {
 		return false
 	}
-	oc.ask = &toolAsk{round: oc.ask.round, resume: oc.ask.resume, answer: text, answered: true}
+	oc.ask = &toolAsk{seq: oc.ask.seq, round: oc.ask.round, resume: oc.ask.resume, answer: text, answered: true}
 	return true
 }
 
@@ -177,4 +178,29 @@ func (r *run) toolAnswer(ev baton.Event, oc *openCall, content, source string) e
 	running := baton.ChatRunning
 	r.stage(events, &baton.ChatUpdate{Status: &running, TurnAgent: &user, ConsumeInputs: []string{ev.ID}, ResolvePending: []string{asking}})
 	return nil
+}
+
+// inheritedAsk reports whether oc's tool asked its question in the chat
+// this one was forked from (at or before the fork point): its resume state
+// names that chat's remote task, which the fork must not answer.
+func (r *run) inheritedAsk(oc openCall) bool {
+	if oc.ask == nil {
+		return false
+	}
+	f := baton.ForkedFromOf(r.st.chat)
+	return f != nil && oc.ask.seq <= f.Sequence
+}
+
+// endInheritedAsk stages, in a fork, the end of a call whose tool asked in
+// the original chat: an error response telling the fork's model to call
+// the tool again, which starts a remote task of the fork's own. The
+// question's request is not pending in the fork (Fork leaves it out).
+func (r *run) endInheritedAsk(oc openCall) {
+	r.logger().Info("engine: a forked chat ends the tool call that asked in the original", "tool", oc.name, "tool_call_id", oc.id)
+	running := baton.ChatRunning
+	r.stage([]baton.Event{baton.NewChatEvent(baton.TypeChatToolResponse, r.st.chat.ID, oc.agent, baton.ToolResponsePayload{
+		Kind: "tool_response", Agent: oc.agent, ToolName: oc.name, ToolCallID: oc.id, CallID: oc.id, Corr: r.st.turn.key,
+		Status: baton.ToolStatusError, Success: false,
+		Content: fmt.Sprintf("Tool %s: the remote task belongs to the chat this one was forked from; call the tool again to start a new one.", oc.name),
+	})}, &baton.ChatUpdate{Status: &running})
 }

@@ -252,7 +252,8 @@ func TestToolInput_PausesForThePerson(t *testing.T) {
 	if first.Round != 1 || string(first.Resume) != `{"asked":"name"}` {
 		t.Fatalf("first question %+v", first)
 	}
-	// A fork made at the question waits for its answer too.
+	// A fork made at the question does not answer the original's remote
+	// task: its copy of the call ends with an error for its model.
 	src, err := h.store.GetChat(ctx, testScope, id)
 	if err != nil {
 		t.Fatal(err)
@@ -261,20 +262,14 @@ func TestToolInput_PausesForThePerson(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	forkAsked := waitAsked(t, h, fork.ID, "What is your name?") // its request renamed, in the event and the row alike
-	if forkAsked.RequestID == first.RequestID || forkAsked.Round != 1 {
-		t.Fatalf("the fork's question %+v", forkAsked)
+	checkForkEndsCall(t, h, fork.ID)
+	mu.Lock()
+	// The fork's model was told (the original still waits: the last call is the fork's).
+	if last := reqs[len(reqs)-1]; last[len(last)-1].Role != baton.RoleTool || !strings.Contains(last[len(last)-1].Content, "forked from") {
+		t.Errorf("the fork's model was sent %+v", last)
 	}
-	if err := h.eng.Submit(ctx, testScope, fork.ID, "Bob", "ws"); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 10*time.Second, "the fork's second question", func() error {
-		if n := countType(h.events(fork.ID), baton.TypeChatInputRequest); n != 2 {
-			return fmt.Errorf("%d input requests", n)
-		}
-		return nil
-	})
-	waitAsked(t, h, fork.ID, "And your city?")
+	reqs = reqs[:len(reqs)-1]
+	mu.Unlock()
 	if err := h.eng.Submit(ctx, testScope, id, "Ada", "ws"); err != nil {
 		t.Fatal(err)
 	}
@@ -295,8 +290,24 @@ func TestToolInput_PausesForThePerson(t *testing.T) {
 	mu.Lock()
 	checkAnswered(t, h, id, reqs)
 	mu.Unlock()
+	// A fork made after the answer was recorded, before the call went on
+	// with it, does not send it again: its call ends the same way.
+	for _, ev := range h.events(id) {
+		if p, _ := baton.DecodePayload[baton.TextPayload](&ev); ev.Type == baton.TypeChatText && p.Content == "Ada" {
+			fork, err := h.eng.Fork(ctx, testScope, id, ev.Sequence)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkForkEndsCall(t, h, fork.ID)
+		}
+	}
 	tc := toolCallOf(t, h, id)
 	key := baton.EffectKey(id, tc.TurnKey, tc.ToolCallID)
+	for _, r := range at.runs() {
+		if !strings.HasPrefix(r.key, id+"/") {
+			t.Errorf("the tool ran for a fork: %+v", r)
+		}
+	}
 	var runs []askingCall
 	for _, r := range at.runs() {
 		if strings.HasPrefix(r.key, id+"/") { // not the fork's
@@ -597,5 +608,28 @@ func TestToolInput_EarlierMessageIsNotTheAnswer(t *testing.T) {
 	}
 	if seen == 0 {
 		t.Fatalf("the model never saw the early message in %d calls", len(reqs))
+	}
+}
+
+// checkForkEndsCall checks a fork whose copied tool call had asked the
+// person in the original chat: the fork does not wait for an answer, the
+// call ends with an error response telling the model to call the tool
+// again, and the fork goes on to its end.
+func checkForkEndsCall(t *testing.T, h *harness, forkID string) {
+	t.Helper()
+	c := h.waitStatus(forkID, baton.ChatCompleted, baton.ChatFailed, baton.ChatWaitingInput)
+	if c.Status != baton.ChatCompleted || len(c.Pending) != 0 {
+		t.Fatalf("the fork is %s, pending %+v; want completed, waiting for nothing:\n%s", c.Status, c.Pending, dump(h.events(forkID)))
+	}
+	call := toolCallOf(t, h, forkID).ToolCallID
+	var responses []baton.ToolResponsePayload
+	for _, ev := range h.events(forkID) {
+		if ev.Type == baton.TypeChatToolResponse {
+			p, _ := baton.DecodePayload[baton.ToolResponsePayload](&ev)
+			responses = append(responses, p)
+		}
+	}
+	if len(responses) != 1 || responses[0].ToolCallID != call || responses[0].Success || !strings.Contains(responses[0].Content, "forked from; call the tool again") {
+		t.Fatalf("the fork's tool responses %+v, want one error naming the fork", responses)
 	}
 }

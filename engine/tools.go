@@ -57,6 +57,12 @@ func (r *run) toolCallEvent(ctx context.Context, agent, msgID, key string, i int
 
 // runTool runs one open tool call and records its response.
 func (r *run) runTool(ctx context.Context, oc openCall) error {
+	if r.inheritedAsk(oc) {
+		// Answered in the original before the fork: that answer goes to
+		// the original's remote task, not from here (toolinput.go).
+		r.endInheritedAsk(oc)
+		return nil
+	}
 	t := r.st.turn
 	var res baton.ToolResult
 	var updates map[string]json.RawMessage
