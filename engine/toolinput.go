@@ -37,6 +37,12 @@ import (
 // The fold keeps all of it on the open call (openCall.ask): nothing lives
 // only in memory.
 
+// MaxToolInputRounds bounds the questions one tool call may ask the
+// person: a remote agent that keeps asking would otherwise hold the chat
+// (and the person) forever. Past it the call ends with an error result for
+// the model.
+const MaxToolInputRounds = 10
+
 // toolAsk is what the fold knows of an open call whose tool asked the
 // person. It is allocated only for such a call, so that the open calls of
 // every other turn stay small.
@@ -203,4 +209,15 @@ func (r *run) endInheritedAsk(oc openCall) {
 		Status: baton.ToolStatusError, Success: false,
 		Content: fmt.Sprintf("Tool %s: the remote task belongs to the chat this one was forked from; call the tool again to start a new one.", oc.name),
 	})}, &baton.ChatUpdate{Status: &running})
+}
+
+// tooManyRounds is the result of a call whose tool asks once more than
+// MaxToolInputRounds allows: an error for the model, the call ended.
+func tooManyRounds(oc openCall) (baton.ToolResult, bool) {
+	if oc.ask == nil || oc.ask.round < MaxToolInputRounds {
+		return baton.ToolResult{}, false
+	}
+	return baton.ToolResult{Status: baton.ToolStatusError, Content: fmt.Sprintf(
+		"Tool %s asked the person %d times without finishing; the call was ended. Do not call it again for the same request unless the person asks you to.",
+		oc.name, oc.ask.round)}, true
 }

@@ -43,6 +43,8 @@ type askingTool struct {
 	// With gate set, the first call (before any answer) closes started and
 	// waits for gate before it asks.
 	gate, started chan struct{}
+	// always: every call asks again, never finishing.
+	always bool
 }
 
 func (a *askingTool) Name() string        { return "ask_person" }
@@ -64,6 +66,8 @@ func (a *askingTool) Call(ctx context.Context, cc *baton.CallContext, _ json.Raw
 	}
 	a.mu.Unlock()
 	switch {
+	case a.always:
+		return baton.ToolResult{Status: baton.ToolStatusInputRequired, Content: fmt.Sprintf("Question %d?", c.round+1), Resume: json.RawMessage(`{}`)}, nil
 	case block:
 		close(a.blocked)
 		<-ctx.Done()
@@ -631,5 +635,51 @@ func checkForkEndsCall(t *testing.T, h *harness, forkID string) {
 	}
 	if len(responses) != 1 || responses[0].ToolCallID != call || responses[0].Success || !strings.Contains(responses[0].Content, "forked from; call the tool again") {
 		t.Fatalf("the fork's tool responses %+v, want one error naming the fork", responses)
+	}
+}
+
+// TestToolInput_RoundsAreBounded: a tool that keeps asking does not hold
+// the person forever: past engine.MaxToolInputRounds questions the call
+// ends with an error result for the model, and the chat goes on.
+func TestToolInput_RoundsAreBounded(t *testing.T) {
+	at := &askingTool{always: true}
+	h := newHarness(t, withWorkflows(writeAskingWorkflow(t)), withTools(tool.WithFuncs(at)))
+	ctx := context.Background()
+	chat, err := h.eng.Start(ctx, testScope, "asking", baton.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := chat.ID
+	for i := 1; i <= engine.MaxToolInputRounds; i++ {
+		waitAsked(t, h, id, fmt.Sprintf("Question %d?", i))
+		if err := h.eng.Submit(ctx, testScope, id, fmt.Sprintf("answer %d", i), "ws"); err != nil {
+			t.Fatal(err)
+		}
+		if i < engine.MaxToolInputRounds {
+			testenv.Eventually(t, 10*time.Second, "the next question", func() error {
+				if n := countType(h.events(id), baton.TypeChatInputRequest); n != i+1 {
+					return fmt.Errorf("%d input requests", n)
+				}
+				return nil
+			})
+		}
+	}
+	c := h.waitStatus(id, baton.ChatCompleted, baton.ChatFailed)
+	evs := h.events(id)
+	if c.Status != baton.ChatCompleted || len(c.Pending) != 0 || countType(evs, baton.TypeChatInputRequest) != engine.MaxToolInputRounds {
+		t.Fatalf("chat %s pending %+v:\n%s", c.Status, c.Pending, dump(evs))
+	}
+	var responses []baton.ToolResponsePayload
+	for _, ev := range evs {
+		if ev.Type == baton.TypeChatToolResponse {
+			p, _ := baton.DecodePayload[baton.ToolResponsePayload](&ev)
+			responses = append(responses, p)
+		}
+	}
+	if len(responses) != 1 || responses[0].Success || !strings.Contains(responses[0].Content, fmt.Sprintf("asked the person %d times", engine.MaxToolInputRounds)) {
+		t.Fatalf("tool responses %+v, want one error", responses)
+	}
+	if n := len(at.runs()); n != engine.MaxToolInputRounds+1 {
+		t.Fatalf("the tool ran %d times, want %d", n, engine.MaxToolInputRounds+1)
 	}
 }

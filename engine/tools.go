@@ -118,9 +118,14 @@ func (r *run) runTool(ctx context.Context, oc openCall) error {
 			r.logger().Warn("engine: tool call failed", "tool", oc.name, "err", err)
 		}
 		if res.Status == baton.ToolStatusInputRequired {
-			// The tool asks the person: the call stays open (toolinput.go).
-			r.askPerson(oc, res)
-			return nil
+			if over, ok := tooManyRounds(oc); ok {
+				r.logger().Warn("engine: a tool call asked the person too many times; ended", "tool", oc.name, "tool_call_id", oc.id, "rounds", oc.ask.round)
+				res = over
+			} else {
+				// The tool asks the person: the call stays open (toolinput.go).
+				r.askPerson(oc, res)
+				return nil
+			}
 		}
 		if res.Status == baton.ToolStatusPending {
 			res = baton.ToolResult{Status: baton.ToolStatusError, Content: fmt.Sprintf("Tool %s could not be shown.", oc.name)}
