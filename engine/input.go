@@ -64,7 +64,7 @@ func (r *run) userInput(ctx context.Context, ev baton.Event) error {
 	case st.toolAsking() != nil:
 		// A tool call asked the person: this message is the answer
 		// (toolinput.go).
-		return r.toolAnswer(ev, st.toolAsking(), content, q.Source)
+		return r.toolAnswer(ev, st.toolAsking(), content, q)
 	case st.turn != nil && !st.isFailed():
 		return fmt.Errorf("%w: the chat waits for a UI tool response, not a message", errIgnored)
 	}

@@ -171,18 +171,21 @@ func (r *run) askPerson(oc openCall, res baton.ToolResult) {
 // toolAnswer stages the person's message that answers the question of oc:
 // their chat.text (shown as any message of theirs, taken from the inbox and
 // resolving the pending request in the same append). The call goes on at
-// the next step (runTool, with the answer).
-func (r *run) toolAnswer(ev baton.Event, oc *openCall, content, source string) error {
+// the next step (runTool, with the answer). A new set of client tools
+// sent with the answer (an AG-UI run's tools) is kept as with any message.
+func (r *run) toolAnswer(ev baton.Event, oc *openCall, content string, q baton.UserQueryPayload) error {
 	st := r.st
 	id, asking := oc.id, oc.ask.asking // staging the text folds the answer into oc
 	user := workflow.UserAgent
 	events := r.synthetic(user, content)
 	events = append(events, baton.NewChatEvent(baton.TypeChatText, st.chat.ID, user, baton.TextPayload{
-		Kind: "text", Agent: user, Content: content, Index: st.texts, Source: source, InputID: ev.ID,
+		Kind: "text", Agent: user, Content: content, Index: st.texts, Source: q.Source, InputID: ev.ID,
 		AnswersToolCallID: id,
 	}))
 	running := baton.ChatRunning
-	r.stage(events, &baton.ChatUpdate{Status: &running, TurnAgent: &user, ConsumeInputs: []string{ev.ID}, ResolvePending: []string{asking}})
+	u := &baton.ChatUpdate{Status: &running, TurnAgent: &user, ConsumeInputs: []string{ev.ID}, ResolvePending: []string{asking}}
+	r.offerClientTools(q.ClientTools, u)
+	r.stage(events, u)
 	return nil
 }
 

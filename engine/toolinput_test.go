@@ -683,3 +683,38 @@ func TestToolInput_RoundsAreBounded(t *testing.T) {
 		t.Fatalf("the tool ran %d times, want %d", n, engine.MaxToolInputRounds+1)
 	}
 }
+
+// TestToolInput_AnswerKeepsNewClientTools: a client's new set of tools
+// sent with the answer to a tool's question (an AG-UI run that answers it)
+// is kept, as with any other message.
+func TestToolInput_AnswerKeepsNewClientTools(t *testing.T) {
+	at := &askingTool{}
+	h := newHarness(t, withWorkflows(writeAskingWorkflow(t)), withTools(tool.WithFuncs(at)))
+	ctx := context.Background()
+	chat, err := h.eng.Start(ctx, testScope, "asking", baton.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := chat.ID
+	waitAsked(t, h, id, "What is your name?")
+	if err := h.eng.SubmitWithTools(ctx, testScope, id, "answer-1", "Ada", "agui", []baton.ClientTool{locationTool}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the second question", func() error {
+		if n := countType(h.events(id), baton.TypeChatInputRequest); n != 2 {
+			return fmt.Errorf("%d input requests", n)
+		}
+		return nil
+	})
+	c, err := h.store.GetChat(ctx, testScope, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snap map[string]json.RawMessage
+	if err := json.Unmarshal(c.Context, &snap); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(snap["__client_tools"]), `"get_location"`) {
+		t.Fatalf("the chat's client tools after the answer: %s", snap["__client_tools"])
+	}
+}
