@@ -349,7 +349,7 @@ func taskResult(name string, task *a2a.Task) baton.ToolResult {
 	switch task.Status.State {
 	case a2a.TaskStateCompleted:
 		return baton.ToolResult{Status: baton.ToolStatusOK, Content: said}
-	case a2a.TaskStateInputRequired, a2a.TaskStateAuthRequired:
+	case a2a.TaskStateInputRequired:
 		return baton.ToolResult{Status: baton.ToolStatusOK, Content: fmt.Sprintf(
 			"%s\n\nThe remote agent needs input (task_id %s): %s\nCall %s again with task_id %q and the answer as message.",
 			said, task.ID, status, name, task.ID)}
