@@ -40,9 +40,10 @@ type askingTool struct {
 	calls   []askingCall
 	block   bool
 	blocked chan struct{} // closed when the blocking call has started
-	// With gate set, the first call (before any answer) closes started and
-	// waits for gate before it asks.
+	// With gate set, the call of round gateRound (0: the first, before any
+	// answer) closes started and waits for gate before it goes on.
 	gate, started chan struct{}
+	gateRound     int
 	// always: every call asks again, never finishing.
 	always bool
 }
@@ -64,7 +65,21 @@ func (a *askingTool) Call(ctx context.Context, cc *baton.CallContext, _ json.Raw
 	if block {
 		a.block = false
 	}
+	gate, started := a.gate, a.started
+	if gate != nil && c.round == a.gateRound {
+		a.gate = nil
+	} else {
+		gate = nil
+	}
 	a.mu.Unlock()
+	if gate != nil {
+		close(started)
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return baton.ToolResult{}, ctx.Err()
+		}
+	}
 	switch {
 	case a.always:
 		return baton.ToolResult{Status: baton.ToolStatusInputRequired, Content: fmt.Sprintf("Question %d?", c.round+1), Resume: json.RawMessage(`{}`)}, nil
@@ -73,20 +88,6 @@ func (a *askingTool) Call(ctx context.Context, cc *baton.CallContext, _ json.Raw
 		<-ctx.Done()
 		return baton.ToolResult{}, ctx.Err()
 	case cc.Answer == nil:
-		if a.gate != nil {
-			a.mu.Lock()
-			gate, started := a.gate, a.started
-			a.gate = nil
-			a.mu.Unlock()
-			if gate != nil {
-				close(started)
-				select {
-				case <-gate:
-				case <-ctx.Done():
-					return baton.ToolResult{}, ctx.Err()
-				}
-			}
-		}
 		return baton.ToolResult{Status: baton.ToolStatusInputRequired, Content: "What is your name?", Resume: json.RawMessage(`{"asked":"name"}`)}, nil
 	case c.round == 1:
 		return baton.ToolResult{Status: baton.ToolStatusInputRequired, Content: "And your city?",
@@ -522,12 +523,21 @@ func TestToolInput_CancelWhilePaused(t *testing.T) {
 // while the tool ran, before its question existed, is not sent to the tool
 // as the answer (the person never saw the question); only the messages
 // sent after the question answer it, and the earlier one stays queued and
-// reaches the model, once, after the call has ended.
+// reaches the model, once, after the call has ended. The same holds for a
+// message sent while the call goes on with the first answer, before the
+// second question.
 func TestToolInput_EarlierMessageIsNotTheAnswer(t *testing.T) {
+	t.Run("first question", func(t *testing.T) { testEarlierMessage(t, 0) })
+	t.Run("second question", func(t *testing.T) { testEarlierMessage(t, 1) })
+}
+
+// testEarlierMessage sends a message while the call of round round runs
+// (0: the first, 1: the one with the first answer).
+func testEarlierMessage(t *testing.T, round int) {
 	var mu sync.Mutex
 	var reqs [][]baton.Message
 	gate, started := make(chan struct{}), make(chan struct{})
-	at := &askingTool{gate: gate, started: started}
+	at := &askingTool{gate: gate, started: started, gateRound: round}
 	h := newHarness(t, withWorkflows(writeAskingWorkflow(t)), withProvider(recording(&mu, &reqs)), withTools(tool.WithFuncs(at)))
 	ctx := context.Background()
 	chat, err := h.eng.Start(ctx, testScope, "asking", baton.StartOptions{})
@@ -535,19 +545,27 @@ func TestToolInput_EarlierMessageIsNotTheAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := chat.ID
-	select {
-	case <-started:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the tool was not called")
-	}
 	const early = "a note for the agent, typed while the tool ran"
-	if err := h.eng.Submit(ctx, testScope, id, early, "ws"); err != nil { // accepted (durable) when Submit returns
-		t.Fatal(err)
+	sendEarly := func() {
+		select {
+		case <-started:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the tool was not called")
+		}
+		if err := h.eng.Submit(ctx, testScope, id, early, "ws"); err != nil { // accepted (durable) when Submit returns
+			t.Fatal(err)
+		}
+		close(gate)
 	}
-	close(gate)
+	if round == 0 {
+		sendEarly()
+	}
 	waitAsked(t, h, id, "What is your name?")
 	if err := h.eng.Submit(ctx, testScope, id, "Ada", "ws"); err != nil {
 		t.Fatal(err)
+	}
+	if round == 1 {
+		sendEarly()
 	}
 	testenv.Eventually(t, 10*time.Second, "the second question", func() error {
 		if n := countType(h.events(id), baton.TypeChatInputRequest); n != 2 {
