@@ -34,6 +34,10 @@ import (
 //     tool may ask again (round+1) or answer: its chat.tool_response is then
 //     recorded as for any call, and the model goes on.
 //
+// A call asks at most MaxToolInputRounds times. In a fork, a call that
+// asked before the fork point ends with an error (endInheritedAsk): its
+// resume state names the original chat's remote work.
+//
 // The fold keeps all of it on the open call (openCall.ask): nothing lives
 // only in memory.
 
