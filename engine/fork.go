@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/workflow"
@@ -248,6 +249,16 @@ func (e *Engine) Fork(ctx context.Context, scope baton.Scope, chatID string, at 
 		pending[i].UIEventID = nid
 	}
 
+	status := st.statusNow()
+	if oc := st.toolAsking(); oc != nil {
+		// A tool's question asked before the fork belongs to the original
+		// chat's remote task: the copy does not wait for it — its run ends
+		// the call with an error for its model (endInheritedAsk) at once.
+		asking := rename[oc.ask.asking]
+		pending = slices.DeleteFunc(pending, func(p baton.PendingRequest) bool { return p.UIEventID == asking })
+		status = baton.ChatRunning
+	}
+
 	vars := maps.Clone(st.vars)
 	delete(vars, secretsVar)
 	var snap map[string]json.RawMessage
@@ -260,7 +271,6 @@ func (e *Engine) Fork(ctx context.Context, scope baton.Scope, chatID string, at 
 	if err != nil {
 		return baton.Chat{}, fmt.Errorf("fork chat %s: %w", chatID, err)
 	}
-	status := st.statusNow()
 	chat, err := e.store.ForkChat(ctx, scope, baton.Fork{From: src.ID, At: at, Rename: rename, Chat: baton.Chat{
 		ID: id, Workflow: src.Workflow, Status: status, Context: ctxJSON, TurnAgent: st.turnAgent,
 		CacheSeed: src.CacheSeed, Pending: pending,

@@ -64,7 +64,7 @@ func (r *run) userInput(ctx context.Context, ev baton.Event) error {
 	case st.toolAsking() != nil:
 		// A tool call asked the person: this message is the answer
 		// (toolinput.go).
-		return r.toolAnswer(ev, st.toolAsking(), content, q.Source)
+		return r.toolAnswer(ev, st.toolAsking(), content, q)
 	case st.turn != nil && !st.isFailed():
 		return fmt.Errorf("%w: the chat waits for a UI tool response, not a message", errIgnored)
 	}
@@ -136,6 +136,11 @@ func (r *run) takeInput(ctx context.Context) (bool, error) {
 			// Recorded and not marked taken: recorded before the inbox
 			// existed. Marked now.
 			r.stage(nil, &baton.ChatUpdate{Status: &r.st.chat.Status, ConsumeInputs: []string{ev.ID}})
+			continue
+		}
+		if oc := r.st.toolAsking(); oc != nil && !answersAsk(oc, in.AcceptedAt) {
+			// Sent before the tool's question existed: not an answer to it.
+			// It stays queued, in order, for the model once the call ends.
 			continue
 		}
 		if err := r.userInput(ctx, ev); err != nil {

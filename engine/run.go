@@ -232,6 +232,9 @@ func (r *run) steps(ctx context.Context) error {
 			if took, err = r.takeUIResponse(ctx); err == nil && !took {
 				return nil
 			}
+		case st.toolAsking() != nil && r.inheritedAsk(*st.toolAsking()):
+			// A fork's copy of a question to the original's remote task.
+			r.endInheritedAsk(*st.toolAsking())
 		case st.toolAsking() != nil:
 			// A tool call waits for the person's answer (toolinput.go): a
 			// message in the inbox is it. The question is recorded first,

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/workflow"
@@ -21,7 +22,11 @@ import (
 //     shows it as any pause for the person.
 //  2. The person's next message (a user.query, through any client) is taken
 //     by toolAnswer: their chat.text, visible as any message, marked
-//     answers_tool_call_id, resolving the pending request.
+//     answers_tool_call_id, resolving the pending request. Only a message
+//     the inbox accepted after the question was made answers it
+//     (answersAsk): one typed before — while the tool ran, say — was not
+//     written for the question, which the person had not seen; it stays
+//     in the inbox, for the model once the call has ended.
 //  3. runTool calls the tool again with baton.CallContext.Answer, under the
 //     effect key baton.AnswerEffectKey(call key, round): each answer is one
 //     effect in the ledger, so a crash during it re-sends the same message
@@ -29,14 +34,26 @@ import (
 //     tool may ask again (round+1) or answer: its chat.tool_response is then
 //     recorded as for any call, and the model goes on.
 //
+// A call asks at most MaxToolInputRounds times. In a fork, a call that
+// asked before the fork point ends with an error (endInheritedAsk): its
+// resume state names the original chat's remote work.
+//
 // The fold keeps all of it on the open call (openCall.ask): nothing lives
 // only in memory.
+
+// MaxToolInputRounds bounds the questions one tool call may ask the
+// person: a remote agent that keeps asking would otherwise hold the chat
+// (and the person) forever. Past it the call ends with an error result for
+// the model.
+const MaxToolInputRounds = 10
 
 // toolAsk is what the fold knows of an open call whose tool asked the
 // person. It is allocated only for such a call, so that the open calls of
 // every other turn stay small.
 type toolAsk struct {
 	asking   string          // the pending request's id while the call waits for the answer
+	askedAt  int64           // when the question was made (its event's Timestamp, Unix ms): only a later input answers it
+	seq      int64           // the question's sequence in the chat: in a fork, one at or before the fork point is the original's
 	round    int             // the questions asked so far
 	resume   json.RawMessage // the tool's state from the last one
 	answer   string          // the person's answer to it, once recorded (answered)
@@ -72,13 +89,23 @@ func (st *state) toolAsking() *openCall {
 // toolAsked folds a chat.input_request of an open call: the call waits for
 // the answer. It reports false when no such call is open (the request is
 // then folded as a plain one).
-func (st *state) toolAsked(p *baton.InputRequestPayload) bool {
+func (st *state) toolAsked(p *baton.InputRequestPayload, at, seq int64) bool {
 	oc := st.toolCall(p.ToolCallID)
 	if oc == nil {
 		return false
 	}
-	oc.ask = &toolAsk{asking: p.RequestID, round: p.Round, resume: p.Resume}
+	oc.ask = &toolAsk{asking: p.RequestID, askedAt: at, seq: seq, round: p.Round, resume: p.Resume}
 	return true
+}
+
+// answersAsk reports whether an input accepted at accepted may answer the
+// question of oc: it must have been accepted after the question was made.
+// Both times come from clocks of the same deployment (the instance that
+// ran the tool, the store that accepted the input); a message accepted in
+// the very millisecond the question was made counts as before it, as the
+// person cannot have seen a question not yet recorded.
+func answersAsk(oc *openCall, accepted time.Time) bool {
+	return oc != nil && oc.ask != nil && accepted.UnixMilli() > oc.ask.askedAt
 }
 
 // toolAnswered folds the person's answer to an open call's question. It
@@ -89,7 +116,7 @@ func (st *state) toolAnswered(id, text string) bool {
 	if oc == nil || oc.ask == nil || oc.ask.asking == "" {
 		return false
 	}
-	oc.ask = &toolAsk{round: oc.ask.round, resume: oc.ask.resume, answer: text, answered: true}
+	oc.ask = &toolAsk{seq: oc.ask.seq, round: oc.ask.round, resume: oc.ask.resume, answer: text, answered: true}
 	return true
 }
 
@@ -148,17 +175,56 @@ func (r *run) askPerson(oc openCall, res baton.ToolResult) {
 // toolAnswer stages the person's message that answers the question of oc:
 // their chat.text (shown as any message of theirs, taken from the inbox and
 // resolving the pending request in the same append). The call goes on at
-// the next step (runTool, with the answer).
-func (r *run) toolAnswer(ev baton.Event, oc *openCall, content, source string) error {
+// the next step (runTool, with the answer). A new set of client tools
+// sent with the answer (an AG-UI run's tools) is kept as with any message.
+func (r *run) toolAnswer(ev baton.Event, oc *openCall, content string, q baton.UserQueryPayload) error {
 	st := r.st
 	id, asking := oc.id, oc.ask.asking // staging the text folds the answer into oc
 	user := workflow.UserAgent
 	events := r.synthetic(user, content)
 	events = append(events, baton.NewChatEvent(baton.TypeChatText, st.chat.ID, user, baton.TextPayload{
-		Kind: "text", Agent: user, Content: content, Index: st.texts, Source: source, InputID: ev.ID,
+		Kind: "text", Agent: user, Content: content, Index: st.texts, Source: q.Source, InputID: ev.ID,
 		AnswersToolCallID: id,
 	}))
 	running := baton.ChatRunning
-	r.stage(events, &baton.ChatUpdate{Status: &running, TurnAgent: &user, ConsumeInputs: []string{ev.ID}, ResolvePending: []string{asking}})
+	u := &baton.ChatUpdate{Status: &running, TurnAgent: &user, ConsumeInputs: []string{ev.ID}, ResolvePending: []string{asking}}
+	r.offerClientTools(q.ClientTools, u)
+	r.stage(events, u)
 	return nil
+}
+
+// inheritedAsk reports whether oc's tool asked its question in the chat
+// this one was forked from (at or before the fork point): its resume state
+// names that chat's remote task, which the fork must not answer.
+func (r *run) inheritedAsk(oc openCall) bool {
+	if oc.ask == nil {
+		return false
+	}
+	f := baton.ForkedFromOf(r.st.chat)
+	return f != nil && oc.ask.seq <= f.Sequence
+}
+
+// endInheritedAsk stages, in a fork, the end of a call whose tool asked in
+// the original chat: an error response telling the fork's model to call
+// the tool again, which starts a remote task of the fork's own. The
+// question's request is not pending in the fork (Fork leaves it out).
+func (r *run) endInheritedAsk(oc openCall) {
+	r.logger().Info("engine: a forked chat ends the tool call that asked in the original", "tool", oc.name, "tool_call_id", oc.id)
+	running := baton.ChatRunning
+	r.stage([]baton.Event{baton.NewChatEvent(baton.TypeChatToolResponse, r.st.chat.ID, oc.agent, baton.ToolResponsePayload{
+		Kind: "tool_response", Agent: oc.agent, ToolName: oc.name, ToolCallID: oc.id, CallID: oc.id, Corr: r.st.turn.key,
+		Status: baton.ToolStatusError, Success: false,
+		Content: fmt.Sprintf("Tool %s: the remote task belongs to the chat this one was forked from; call the tool again to start a new one.", oc.name),
+	})}, &baton.ChatUpdate{Status: &running})
+}
+
+// tooManyRounds is the result of a call whose tool asks once more than
+// MaxToolInputRounds allows: an error for the model, the call ended.
+func tooManyRounds(oc openCall) (baton.ToolResult, bool) {
+	if oc.ask == nil || oc.ask.round < MaxToolInputRounds {
+		return baton.ToolResult{}, false
+	}
+	return baton.ToolResult{Status: baton.ToolStatusError, Content: fmt.Sprintf(
+		"Tool %s asked the person %d times without finishing; the call was ended. Do not call it again for the same request unless the person asks you to.",
+		oc.name, oc.ask.round)}, true
 }

@@ -40,6 +40,12 @@ type askingTool struct {
 	calls   []askingCall
 	block   bool
 	blocked chan struct{} // closed when the blocking call has started
+	// With gate set, the call of round gateRound (0: the first, before any
+	// answer) closes started and waits for gate before it goes on.
+	gate, started chan struct{}
+	gateRound     int
+	// always: every call asks again, never finishing.
+	always bool
 }
 
 func (a *askingTool) Name() string        { return "ask_person" }
@@ -59,8 +65,24 @@ func (a *askingTool) Call(ctx context.Context, cc *baton.CallContext, _ json.Raw
 	if block {
 		a.block = false
 	}
+	gate, started := a.gate, a.started
+	if gate != nil && c.round == a.gateRound {
+		a.gate = nil
+	} else {
+		gate = nil
+	}
 	a.mu.Unlock()
+	if gate != nil {
+		close(started)
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return baton.ToolResult{}, ctx.Err()
+		}
+	}
 	switch {
+	case a.always:
+		return baton.ToolResult{Status: baton.ToolStatusInputRequired, Content: fmt.Sprintf("Question %d?", c.round+1), Resume: json.RawMessage(`{}`)}, nil
 	case block:
 		close(a.blocked)
 		<-ctx.Done()
@@ -235,7 +257,8 @@ func TestToolInput_PausesForThePerson(t *testing.T) {
 	if first.Round != 1 || string(first.Resume) != `{"asked":"name"}` {
 		t.Fatalf("first question %+v", first)
 	}
-	// A fork made at the question waits for its answer too.
+	// A fork made at the question does not answer the original's remote
+	// task: its copy of the call ends with an error for its model.
 	src, err := h.store.GetChat(ctx, testScope, id)
 	if err != nil {
 		t.Fatal(err)
@@ -244,20 +267,14 @@ func TestToolInput_PausesForThePerson(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	forkAsked := waitAsked(t, h, fork.ID, "What is your name?") // its request renamed, in the event and the row alike
-	if forkAsked.RequestID == first.RequestID || forkAsked.Round != 1 {
-		t.Fatalf("the fork's question %+v", forkAsked)
+	checkForkEndsCall(t, h, fork.ID)
+	mu.Lock()
+	// The fork's model was told (the original still waits: the last call is the fork's).
+	if last := reqs[len(reqs)-1]; last[len(last)-1].Role != baton.RoleTool || !strings.Contains(last[len(last)-1].Content, "forked from") {
+		t.Errorf("the fork's model was sent %+v", last)
 	}
-	if err := h.eng.Submit(ctx, testScope, fork.ID, "Bob", "ws"); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 10*time.Second, "the fork's second question", func() error {
-		if n := countType(h.events(fork.ID), baton.TypeChatInputRequest); n != 2 {
-			return fmt.Errorf("%d input requests", n)
-		}
-		return nil
-	})
-	waitAsked(t, h, fork.ID, "And your city?")
+	reqs = reqs[:len(reqs)-1]
+	mu.Unlock()
 	if err := h.eng.Submit(ctx, testScope, id, "Ada", "ws"); err != nil {
 		t.Fatal(err)
 	}
@@ -278,8 +295,24 @@ func TestToolInput_PausesForThePerson(t *testing.T) {
 	mu.Lock()
 	checkAnswered(t, h, id, reqs)
 	mu.Unlock()
+	// A fork made after the answer was recorded, before the call went on
+	// with it, does not send it again: its call ends the same way.
+	for _, ev := range h.events(id) {
+		if p, _ := baton.DecodePayload[baton.TextPayload](&ev); ev.Type == baton.TypeChatText && p.Content == "Ada" {
+			fork, err := h.eng.Fork(ctx, testScope, id, ev.Sequence)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkForkEndsCall(t, h, fork.ID)
+		}
+	}
 	tc := toolCallOf(t, h, id)
 	key := baton.EffectKey(id, tc.TurnKey, tc.ToolCallID)
+	for _, r := range at.runs() {
+		if !strings.HasPrefix(r.key, id+"/") {
+			t.Errorf("the tool ran for a fork: %+v", r)
+		}
+	}
 	var runs []askingCall
 	for _, r := range at.runs() {
 		if strings.HasPrefix(r.key, id+"/") { // not the fork's
@@ -484,4 +517,222 @@ func TestToolInput_CancelWhilePaused(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	checkAnswered(t, h, id, reqs)
+}
+
+// TestToolInput_EarlierMessageIsNotTheAnswer: a message the person sent
+// while the tool ran, before its question existed, is not sent to the tool
+// as the answer (the person never saw the question); only the messages
+// sent after the question answer it, and the earlier one stays queued and
+// reaches the model, once, after the call has ended. The same holds for a
+// message sent while the call goes on with the first answer, before the
+// second question.
+func TestToolInput_EarlierMessageIsNotTheAnswer(t *testing.T) {
+	t.Run("first question", func(t *testing.T) { testEarlierMessage(t, 0) })
+	t.Run("second question", func(t *testing.T) { testEarlierMessage(t, 1) })
+}
+
+// testEarlierMessage sends a message while the call of round round runs
+// (0: the first, 1: the one with the first answer).
+func testEarlierMessage(t *testing.T, round int) {
+	var mu sync.Mutex
+	var reqs [][]baton.Message
+	gate, started := make(chan struct{}), make(chan struct{})
+	at := &askingTool{gate: gate, started: started, gateRound: round}
+	h := newHarness(t, withWorkflows(writeAskingWorkflow(t)), withProvider(recording(&mu, &reqs)), withTools(tool.WithFuncs(at)))
+	ctx := context.Background()
+	chat, err := h.eng.Start(ctx, testScope, "asking", baton.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := chat.ID
+	const early = "a note for the agent, typed while the tool ran"
+	sendEarly := func() {
+		select {
+		case <-started:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the tool was not called")
+		}
+		if err := h.eng.Submit(ctx, testScope, id, early, "ws"); err != nil { // accepted (durable) when Submit returns
+			t.Fatal(err)
+		}
+		close(gate)
+	}
+	if round == 0 {
+		sendEarly()
+	}
+	waitAsked(t, h, id, "What is your name?")
+	if err := h.eng.Submit(ctx, testScope, id, "Ada", "ws"); err != nil {
+		t.Fatal(err)
+	}
+	if round == 1 {
+		sendEarly()
+	}
+	testenv.Eventually(t, 10*time.Second, "the second question", func() error {
+		if n := countType(h.events(id), baton.TypeChatInputRequest); n != 2 {
+			return fmt.Errorf("%d input requests:\n%s", n, dump(h.events(id)))
+		}
+		return nil
+	})
+	waitAsked(t, h, id, "And your city?")
+	if err := h.eng.Submit(ctx, testScope, id, "Paris", "ws"); err != nil {
+		t.Fatal(err)
+	}
+	// The early message is taken once the call has ended: a message to
+	// the model, after the tool's result.
+	var earlySeq, responseSeq int64
+	testenv.Eventually(t, 10*time.Second, "the early message taken for the model", func() error {
+		earlySeq, responseSeq = 0, 0
+		for _, ev := range h.events(id) {
+			switch ev.Type {
+			case baton.TypeChatText:
+				p, _ := baton.DecodePayload[baton.TextPayload](&ev)
+				if p.Content == early {
+					if p.AnswersToolCallID != "" {
+						return fmt.Errorf("the early message answers %s", p.AnswersToolCallID)
+					}
+					earlySeq = ev.Sequence
+				}
+			case baton.TypeChatToolResponse:
+				responseSeq = ev.Sequence
+			}
+		}
+		if earlySeq == 0 || !h.settled() {
+			return fmt.Errorf("early message at %d, settled %v", earlySeq, h.settled())
+		}
+		return nil
+	})
+	var answers []string
+	for _, r := range at.runs() {
+		if r.round > 0 {
+			answers = append(answers, r.answer)
+		}
+	}
+	if !slices.Equal(answers, []string{"Ada", "Paris"}) {
+		t.Fatalf("the tool was answered %q, want Ada then Paris", answers)
+	}
+	if responseSeq == 0 || earlySeq < responseSeq {
+		t.Fatalf("the early message recorded at %d, the tool's response at %d: want it after the call", earlySeq, responseSeq)
+	}
+	ins, err := h.store.Inputs(ctx, testScope, id)
+	if err != nil || len(ins) != 0 {
+		t.Fatalf("inbox after: %+v %v", ins, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	seen := 0
+	for _, req := range reqs {
+		for _, m := range req {
+			if m.Role == baton.RoleUser && m.Content == early {
+				seen++
+				break
+			}
+		}
+	}
+	if seen == 0 {
+		t.Fatalf("the model never saw the early message in %d calls", len(reqs))
+	}
+}
+
+// checkForkEndsCall checks a fork whose copied tool call had asked the
+// person in the original chat: the fork does not wait for an answer, the
+// call ends with an error response telling the model to call the tool
+// again, and the fork goes on to its end.
+func checkForkEndsCall(t *testing.T, h *harness, forkID string) {
+	t.Helper()
+	c := h.waitStatus(forkID, baton.ChatCompleted, baton.ChatFailed, baton.ChatWaitingInput)
+	if c.Status != baton.ChatCompleted || len(c.Pending) != 0 {
+		t.Fatalf("the fork is %s, pending %+v; want completed, waiting for nothing:\n%s", c.Status, c.Pending, dump(h.events(forkID)))
+	}
+	call := toolCallOf(t, h, forkID).ToolCallID
+	var responses []baton.ToolResponsePayload
+	for _, ev := range h.events(forkID) {
+		if ev.Type == baton.TypeChatToolResponse {
+			p, _ := baton.DecodePayload[baton.ToolResponsePayload](&ev)
+			responses = append(responses, p)
+		}
+	}
+	if len(responses) != 1 || responses[0].ToolCallID != call || responses[0].Success || !strings.Contains(responses[0].Content, "forked from; call the tool again") {
+		t.Fatalf("the fork's tool responses %+v, want one error naming the fork", responses)
+	}
+}
+
+// TestToolInput_RoundsAreBounded: a tool that keeps asking does not hold
+// the person forever: past engine.MaxToolInputRounds questions the call
+// ends with an error result for the model, and the chat goes on.
+func TestToolInput_RoundsAreBounded(t *testing.T) {
+	at := &askingTool{always: true}
+	h := newHarness(t, withWorkflows(writeAskingWorkflow(t)), withTools(tool.WithFuncs(at)))
+	ctx := context.Background()
+	chat, err := h.eng.Start(ctx, testScope, "asking", baton.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := chat.ID
+	for i := 1; i <= engine.MaxToolInputRounds; i++ {
+		waitAsked(t, h, id, fmt.Sprintf("Question %d?", i))
+		if err := h.eng.Submit(ctx, testScope, id, fmt.Sprintf("answer %d", i), "ws"); err != nil {
+			t.Fatal(err)
+		}
+		if i < engine.MaxToolInputRounds {
+			testenv.Eventually(t, 10*time.Second, "the next question", func() error {
+				if n := countType(h.events(id), baton.TypeChatInputRequest); n != i+1 {
+					return fmt.Errorf("%d input requests", n)
+				}
+				return nil
+			})
+		}
+	}
+	c := h.waitStatus(id, baton.ChatCompleted, baton.ChatFailed)
+	evs := h.events(id)
+	if c.Status != baton.ChatCompleted || len(c.Pending) != 0 || countType(evs, baton.TypeChatInputRequest) != engine.MaxToolInputRounds {
+		t.Fatalf("chat %s pending %+v:\n%s", c.Status, c.Pending, dump(evs))
+	}
+	var responses []baton.ToolResponsePayload
+	for _, ev := range evs {
+		if ev.Type == baton.TypeChatToolResponse {
+			p, _ := baton.DecodePayload[baton.ToolResponsePayload](&ev)
+			responses = append(responses, p)
+		}
+	}
+	if len(responses) != 1 || responses[0].Success || !strings.Contains(responses[0].Content, fmt.Sprintf("asked the person %d times", engine.MaxToolInputRounds)) {
+		t.Fatalf("tool responses %+v, want one error", responses)
+	}
+	if n := len(at.runs()); n != engine.MaxToolInputRounds+1 {
+		t.Fatalf("the tool ran %d times, want %d", n, engine.MaxToolInputRounds+1)
+	}
+}
+
+// TestToolInput_AnswerKeepsNewClientTools: a client's new set of tools
+// sent with the answer to a tool's question (an AG-UI run that answers it)
+// is kept, as with any other message.
+func TestToolInput_AnswerKeepsNewClientTools(t *testing.T) {
+	at := &askingTool{}
+	h := newHarness(t, withWorkflows(writeAskingWorkflow(t)), withTools(tool.WithFuncs(at)))
+	ctx := context.Background()
+	chat, err := h.eng.Start(ctx, testScope, "asking", baton.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := chat.ID
+	waitAsked(t, h, id, "What is your name?")
+	if err := h.eng.SubmitWithTools(ctx, testScope, id, "answer-1", "Ada", "agui", []baton.ClientTool{locationTool}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the second question", func() error {
+		if n := countType(h.events(id), baton.TypeChatInputRequest); n != 2 {
+			return fmt.Errorf("%d input requests", n)
+		}
+		return nil
+	})
+	c, err := h.store.GetChat(ctx, testScope, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snap map[string]json.RawMessage
+	if err := json.Unmarshal(c.Context, &snap); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(snap["__client_tools"]), `"get_location"`) {
+		t.Fatalf("the chat's client tools after the answer: %s", snap["__client_tools"])
+	}
 }

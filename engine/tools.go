@@ -57,6 +57,12 @@ func (r *run) toolCallEvent(ctx context.Context, agent, msgID, key string, i int
 
 // runTool runs one open tool call and records its response.
 func (r *run) runTool(ctx context.Context, oc openCall) error {
+	if r.inheritedAsk(oc) {
+		// Answered in the original before the fork: that answer goes to
+		// the original's remote task, not from here (toolinput.go).
+		r.endInheritedAsk(oc)
+		return nil
+	}
 	t := r.st.turn
 	var res baton.ToolResult
 	var updates map[string]json.RawMessage
@@ -112,9 +118,14 @@ func (r *run) runTool(ctx context.Context, oc openCall) error {
 			r.logger().Warn("engine: tool call failed", "tool", oc.name, "err", err)
 		}
 		if res.Status == baton.ToolStatusInputRequired {
-			// The tool asks the person: the call stays open (toolinput.go).
-			r.askPerson(oc, res)
-			return nil
+			if over, ok := tooManyRounds(oc); ok {
+				r.logger().Warn("engine: a tool call asked the person too many times; ended", "tool", oc.name, "tool_call_id", oc.id, "rounds", oc.ask.round)
+				res = over
+			} else {
+				// The tool asks the person: the call stays open (toolinput.go).
+				r.askPerson(oc, res)
+				return nil
+			}
 		}
 		if res.Status == baton.ToolStatusPending {
 			res = baton.ToolResult{Status: baton.ToolStatusError, Content: fmt.Sprintf("Tool %s could not be shown.", oc.name)}

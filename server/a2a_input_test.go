@@ -80,7 +80,9 @@ func TestA2AToolInputAcrossBatons(t *testing.T) {
 			t.Fatalf("the caller's chat ended without asking: %s", raw)
 		}
 	}
-	if !strings.Contains(asked.str("prompt"), "What is your name?") || asked.str("tool_name") != "ask_remote" || asked.str("tool_call_id") == "" || asked.str("agent") != "Caller" {
+	// Labelled as the remote agent's question (its card's name), not the
+	// calling agent's own words.
+	if !strings.HasPrefix(asked.str("prompt"), "askname asks: ") || !strings.Contains(asked.str("prompt"), "What is your name?") || asked.str("tool_name") != "ask_remote" || asked.str("tool_call_id") == "" || asked.str("agent") != "Caller" {
 		t.Fatalf("the person was asked %s", asked.raw)
 	}
 	chat := caller.waitStatus(t, id, baton.ChatWaitingInput)
@@ -278,5 +280,34 @@ func TestA2AToolInputOverProtocols(t *testing.T) {
 	}
 	if len(cc.Choices) != 1 || !strings.Contains(cc.Choices[0].Message.Content, "What is your name?") || cc.Choices[0].FinishReason != "stop" {
 		t.Errorf("the Chat Completions reply %s does not ask the remote question", resp.body)
+	}
+}
+
+// TestAGUI_ReconnectWaitsPastAnEarlierMessage: an AG-UI reconnect to a chat
+// waiting for a tool's answer ends after the snapshot even when the inbox
+// holds a message sent before the question (the engine keeps it for the
+// model, after the call): only a message sent after the question, or any
+// input to a chat that waits for something else, means the run goes on.
+func TestAGUI_ReconnectWaitsPastAnEarlierMessage(t *testing.T) {
+	asked := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	query := func(at time.Time) baton.Input {
+		return baton.Input{Event: baton.Event{Type: baton.TypeUserQuery}, AcceptedAt: at}
+	}
+	toolInput := baton.Chat{Pending: []baton.PendingRequest{{Kind: baton.PendingToolInput, CreatedAt: asked}}}
+	for _, tc := range []struct {
+		name   string
+		chat   baton.Chat
+		inputs []baton.Input
+		want   bool
+	}{
+		{"nothing queued", toolInput, nil, false},
+		{"a message sent before the question", toolInput, []baton.Input{query(asked.Add(-time.Second))}, false},
+		{"and one after it", toolInput, []baton.Input{query(asked.Add(-time.Second)), query(asked.Add(time.Second))}, true},
+		{"a UI response", toolInput, []baton.Input{{Event: baton.Event{Type: baton.TypeUIToolResponse}, AcceptedAt: asked.Add(-time.Second)}}, true},
+		{"a chat waiting for a message", baton.Chat{}, []baton.Input{query(asked.Add(-time.Second))}, true},
+	} {
+		if got := takesInput(tc.chat, tc.inputs); got != tc.want {
+			t.Errorf("%s: takesInput = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

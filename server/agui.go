@@ -345,7 +345,26 @@ func (s *Server) aguiWaits(ctx context.Context, scope baton.Scope, chatID string
 	if err != nil {
 		return baton.Chat{}, false, err
 	}
-	return chat, chat.Status != baton.ChatRunning && len(inputs) == 0, nil
+	return chat, chat.Status != baton.ChatRunning && !takesInput(chat, inputs), nil
+}
+
+// takesInput reports whether the chat's run is about to take one of its
+// inbox's inputs. A message sent before a tool's question (a pending
+// tool_input request) is not its answer: the engine keeps it queued until
+// the call ends, so it does not make the chat go on.
+func takesInput(chat baton.Chat, inputs []baton.Input) bool {
+	var asked time.Time
+	for _, p := range chat.Pending {
+		if p.Kind == baton.PendingToolInput {
+			asked = p.CreatedAt
+		}
+	}
+	for _, in := range inputs {
+		if asked.IsZero() || in.Event.Type != baton.TypeUserQuery || in.AcceptedAt.After(asked) {
+			return true
+		}
+	}
+	return false
 }
 
 // firstUser returns the index of the input's first user message, or -1.

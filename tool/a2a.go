@@ -27,12 +27,15 @@ var a2aParams = json.RawMessage(`{"type":"object","properties":{` +
 // workflow, an ADK agent…) and returns the remote task's outcome: the
 // agent's messages and artifacts when it completed; an error result when
 // it failed, was canceled or was rejected. When the remote task waits for
-// input (input-required, auth-required) the result is, by default,
-// ToolStatusInputRequired with the remote question: the engine pauses the
+// input (input-required) the result is, by default,
+// ToolStatusInputRequired with the remote question, labelled with the
+// remote agent's name: the engine pauses the
 // chat for the person and calls again with CallContext.Answer, which this
 // tool sends to the same remote task (its message id derived from the
 // answer's effect key). With on_input_required "model" it is an ok result
-// naming the task id, for the model to answer with task_id.
+// naming the task id, for the model to answer with task_id. A task that
+// waits for credentials (auth-required) is an error result either way: the
+// credentials belong in token_from, not in a recorded message.
 //
 // The message id is derived from the call's effect key, so a call run
 // again after a restart (the effect ledger's recovery) sends the same
@@ -245,8 +248,13 @@ func (t *a2aTool) Call(ctx context.Context, cc *baton.CallContext, args json.Raw
 		}
 		return errorResult("tool %s: the agent at %s: task %s: %v", t.name, url, taskID, err), nil
 	}
-	if !t.modelAnswers && (task.Status.State == a2a.TaskStateInputRequired || task.Status.State == a2a.TaskStateAuthRequired) {
-		return askResult(task), nil
+	switch {
+	case task.Status.State == a2a.TaskStateAuthRequired:
+		// Not a question for the person: whatever they typed would be a
+		// recorded, unsealed message. Credentials are the tool's token_from.
+		return authResult(t.name, remoteName(card, t.name), task), nil
+	case !t.modelAnswers && task.Status.State == a2a.TaskStateInputRequired:
+		return askResult(remoteName(card, t.name), task), nil
 	}
 	return taskResult(t.name, task), nil
 }
@@ -258,11 +266,35 @@ type a2aResume struct {
 	ContextID string `json:"context_id,omitempty"`
 }
 
+// remoteName is how the person is told who asks: the remote agent's name
+// from its card, or the tool's name when the card has none.
+func remoteName(card *a2a.AgentCard, tool string) string {
+	if card != nil && strings.TrimSpace(card.Name) != "" {
+		return strings.TrimSpace(card.Name)
+	}
+	return tool
+}
+
+// authResult is the result of a remote task that waits for credentials
+// (auth-required): an error for the model. The person is not asked — what
+// they would type is recorded as a plain message — so the credentials
+// belong in the tool's a2a.token_from.
+func authResult(tool, who string, task *a2a.Task) baton.ToolResult {
+	said := messageText(task.Status.Message)
+	if said != "" {
+		said = " It said: " + said
+	}
+	return errorResult("tool %s: the remote agent %s needs credentials (its task %s is auth-required).%s "+
+		"They cannot be given in the chat: configure them in the tool's a2a.token_from.", tool, who, task.ID, said)
+}
+
 // askResult is the result of a remote task that waits for input, for the
 // person to answer (on_input_required "person"): the question is what the
 // remote agent said since the last message it was sent, and the status
-// message of its pause, if it adds anything.
-func askResult(task *a2a.Task) baton.ToolResult {
+// message of its pause, if it adds anything. It is labelled with who asks
+// ("<who> asks: …"), so that every client shows it as the remote agent's
+// question, not as the calling agent's own words.
+func askResult(who string, task *a2a.Task) baton.ToolResult {
 	var said []string
 	for _, m := range task.History {
 		switch m.Role {
@@ -277,12 +309,9 @@ func askResult(task *a2a.Task) baton.ToolResult {
 	if s := messageText(task.Status.Message); s != "" && (len(said) == 0 || said[len(said)-1] != s) {
 		said = append(said, s)
 	}
-	prompt := strings.TrimSpace(strings.Join(said, "\n\n"))
-	if prompt == "" {
-		prompt = "The remote agent needs your input."
-	}
-	if task.Status.State == a2a.TaskStateAuthRequired {
-		prompt = "The remote agent needs you to sign in or authorise it: " + prompt
+	prompt := who + " asks: " + strings.TrimSpace(strings.Join(said, "\n\n"))
+	if len(said) == 0 {
+		prompt = who + " needs your input."
 	}
 	resume, _ := json.Marshal(a2aResume{TaskID: string(task.ID), ContextID: task.ContextID})
 	return baton.ToolResult{Status: baton.ToolStatusInputRequired, Content: prompt, Resume: resume}
@@ -320,7 +349,7 @@ func taskResult(name string, task *a2a.Task) baton.ToolResult {
 	switch task.Status.State {
 	case a2a.TaskStateCompleted:
 		return baton.ToolResult{Status: baton.ToolStatusOK, Content: said}
-	case a2a.TaskStateInputRequired, a2a.TaskStateAuthRequired:
+	case a2a.TaskStateInputRequired:
 		return baton.ToolResult{Status: baton.ToolStatusOK, Content: fmt.Sprintf(
 			"%s\n\nThe remote agent needs input (task_id %s): %s\nCall %s again with task_id %q and the answer as message.",
 			said, task.ID, status, name, task.ID)}

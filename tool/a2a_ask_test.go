@@ -26,8 +26,8 @@ func TestA2AAskResult(t *testing.T) {
 		textMessage(a2a.MessageRoleUser, "Ada"),
 		textMessage(a2a.MessageRoleAgent, "Which city?"),
 	}, Status: a2a.TaskStatus{State: a2a.TaskStateInputRequired, Message: textMessage(a2a.MessageRoleAgent, "Which city?")}}
-	res := askResult(task)
-	if res.Status != baton.ToolStatusInputRequired || res.Content != "Which city?" {
+	res := askResult("Registrar", task)
+	if res.Status != baton.ToolStatusInputRequired || res.Content != "Registrar asks: Which city?" {
 		t.Fatalf("result %+v: want only what was said since the last answer, once", res)
 	}
 	var rs a2aResume
@@ -35,12 +35,19 @@ func TestA2AAskResult(t *testing.T) {
 		t.Fatalf("resume %s (%v)", res.Resume, err)
 	}
 	task.Status = a2a.TaskStatus{State: a2a.TaskStateAuthRequired, Message: textMessage(a2a.MessageRoleAgent, "Sign in at https://example.com/login.")}
-	if res := askResult(task); res.Content != "The remote agent needs you to sign in or authorise it: Which city?\n\nSign in at https://example.com/login." {
-		t.Fatalf("auth-required question %q", res.Content)
+	if res := authResult("ask", "Registrar", task); res.OK() || res.Status == baton.ToolStatusInputRequired ||
+		!strings.Contains(res.Content, "Registrar needs credentials") || !strings.Contains(res.Content, "a2a.token_from") || !strings.Contains(res.Content, "Sign in at") {
+		t.Fatalf("auth-required result %+v: want an error for the model naming token_from", res)
 	}
 	task.History, task.Status = task.History[:1], a2a.TaskStatus{State: a2a.TaskStateInputRequired}
-	if res := askResult(task); res.Content != "The remote agent needs your input." {
+	if res := askResult("Registrar", task); res.Content != "Registrar needs your input." {
 		t.Fatalf("a question with no text: %q", res.Content)
+	}
+	if got := remoteName(&a2a.AgentCard{Name: " "}, "ask"); got != "ask" {
+		t.Fatalf("a card with no name: %q, want the tool's name", got)
+	}
+	if got := remoteName(&a2a.AgentCard{Name: "Registrar"}, "ask"); got != "Registrar" {
+		t.Fatalf("remote name %q", got)
 	}
 	done := &a2a.Task{ID: "chat-1.1", History: []*a2a.Message{
 		textMessage(a2a.MessageRoleUser, "Register me."), textMessage(a2a.MessageRoleAgent, "Your name?"),

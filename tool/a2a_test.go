@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/tool"
 )
 
@@ -122,5 +123,64 @@ func TestA2ATool_TokenOnlyToTheCardsOrigin(t *testing.T) {
 	}
 	if got := other.requests(); len(got) != 1 || got[0] != "/rpc " {
 		t.Errorf("other origin requests: %q, want one without a token", got)
+	}
+}
+
+// pausingAgent is an A2A agent whose every task stops at state, having
+// asked "Your name?"; its card is named name.
+func pausingAgent(t *testing.T, name, state string) *httptest.Server {
+	t.Helper()
+	var srv *httptest.Server
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/.well-known/agent-card.json") {
+			_ = json.NewEncoder(w).Encode(map[string]any{
+				"name": name, "description": "asks", "version": "1", "protocolVersion": "0.3.0",
+				"url": srv.URL + "/rpc", "preferredTransport": "JSONRPC", "capabilities": map[string]any{},
+				"defaultInputModes": []string{"text"}, "defaultOutputModes": []string{"text"}, "skills": []any{},
+			})
+			return
+		}
+		var req struct {
+			ID any `json:"id"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		said := map[string]any{"kind": "message", "messageId": "m2", "role": "agent", "parts": []any{map[string]any{"kind": "text", "text": "Your name?"}}}
+		_ = json.NewEncoder(w).Encode(map[string]any{"jsonrpc": "2.0", "id": req.ID, "result": map[string]any{
+			"kind": "task", "id": "task-1", "contextId": "ctx-1",
+			"status":  map[string]any{"state": state, "message": said},
+			"history": []any{map[string]any{"kind": "message", "messageId": "m1", "role": "user", "parts": []any{map[string]any{"kind": "text", "text": "hi"}}}, said},
+		}})
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// TestA2ATool_RemotePause: a remote input-required is the person's
+// question labelled with the remote agent's card name (the tool's name
+// when the card has none); a remote auth-required is never a question for
+// the person (or the model) but an error naming token_from.
+func TestA2ATool_RemotePause(t *testing.T) {
+	for _, tc := range []struct {
+		card, state  string
+		modelAnswers bool
+		status       string
+		want         string
+	}{
+		{"Registrar", "input-required", false, baton.ToolStatusInputRequired, "Registrar asks: Your name?"},
+		{"", "input-required", false, baton.ToolStatusInputRequired, "ask asks: Your name?"},
+		{"Registrar", "auth-required", false, baton.ToolStatusError, "configure them in the tool's a2a.token_from"},
+		{"Registrar", "auth-required", true, baton.ToolStatusError, "configure them in the tool's a2a.token_from"},
+	} {
+		srv := pausingAgent(t, tc.card, tc.state)
+		r := newRegistry(t, []tool.Spec{
+			{Agent: "A", Name: "ask", Kind: tool.KindA2A, A2A: tool.A2ASpec{CardURL: srv.URL, ModelAnswers: tc.modelAnswers}, AllowPrivateNetwork: true},
+		}, tool.WithLedger(&memLedger{}))
+		res, err := lookup(t, r, "A", "ask").Call(context.Background(), callCtx("c1"), json.RawMessage(`{"message":"hi"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Status != tc.status || !strings.Contains(res.Content, tc.want) {
+			t.Errorf("%s card %q (model answers %v): %+v, want %s with %q", tc.state, tc.card, tc.modelAnswers, res, tc.status, tc.want)
+		}
 	}
 }

@@ -433,7 +433,8 @@ type A2AConfig struct {
 	// environment variable holding the bearer token sent to the agent.
 	TokenFrom string `json:"token_from,omitempty"`
 	// OnInputRequired says who answers when the remote task asks for input
-	// (input-required or auth-required): A2AAskPerson ("person", the
+	// (input-required; auth-required is an error result either way, the
+	// credentials belonging in TokenFrom): A2AAskPerson ("person", the
 	// default) pauses the chat with the remote question for the person,
 	// whose next message goes back to the same remote task; A2AAskModel
 	// ("model") gives the question and the task id to the calling agent's
