@@ -44,8 +44,9 @@ type cancels struct {
 }
 
 // maxPendingPerChat bounds the cancels kept for one chat's runs not
-// started yet; the oldest goes first (a newer one stops the same runs and
-// those queued after it).
+// started yet. Each cancel stops one run, the oldest cancel the first run
+// to start; past the bound the oldest cancel is dropped, so with more than
+// this many cancels waiting the last queued run is not stopped.
 const maxPendingPerChat = 16
 
 // idRing is a set of cancel ids that holds at most maxPendingCancels of
