@@ -19,6 +19,7 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/engine"
 	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/store/sqlite"
 	"github.com/batonhq/baton/tool"
 	"github.com/batonhq/baton/workflow"
 )
@@ -834,4 +835,55 @@ func TestToolInput_MessageDuringTheRecordIsNotTheAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitAsked(t, h, id, "And your city?")
+}
+
+// pendingForks is a store whose ForkChat leaves a copied tool question
+// pending in the fork, as a fork made before Fork learned to leave it out
+// may hold it.
+type pendingForks struct{ *sqlite.Store }
+
+func (s *pendingForks) ForkChat(ctx context.Context, scope baton.Scope, f baton.Fork) (baton.Chat, error) {
+	c, err := s.Store.ForkChat(ctx, scope, f)
+	if err != nil {
+		return c, err
+	}
+	evs, err := s.Events(ctx, scope, c.ID, 0, 0)
+	if err != nil {
+		return c, err
+	}
+	var q baton.InputRequestPayload
+	for _, ev := range evs {
+		if ev.Type == baton.TypeChatInputRequest {
+			if err := json.Unmarshal(ev.Payload, &q); err != nil {
+				return c, err
+			}
+		}
+	}
+	return s.UpdateChat(ctx, scope, c.ID, baton.ChatUpdate{AddPending: []baton.PendingRequest{{
+		UIEventID: q.RequestID, Kind: baton.PendingToolInput, ToolCallID: q.ToolCallID, ToolName: q.ToolName, Agent: q.Agent,
+	}}})
+}
+
+// TestToolInput_ForkResolvesAPendingInheritedQuestion: a fork holding the
+// original's tool question as pending ends the call (an error for its
+// model) and resolves the request with it, not left showing a question
+// nobody takes.
+func TestToolInput_ForkResolvesAPendingInheritedQuestion(t *testing.T) {
+	h := newHarness(t, withWorkflows(writeAskingWorkflow(t)), withTools(tool.WithFuncs(&askingTool{})),
+		withStoreWrap(func(s *sqlite.Store) engine.Store { return &pendingForks{Store: s} }))
+	ctx := context.Background()
+	chat, err := h.eng.Start(ctx, testScope, "asking", baton.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitAsked(t, h, chat.ID, "What is your name?")
+	src, err := h.store.GetChat(ctx, testScope, chat.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fork, err := h.eng.Fork(ctx, testScope, chat.ID, src.LastSequence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkForkEndsCall(t, h, fork.ID)
 }
