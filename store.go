@@ -323,6 +323,21 @@ type Input struct {
 	AcceptedAt, ConsumedAt time.Time
 }
 
+// AnswersToolInput reports whether in, a person's message in the inbox of
+// a chat whose tool asked the person (q, its pending request of kind
+// PendingToolInput), answers that question: only a message the store
+// accepted after it recorded the question does. One typed before — while
+// the tool ran, or while the question was being recorded — was not written
+// for a question the person could not yet see; the engine keeps it for the
+// model, after the call. The engine and every client protocol (an AG-UI
+// reconnect deciding whether the run goes on) use this one rule. Both
+// times are set by the store (q.CreatedAt by the append that records the
+// question, in.AcceptedAt by AddInput), so one clock decides within one
+// process; a message accepted in the same instant counts as before.
+func AnswersToolInput(q PendingRequest, in Input) bool {
+	return in.Event.Type == TypeUserQuery && in.AcceptedAt.After(q.CreatedAt)
+}
+
 // InboxStore keeps each chat's accepted inputs until its run takes them:
 // an input is durable before it is acknowledged (invariant 11), and the
 // append that records it marks it taken (ChatUpdate.ConsumeInputs).

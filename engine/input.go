@@ -127,6 +127,14 @@ func (r *run) takeInput(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("read the inbox: %w", err)
 	}
+	var asked *baton.PendingRequest
+	if oc := r.st.toolAsking(); oc != nil && len(ins) > 0 {
+		q, err := r.askedRequest(ctx, oc)
+		if err != nil {
+			return false, err
+		}
+		asked = &q
+	}
 	for _, in := range ins {
 		ev := in.Event
 		if ev.Type != baton.TypeUserQuery || r.staged.consumes(ev.ID) {
@@ -138,8 +146,8 @@ func (r *run) takeInput(ctx context.Context) (bool, error) {
 			r.stage(nil, &baton.ChatUpdate{Status: &r.st.chat.Status, ConsumeInputs: []string{ev.ID}})
 			continue
 		}
-		if oc := r.st.toolAsking(); oc != nil && !answersAsk(oc, in.AcceptedAt) {
-			// Sent before the tool's question existed: not an answer to it.
+		if asked != nil && !baton.AnswersToolInput(*asked, in) {
+			// Accepted before the tool's question was recorded: not an answer to it.
 			// It stays queued, in order, for the model once the call ends.
 			continue
 		}

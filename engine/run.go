@@ -234,7 +234,7 @@ func (r *run) steps(ctx context.Context) error {
 			}
 		case st.toolAsking() != nil && r.inheritedAsk(*st.toolAsking()):
 			// A fork's copy of a question to the original's remote task.
-			r.endInheritedAsk(*st.toolAsking())
+			err = r.endInheritedAsk(ctx, *st.toolAsking())
 		case st.toolAsking() != nil:
 			// A tool call waits for the person's answer (toolinput.go): a
 			// message in the inbox is it. The question is recorded first,

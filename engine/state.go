@@ -386,7 +386,7 @@ func (st *state) apply(ev *baton.Event) {
 	case baton.TypeChatInputRequest:
 		var p baton.InputRequestPayload
 		decodeInputRequest(ev.Payload, &p, st.names)
-		if p.ToolCallID != "" && st.toolAsked(&p, ev.Timestamp, ev.Sequence) {
+		if p.ToolCallID != "" && st.toolAsked(&p, ev.Sequence) {
 			break // the turn goes on once the call has its answer
 		}
 		st.next = workflow.UserAgent

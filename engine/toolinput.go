@@ -1,10 +1,10 @@
 package engine
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/workflow"
@@ -23,10 +23,11 @@ import (
 //  2. The person's next message (a user.query, through any client) is taken
 //     by toolAnswer: their chat.text, visible as any message, marked
 //     answers_tool_call_id, resolving the pending request. Only a message
-//     the inbox accepted after the question was made answers it
-//     (answersAsk): one typed before — while the tool ran, say — was not
-//     written for the question, which the person had not seen; it stays
-//     in the inbox, for the model once the call has ended.
+//     the inbox accepted after the store recorded the question answers it
+//     (baton.AnswersToolInput, the rule the AG-UI server applies too): one
+//     typed before — while the tool ran, say — was not written for the
+//     question, which the person had not seen; it stays in the inbox, for
+//     the model once the call has ended.
 //  3. runTool calls the tool again with baton.CallContext.Answer, under the
 //     effect key baton.AnswerEffectKey(call key, round): each answer is one
 //     effect in the ledger, so a crash during it re-sends the same message
@@ -36,7 +37,8 @@ import (
 //
 // A call asks at most MaxToolInputRounds times. In a fork, a call that
 // asked before the fork point ends with an error (endInheritedAsk): its
-// resume state names the original chat's remote work.
+// resume state names the original chat's remote work. A question the
+// fork's own run asked is the fork's, waited for as in any chat.
 //
 // The fold keeps all of it on the open call (openCall.ask): nothing lives
 // only in memory.
@@ -52,7 +54,6 @@ const MaxToolInputRounds = 10
 // every other turn stay small.
 type toolAsk struct {
 	asking   string          // the pending request's id while the call waits for the answer
-	askedAt  int64           // when the question was made (its event's Timestamp, Unix ms): only a later input answers it
 	seq      int64           // the question's sequence in the chat: in a fork, one at or before the fork point is the original's
 	round    int             // the questions asked so far
 	resume   json.RawMessage // the tool's state from the last one
@@ -89,23 +90,32 @@ func (st *state) toolAsking() *openCall {
 // toolAsked folds a chat.input_request of an open call: the call waits for
 // the answer. It reports false when no such call is open (the request is
 // then folded as a plain one).
-func (st *state) toolAsked(p *baton.InputRequestPayload, at, seq int64) bool {
+func (st *state) toolAsked(p *baton.InputRequestPayload, seq int64) bool {
 	oc := st.toolCall(p.ToolCallID)
 	if oc == nil {
 		return false
 	}
-	oc.ask = &toolAsk{asking: p.RequestID, askedAt: at, seq: seq, round: p.Round, resume: p.Resume}
+	oc.ask = &toolAsk{asking: p.RequestID, seq: seq, round: p.Round, resume: p.Resume}
 	return true
 }
 
-// answersAsk reports whether an input accepted at accepted may answer the
-// question of oc: it must have been accepted after the question was made.
-// Both times come from clocks of the same deployment (the instance that
-// ran the tool, the store that accepted the input); a message accepted in
-// the very millisecond the question was made counts as before it, as the
-// person cannot have seen a question not yet recorded.
-func answersAsk(oc *openCall, accepted time.Time) bool {
-	return oc != nil && oc.ask != nil && accepted.UnixMilli() > oc.ask.askedAt
+// askedRequest returns the pending request of oc's question as the store
+// recorded it (its CreatedAt is the store's time of the question, which
+// baton.AnswersToolInput compares with an input's AcceptedAt), reading the
+// chat: the fold keeps events, not the store's times. A request not
+// pending (not yet recorded, which runTool's order rules out) has a zero
+// CreatedAt: any message answers, as an AG-UI reconnect sees it.
+func (r *run) askedRequest(ctx context.Context, oc *openCall) (baton.PendingRequest, error) {
+	chat, err := r.e.store.GetChat(ctx, r.scope, r.st.chat.ID)
+	if err != nil {
+		return baton.PendingRequest{}, fmt.Errorf("read the tool's question: %w", err)
+	}
+	for _, p := range chat.Pending {
+		if p.UIEventID == oc.ask.asking {
+			return p, nil
+		}
+	}
+	return baton.PendingRequest{UIEventID: oc.ask.asking, Kind: baton.PendingToolInput}, nil
 }
 
 // toolAnswered folds the person's answer to an open call's question. It
@@ -195,27 +205,45 @@ func (r *run) toolAnswer(ev baton.Event, oc *openCall, content string, q baton.U
 
 // inheritedAsk reports whether oc's tool asked its question in the chat
 // this one was forked from (at or before the fork point): its resume state
-// names that chat's remote task, which the fork must not answer.
+// names that chat's remote task, which the fork must not answer. A
+// question with no sequence (0) is this chat's own: its state was staged
+// here and kept in the cached state after the flush recorded it; a state
+// folded from the store has the recorded sequence, past the fork point.
 func (r *run) inheritedAsk(oc openCall) bool {
 	if oc.ask == nil {
 		return false
 	}
 	f := baton.ForkedFromOf(r.st.chat)
-	return f != nil && oc.ask.seq <= f.Sequence
+	return f != nil && oc.ask.seq > 0 && oc.ask.seq <= f.Sequence
 }
 
 // endInheritedAsk stages, in a fork, the end of a call whose tool asked in
 // the original chat: an error response telling the fork's model to call
-// the tool again, which starts a remote task of the fork's own. The
-// question's request is not pending in the fork (Fork leaves it out).
-func (r *run) endInheritedAsk(oc openCall) {
-	r.logger().Info("engine: a forked chat ends the tool call that asked in the original", "tool", oc.name, "tool_call_id", oc.id)
+// the tool again, which starts a remote task of the fork's own. Fork
+// leaves the question's request out of the fork's pending requests; one
+// that is pending all the same is resolved in the same append, so that
+// no client is left showing a question nobody will take.
+func (r *run) endInheritedAsk(ctx context.Context, oc openCall) error {
 	running := baton.ChatRunning
+	u := &baton.ChatUpdate{Status: &running}
+	if oc.ask.asking != "" {
+		chat, err := r.e.store.GetChat(ctx, r.scope, r.st.chat.ID)
+		if err != nil {
+			return fmt.Errorf("read the fork's pending requests: %w", err)
+		}
+		for _, p := range chat.Pending {
+			if p.UIEventID == oc.ask.asking {
+				u.ResolvePending = []string{p.UIEventID}
+			}
+		}
+	}
+	r.logger().Info("engine: a forked chat ends the tool call that asked in the original", "tool", oc.name, "tool_call_id", oc.id)
 	r.stage([]baton.Event{baton.NewChatEvent(baton.TypeChatToolResponse, r.st.chat.ID, oc.agent, baton.ToolResponsePayload{
 		Kind: "tool_response", Agent: oc.agent, ToolName: oc.name, ToolCallID: oc.id, CallID: oc.id, Corr: r.st.turn.key,
 		Status: baton.ToolStatusError, Success: false,
 		Content: fmt.Sprintf("Tool %s: the remote task belongs to the chat this one was forked from; call the tool again to start a new one.", oc.name),
-	})}, &baton.ChatUpdate{Status: &running})
+	})}, u)
+	return nil
 }
 
 // tooManyRounds is the result of a call whose tool asks once more than

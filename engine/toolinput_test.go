@@ -8,6 +8,7 @@ import (
 	"iter"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/engine"
 	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/store/sqlite"
 	"github.com/batonhq/baton/tool"
 	"github.com/batonhq/baton/workflow"
 )
@@ -735,4 +737,153 @@ func TestToolInput_AnswerKeepsNewClientTools(t *testing.T) {
 	if !strings.Contains(string(snap["__client_tools"]), `"get_location"`) {
 		t.Fatalf("the chat's client tools after the answer: %s", snap["__client_tools"])
 	}
+}
+
+// TestToolInput_ForkAsksItsOwnQuestion: a fork made before the tool call
+// runs the call itself, and when the tool asks, the fork waits for its own
+// person's answer (its question is not taken for the original's, which
+// would end the call with "forked from" and leave the request pending);
+// the answer goes to the fork's tool run.
+func TestToolInput_ForkAsksItsOwnQuestion(t *testing.T) {
+	at := &askingTool{}
+	h := newHarness(t, withWorkflows(writeAskingWorkflow(t)), withTools(tool.WithFuncs(at)))
+	ctx := context.Background()
+	chat, err := h.eng.Start(ctx, testScope, "asking", baton.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := chat.ID
+	waitAsked(t, h, id, "What is your name?")
+	var before int64 // the last event before the tool call
+	for _, ev := range h.events(id) {
+		if ev.Type == baton.TypeChatToolCall {
+			break
+		}
+		before = ev.Sequence
+	}
+	fork, err := h.eng.Fork(ctx, testScope, id, before)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := h.waitStatus(fork.ID, baton.ChatCompleted, baton.ChatFailed, baton.ChatWaitingInput)
+	if c.Status != baton.ChatWaitingInput {
+		t.Fatalf("the fork is %s, pending %+v; want it waiting for its own question:\n%s", c.Status, c.Pending, dump(h.events(fork.ID)))
+	}
+	waitAsked(t, h, fork.ID, "What is your name?")
+	if err := h.eng.Submit(ctx, testScope, fork.ID, "Grace", "ws"); err != nil {
+		t.Fatal(err)
+	}
+	waitAsked(t, h, fork.ID, "And your city?")
+	var answers []string
+	for _, r := range at.runs() {
+		if strings.HasPrefix(r.key, fork.ID+"/") && r.round > 0 {
+			answers = append(answers, r.answer)
+		}
+	}
+	if !slices.Equal(answers, []string{"Grace"}) {
+		t.Fatalf("the fork's tool was answered %q, want Grace", answers)
+	}
+}
+
+// TestToolInput_MessageDuringTheRecordIsNotTheAnswer: a message the inbox
+// accepts after the question was staged but before the append that
+// records it committed is not the answer (baton.AnswersToolInput: the
+// question's time is the store's, when it recorded it): the person could
+// not see the question. The next message answers it.
+func TestToolInput_MessageDuringTheRecordIsNotTheAnswer(t *testing.T) {
+	const early = "typed while the question was being recorded"
+	var h *harness
+	var once sync.Once
+	var id string
+	ctx := context.Background()
+	h = newHarness(t, withWorkflows(writeAskingWorkflow(t)), withTools(tool.WithFuncs(&askingTool{})), withFaults(func(events []baton.Event) error {
+		for _, ev := range events {
+			if ev.Type != baton.TypeChatInputRequest {
+				continue
+			}
+			var err error
+			once.Do(func() {
+				// Past the staged event's millisecond, so that a rule
+				// measuring from the staging would take the message.
+				for time.Now().UnixMilli() <= ev.Timestamp {
+					runtime.Gosched()
+				}
+				_, _, err = h.store.AddInput(ctx, testScope, baton.NewUserQuery(testScope, ev.ChatID(), early, "ws"))
+			})
+			return err
+		}
+		return nil
+	}))
+	chat, err := h.eng.Start(ctx, testScope, "asking", baton.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id = chat.ID
+	waitAsked(t, h, id, "What is your name?")
+	testenv.Eventually(t, 10*time.Second, "the run settled, waiting", func() error {
+		if !h.settled() {
+			return fmt.Errorf("not settled")
+		}
+		return nil
+	})
+	for _, ev := range h.events(id) {
+		if p, _ := baton.DecodePayload[baton.TextPayload](&ev); ev.Type == baton.TypeChatText && p.AnswersToolCallID != "" {
+			t.Fatalf("%q answered the question:\n%s", p.Content, dump(h.events(id)))
+		}
+	}
+	if err := h.eng.Submit(ctx, testScope, id, "Ada", "ws"); err != nil {
+		t.Fatal(err)
+	}
+	waitAsked(t, h, id, "And your city?")
+}
+
+// pendingForks is a store whose ForkChat leaves a copied tool question
+// pending in the fork, as a fork made before Fork learned to leave it out
+// may hold it.
+type pendingForks struct{ *sqlite.Store }
+
+func (s *pendingForks) ForkChat(ctx context.Context, scope baton.Scope, f baton.Fork) (baton.Chat, error) {
+	c, err := s.Store.ForkChat(ctx, scope, f)
+	if err != nil {
+		return c, err
+	}
+	evs, err := s.Events(ctx, scope, c.ID, 0, 0)
+	if err != nil {
+		return c, err
+	}
+	var q baton.InputRequestPayload
+	for _, ev := range evs {
+		if ev.Type == baton.TypeChatInputRequest {
+			if err := json.Unmarshal(ev.Payload, &q); err != nil {
+				return c, err
+			}
+		}
+	}
+	return s.UpdateChat(ctx, scope, c.ID, baton.ChatUpdate{AddPending: []baton.PendingRequest{{
+		UIEventID: q.RequestID, Kind: baton.PendingToolInput, ToolCallID: q.ToolCallID, ToolName: q.ToolName, Agent: q.Agent,
+	}}})
+}
+
+// TestToolInput_ForkResolvesAPendingInheritedQuestion: a fork holding the
+// original's tool question as pending ends the call (an error for its
+// model) and resolves the request with it, not left showing a question
+// nobody takes.
+func TestToolInput_ForkResolvesAPendingInheritedQuestion(t *testing.T) {
+	h := newHarness(t, withWorkflows(writeAskingWorkflow(t)), withTools(tool.WithFuncs(&askingTool{})),
+		withStoreWrap(func(s *sqlite.Store) engine.Store { return &pendingForks{Store: s} }))
+	ctx := context.Background()
+	chat, err := h.eng.Start(ctx, testScope, "asking", baton.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitAsked(t, h, chat.ID, "What is your name?")
+	src, err := h.store.GetChat(ctx, testScope, chat.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fork, err := h.eng.Fork(ctx, testScope, chat.ID, src.LastSequence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkForkEndsCall(t, h, fork.ID)
 }

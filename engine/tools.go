@@ -60,8 +60,7 @@ func (r *run) runTool(ctx context.Context, oc openCall) error {
 	if r.inheritedAsk(oc) {
 		// Answered in the original before the fork: that answer goes to
 		// the original's remote task, not from here (toolinput.go).
-		r.endInheritedAsk(oc)
-		return nil
+		return r.endInheritedAsk(ctx, oc)
 	}
 	t := r.st.turn
 	var res baton.ToolResult

@@ -288,6 +288,7 @@ func TestA2AToolInputOverProtocols(t *testing.T) {
 // holds a message sent before the question (the engine keeps it for the
 // model, after the call): only a message sent after the question, or any
 // input to a chat that waits for something else, means the run goes on.
+// The answer is decided by baton.AnswersToolInput, the engine's rule.
 func TestAGUI_ReconnectWaitsPastAnEarlierMessage(t *testing.T) {
 	asked := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	query := func(at time.Time) baton.Input {
@@ -302,12 +303,24 @@ func TestAGUI_ReconnectWaitsPastAnEarlierMessage(t *testing.T) {
 	}{
 		{"nothing queued", toolInput, nil, false},
 		{"a message sent before the question", toolInput, []baton.Input{query(asked.Add(-time.Second))}, false},
+		{"a message accepted in the instant the question was recorded", toolInput, []baton.Input{query(asked)}, false},
 		{"and one after it", toolInput, []baton.Input{query(asked.Add(-time.Second)), query(asked.Add(time.Second))}, true},
 		{"a UI response", toolInput, []baton.Input{{Event: baton.Event{Type: baton.TypeUIToolResponse}, AcceptedAt: asked.Add(-time.Second)}}, true},
 		{"a chat waiting for a message", baton.Chat{}, []baton.Input{query(asked.Add(-time.Second))}, true},
 	} {
 		if got := takesInput(tc.chat, tc.inputs); got != tc.want {
 			t.Errorf("%s: takesInput = %v, want %v", tc.name, got, tc.want)
+		}
+		if len(tc.chat.Pending) == 0 {
+			continue
+		}
+		// The engine takes the message as the answer by the same rule.
+		answered := false
+		for _, in := range tc.inputs {
+			answered = answered || baton.AnswersToolInput(tc.chat.Pending[0], in)
+		}
+		if wantAnswer := tc.want && tc.name != "a UI response"; answered != wantAnswer {
+			t.Errorf("%s: baton.AnswersToolInput = %v, want %v", tc.name, answered, wantAnswer)
 		}
 	}
 }

@@ -349,18 +349,19 @@ func (s *Server) aguiWaits(ctx context.Context, scope baton.Scope, chatID string
 }
 
 // takesInput reports whether the chat's run is about to take one of its
-// inbox's inputs. A message sent before a tool's question (a pending
-// tool_input request) is not its answer: the engine keeps it queued until
-// the call ends, so it does not make the chat go on.
+// inbox's inputs. While a tool waits for the person's answer (a pending
+// tool_input request), only a message that answers it
+// (baton.AnswersToolInput, the rule the engine applies) makes the chat go
+// on: one accepted before the question stays queued until the call ends.
 func takesInput(chat baton.Chat, inputs []baton.Input) bool {
-	var asked time.Time
-	for _, p := range chat.Pending {
-		if p.Kind == baton.PendingToolInput {
-			asked = p.CreatedAt
+	var asked *baton.PendingRequest
+	for i := range chat.Pending {
+		if chat.Pending[i].Kind == baton.PendingToolInput {
+			asked = &chat.Pending[i]
 		}
 	}
 	for _, in := range inputs {
-		if asked.IsZero() || in.Event.Type != baton.TypeUserQuery || in.AcceptedAt.After(asked) {
+		if asked == nil || in.Event.Type != baton.TypeUserQuery || baton.AnswersToolInput(*asked, in) {
 			return true
 		}
 	}
