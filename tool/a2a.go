@@ -8,6 +8,8 @@ import (
 	neturl "net/url"
 	"strings"
 	"sync"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/a2aproject/a2a-go/a2a"
 	"github.com/a2aproject/a2a-go/a2aclient"
@@ -266,13 +268,47 @@ type a2aResume struct {
 	ContextID string `json:"context_id,omitempty"`
 }
 
+// maxRemoteNameRunes bounds the remote agent's name in "X asks:".
+const maxRemoteNameRunes = 64
+
 // remoteName is how the person is told who asks: the remote agent's name
-// from its card, or the tool's name when the card has none.
+// from its card, or the tool's name when the card has none. The card is
+// the remote's to write, so the name is made one line (whitespace runs
+// become one space), stripped of control and format characters and cut at
+// maxRemoteNameRunes runes: it cannot fake a line of the chat or hide
+// what follows.
 func remoteName(card *a2a.AgentCard, tool string) string {
-	if card != nil && strings.TrimSpace(card.Name) != "" {
-		return strings.TrimSpace(card.Name)
+	if card == nil {
+		return tool
 	}
-	return tool
+	var b strings.Builder
+	n, space := 0, false
+	for _, r := range card.Name {
+		switch {
+		case unicode.IsSpace(r):
+			space = true
+			continue
+		case unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == utf8.RuneError:
+			continue
+		}
+		if n >= maxRemoteNameRunes {
+			break
+		}
+		if space && n > 0 {
+			if n+1 >= maxRemoteNameRunes {
+				break
+			}
+			b.WriteByte(' ')
+			n++
+		}
+		space = false
+		b.WriteRune(r)
+		n++
+	}
+	if b.Len() == 0 {
+		return tool
+	}
+	return b.String()
 }
 
 // authResult is the result of a remote task that waits for credentials
