@@ -187,7 +187,9 @@ func (r *run) clientToolCall(ct *baton.ClientTool, p *baton.ToolCallPayload, key
 }
 
 // clientToolError is the result of a call of a client's tool that was not
-// sent to the client: its arguments fail the tool's schema.
+// sent to the client: its arguments fail the tool's schema (or are over
+// tool.MaxClientArgsBytes). tool.CheckClientArgs keeps the failure
+// clientToolCall found, so the arguments are not validated again here.
 func (r *run) clientToolError(ct *baton.ClientTool, args json.RawMessage) baton.ToolResult {
 	msg := tool.CheckClientArgs(*ct, args)
 	if msg == "" {

@@ -119,6 +119,12 @@ func (r *run) runTool(ctx context.Context, oc openCall) error {
 		if res.Status == baton.ToolStatusInputRequired {
 			if over, ok := tooManyRounds(oc); ok {
 				r.logger().Warn("engine: a tool call asked the person too many times; ended", "tool", oc.name, "tool_call_id", oc.id, "rounds", oc.ask.round)
+				if a, ok := tl.(tool.Abandoner); ok {
+					// Told before the response is recorded: after a crash
+					// here the call runs again and is abandoned again,
+					// which a remote cancel takes as well.
+					a.Abandon(ctx, cc, res.Resume)
+				}
 				res = over
 			} else {
 				// The tool asks the person: the call stays open (toolinput.go).

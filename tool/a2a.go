@@ -8,6 +8,9 @@ import (
 	neturl "net/url"
 	"strings"
 	"sync"
+	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/a2aproject/a2a-go/a2a"
 	"github.com/a2aproject/a2a-go/a2aclient"
@@ -156,39 +159,12 @@ func (t *a2aTool) Call(ctx context.Context, cc *baton.CallContext, args json.Raw
 	if err := json.Unmarshal(args, &in); err != nil || strings.TrimSpace(in.Message) == "" {
 		return errorResult("tool %s: message: required (the text for the remote agent)", t.name), nil
 	}
-	// requestURL: a person's secret may fill the path, never choose the
-	// host the operator's token goes to.
-	url, err := requestURL(t.cardURL, cc.Secrets)
+	client, card, url, problem, err := t.dial(ctx, cc)
 	if err != nil {
-		return errorResult("tool %s: a2a.card_url: %s", t.name, baton.ErrorMessage(err)), nil
+		return baton.ToolResult{}, err
 	}
-	token := ""
-	if t.tokenFrom != "" {
-		if token, err = lookupSecret(t.tokenFrom, cc.Secrets); err != nil {
-			return errorResult("tool %s: a2a.token_from: %s", t.name, baton.ErrorMessage(err)), nil
-		}
-	}
-	base := t.client.Transport
-	if base == nil {
-		base = http.DefaultTransport
-	}
-	u, err := neturl.Parse(url)
-	if err != nil {
-		return errorResult("tool %s: a2a.card_url: %v", t.name, err), nil
-	}
-	hc := *t.client
-	hc.Transport = a2aAuth{next: base, token: token, scheme: u.Scheme, host: u.Host}
-	cardBase, cardPath := splitCardURL(url)
-	card, err := t.resolve(ctx, &hc, url, cardBase, cardPath)
-	if err != nil {
-		if ctx.Err() != nil {
-			return baton.ToolResult{}, ctx.Err()
-		}
-		return errorResult("tool %s: agent card at %s: %v", t.name, url, redact(err, url)), nil
-	}
-	client, err := a2aclient.NewFromCard(ctx, card, a2aclient.WithJSONRPCTransport(&hc))
-	if err != nil {
-		return errorResult("tool %s: agent card at %s: %v", t.name, url, err), nil
+	if problem != "" {
+		return errorResult("%s", problem), nil
 	}
 	defer func() { _ = client.Destroy() }()
 
@@ -259,6 +235,75 @@ func (t *a2aTool) Call(ctx context.Context, cc *baton.CallContext, args json.Raw
 	return taskResult(t.name, task), nil
 }
 
+// dial resolves the remote agent's card for a call and returns a client
+// for it (the caller destroys it), the card and the URL it was reached at. What is
+// wrong with the tool's configuration or the card is problem, a message
+// for the model; err is only ctx's.
+func (t *a2aTool) dial(ctx context.Context, cc *baton.CallContext) (client *a2aclient.Client, card *a2a.AgentCard, url, problem string, err error) {
+	// requestURL: a person's secret may fill the path, never choose the
+	// host the operator's token goes to.
+	url, err = requestURL(t.cardURL, cc.Secrets)
+	if err != nil {
+		return nil, nil, "", fmt.Sprintf("tool %s: a2a.card_url: %s", t.name, baton.ErrorMessage(err)), nil
+	}
+	token := ""
+	if t.tokenFrom != "" {
+		if token, err = lookupSecret(t.tokenFrom, cc.Secrets); err != nil {
+			return nil, nil, "", fmt.Sprintf("tool %s: a2a.token_from: %s", t.name, baton.ErrorMessage(err)), nil
+		}
+	}
+	base := t.client.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	u, err := neturl.Parse(url)
+	if err != nil {
+		return nil, nil, "", fmt.Sprintf("tool %s: a2a.card_url: %v", t.name, err), nil
+	}
+	hc := *t.client
+	hc.Transport = a2aAuth{next: base, token: token, scheme: u.Scheme, host: u.Host}
+	cardBase, cardPath := splitCardURL(url)
+	card, err = t.resolve(ctx, &hc, url, cardBase, cardPath)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, nil, "", "", ctx.Err()
+		}
+		return nil, nil, "", fmt.Sprintf("tool %s: agent card at %s: %v", t.name, url, redact(err, url)), nil
+	}
+	client, err = a2aclient.NewFromCard(ctx, card, a2aclient.WithJSONRPCTransport(&hc))
+	if err != nil {
+		return nil, nil, "", fmt.Sprintf("tool %s: agent card at %s: %v", t.name, url, err), nil
+	}
+	return client, card, url, "", nil
+}
+
+// a2aCancelTimeout bounds Abandon's tasks/cancel: it is best effort, on
+// the chat's run.
+const a2aCancelTimeout = 5 * time.Second
+
+// Abandon is told that the engine gave up on a call whose remote task
+// asks for input (it asked engine.MaxToolInputRounds times): resume is the
+// tool's state from the last question. The remote task is sent
+// tasks/cancel, best effort, so that it does not wait for an answer that
+// never comes; a failure is logged, not returned to the chat.
+func (t *a2aTool) Abandon(ctx context.Context, cc *baton.CallContext, resume json.RawMessage) {
+	var rs a2aResume
+	if json.Unmarshal(resume, &rs) != nil || rs.TaskID == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, a2aCancelTimeout)
+	defer cancel()
+	client, _, _, problem, err := t.dial(ctx, cc)
+	if err != nil || problem != "" {
+		t.reg.log.Warn("tool: a2a: the abandoned remote task was not cancelled", "tool", t.name, "task", rs.TaskID, "err", err, "problem", problem)
+		return
+	}
+	defer func() { _ = client.Destroy() }()
+	if _, err := client.CancelTask(ctx, &a2a.TaskIDParams{ID: a2a.TaskID(rs.TaskID)}); err != nil {
+		t.reg.log.Warn("tool: a2a: the abandoned remote task was not cancelled", "tool", t.name, "task", rs.TaskID, "err", err)
+	}
+}
+
 // a2aResume is an a2a tool's ToolResult.Resume when the remote task asks
 // for input: the task the person's answer goes to.
 type a2aResume struct {
@@ -266,13 +311,47 @@ type a2aResume struct {
 	ContextID string `json:"context_id,omitempty"`
 }
 
+// maxRemoteNameRunes bounds the remote agent's name in "X asks:".
+const maxRemoteNameRunes = 64
+
 // remoteName is how the person is told who asks: the remote agent's name
-// from its card, or the tool's name when the card has none.
+// from its card, or the tool's name when the card has none. The card is
+// the remote's to write, so the name is made one line (whitespace runs
+// become one space), stripped of control and format characters and cut at
+// maxRemoteNameRunes runes: it cannot fake a line of the chat or hide
+// what follows.
 func remoteName(card *a2a.AgentCard, tool string) string {
-	if card != nil && strings.TrimSpace(card.Name) != "" {
-		return strings.TrimSpace(card.Name)
+	if card == nil {
+		return tool
 	}
-	return tool
+	var b strings.Builder
+	n, space := 0, false
+	for _, r := range card.Name {
+		switch {
+		case unicode.IsSpace(r):
+			space = true
+			continue
+		case unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == utf8.RuneError:
+			continue
+		}
+		if n >= maxRemoteNameRunes {
+			break
+		}
+		if space && n > 0 {
+			if n+1 >= maxRemoteNameRunes {
+				break
+			}
+			b.WriteByte(' ')
+			n++
+		}
+		space = false
+		b.WriteRune(r)
+		n++
+	}
+	if b.Len() == 0 {
+		return tool
+	}
+	return b.String()
 }
 
 // authResult is the result of a remote task that waits for credentials

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/batonhq/baton"
@@ -70,3 +71,31 @@ func BenchmarkCallCommand(b *testing.B) {
 type discard struct{}
 
 func (discard) Publish(context.Context, baton.Event) error { return nil }
+
+// BenchmarkCheckClientArgsPatterns measures the worst check of a client
+// tool call's arguments the bounds allow that we know of: a string of
+// about MaxClientArgsBytes against four patterns of `.*i#` alternatives
+// (about 800 bytes and 820 instructions together), each run along the
+// whole string.
+func BenchmarkCheckClientArgsPatterns(b *testing.B) {
+	alts := make([]string, 40)
+	for i := range alts {
+		alts[i] = fmt.Sprintf(".*%d#", i)
+	}
+	re, _ := json.Marshal("(" + strings.Join(alts, "|") + ")")
+	var all []string
+	for range 4 {
+		all = append(all, fmt.Sprintf(`{"pattern":%s}`, re))
+	}
+	ct := baton.ClientTool{Name: "slow", Parameters: json.RawMessage(`{"type":"object","properties":{"s":{"type":"string","allOf":[` + strings.Join(all, ",") + `]}}}`)}
+	if err := tool.CheckClientTools([]baton.ClientTool{ct}); err != nil {
+		b.Fatal(err)
+	}
+	args, _ := json.Marshal(map[string]string{"s": strings.Repeat("x", tool.MaxClientArgsBytes-16) + "0#"})
+	b.SetBytes(int64(len(args)))
+	for b.Loop() {
+		if msg := tool.CheckClientArgs(ct, args); msg != "" {
+			b.Fatal(msg)
+		}
+	}
+}

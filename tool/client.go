@@ -3,6 +3,7 @@ package tool
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"sync"
@@ -88,13 +89,69 @@ func ClientToolParameters(t baton.ClientTool) json.RawMessage {
 //
 // The schema is checked again here, not only when the client offered it: a
 // set recorded before the check was as strict must not lock the run up.
+//
+// Arguments over MaxClientArgsBytes are refused unchecked: checking costs
+// about their size times the schema's patterns. A failed check is kept
+// (clientFailures), so the engine, which asks when it records the call and
+// again for the message it answers it with, checks once.
 func CheckClientArgs(t baton.ClientTool, args json.RawMessage) string {
-	s, err := compileClientSchema(ClientToolParameters(t))
+	if len(args) > MaxClientArgsBytes {
+		return fmt.Sprintf("the arguments are larger than %d bytes; they were not checked", MaxClientArgsBytes)
+	}
+	params := ClientToolParameters(t)
+	key := failureKey(params, args)
+	clientFailures.mu.Lock()
+	msg, ok := clientFailures.m[key]
+	clientFailures.mu.Unlock()
+	if ok {
+		return msg
+	}
+	s, err := compileClientSchema(params)
 	if err != nil {
 		return "the tool's parameters are " + err.Error()
 	}
-	return s.validate(args)
+	clientFailures.mu.Lock()
+	clientFailures.validated++
+	clientFailures.mu.Unlock()
+	if msg = s.validate(args); msg != "" {
+		clientFailures.mu.Lock()
+		if len(clientFailures.m) >= maxClientFailures {
+			clear(clientFailures.m)
+		}
+		clientFailures.m[key] = msg
+		clientFailures.mu.Unlock()
+	}
+	return msg
 }
+
+// MaxClientArgsBytes bounds the arguments of a call of a client's tool
+// that CheckClientArgs checks against the tool's parameters.
+const MaxClientArgsBytes = 64 << 10
+
+// failureKey names a check of args against params: the SHA-256 of both,
+// each length-prefixed.
+func failureKey(params, args json.RawMessage) [32]byte {
+	h := sha256.New()
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(params)))
+	h.Write(n[:])
+	h.Write(params)
+	h.Write(args)
+	var key [32]byte
+	h.Sum(key[:0])
+	return key
+}
+
+// maxClientFailures bounds the failed checks kept.
+const maxClientFailures = 256
+
+// clientFailures holds the message of recent failed checks of a client
+// tool call's arguments, by failureKey.
+var clientFailures = struct {
+	mu        sync.Mutex
+	m         map[[32]byte]string
+	validated int // how many arguments were validated, for the tests
+}{m: map[[32]byte]string{}}
 
 // compileClientSchema compiles the parameters of a client's tool, once they
 // are found plain (checkPlainSchema). A schema compiled before is taken from

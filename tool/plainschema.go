@@ -2,6 +2,7 @@ package tool
 
 import (
 	"fmt"
+	"regexp/syntax"
 	"sort"
 )
 
@@ -13,6 +14,16 @@ const (
 	maxClientSchemaDepth       = 16  // subschemas nested in one another
 	maxClientSchemaNodes       = 512 // subschemas in all, the root included
 	maxClientSchemaCombinators = 64  // anyOf, oneOf, allOf, not, if, then, else, dependentSchemas, …
+
+	// Go's regexp matches in time about the compiled program's size times
+	// the string's length: a few kilobytes of alternatives made an 8 KB
+	// argument take a third of a second. So each pattern (a "pattern" or
+	// a "patternProperties" key) is short, and a tool's patterns are few
+	// bytes and few instructions together: a repeat count such as .{1000}
+	// makes a short pattern a large program.
+	maxClientPatternBytes      = 256
+	maxClientPatternTotalBytes = 2 << 10
+	maxClientPatternTotalInsts = 1024
 )
 
 // refKeywords are the keywords by which a schema refers to another part of
@@ -40,15 +51,43 @@ var (
 // checkPlainSchema checks that doc, a decoded JSON Schema a client offers,
 // is plain: no reference keyword anywhere a subschema may be, subschemas
 // nested at most maxClientSchemaDepth deep, at most maxClientSchemaNodes of
-// them and maxClientSchemaCombinators combinator keywords. The error names
-// the keyword and where it is, as a JSON pointer.
+// them and maxClientSchemaCombinators combinator keywords, and patterns
+// within the maxClientPattern bounds. The error names the keyword and
+// where it is, as a JSON pointer.
 func checkPlainSchema(doc any) error {
 	w := plainWalk{}
 	return w.walk(doc, "", 1)
 }
 
 type plainWalk struct {
-	nodes, combinators int
+	nodes, combinators         int
+	patternBytes, patternInsts int
+}
+
+// pattern counts re, a regular expression at the pointer at, against the
+// bounds on patterns. One that does not compile is left to the schema's
+// compiler, which says why.
+func (w *plainWalk) pattern(re, at string) error {
+	if len(re) > maxClientPatternBytes {
+		return fmt.Errorf("at %s: the pattern is longer than %d bytes", pointer(at), maxClientPatternBytes)
+	}
+	w.patternBytes += len(re)
+	if w.patternBytes > maxClientPatternTotalBytes {
+		return fmt.Errorf("at %s: the patterns are longer than %d bytes together", pointer(at), maxClientPatternTotalBytes)
+	}
+	parsed, err := syntax.Parse(re, syntax.Perl) // as regexp.Compile
+	if err != nil {
+		return nil
+	}
+	prog, err := syntax.Compile(parsed.Simplify())
+	if err != nil {
+		return nil
+	}
+	w.patternInsts += len(prog.Inst)
+	if w.patternInsts > maxClientPatternTotalInsts {
+		return fmt.Errorf("at %s: the patterns compile to more than %d instructions together (a repeat count such as {100} copies what it repeats)", pointer(at), maxClientPatternTotalInsts)
+	}
+	return nil
 }
 
 func (w *plainWalk) walk(v any, at string, depth int) error {
@@ -68,11 +107,27 @@ func (w *plainWalk) walk(v any, at string, depth int) error {
 			return fmt.Errorf("at %s: %q is not allowed: a client tool's schema may not refer to other schemas", pointer(at), k)
 		}
 	}
+	if re, ok := obj["pattern"].(string); ok {
+		if err := w.pattern(re, at+"/pattern"); err != nil {
+			return err
+		}
+	}
+	if m, ok := obj["patternProperties"].(map[string]any); ok {
+		for _, re := range sortedKeys(m) {
+			key := re
+			if len(key) > maxClientPatternBytes {
+				key = key[:32] + "…" // the error names it, not all of it
+			}
+			if err := w.pattern(re, at+"/patternProperties/"+escapePointer(key)); err != nil {
+				return err
+			}
+		}
+	}
 	for _, k := range sortedKeys(obj) {
 		if combinatorKeywords[k] {
 			w.combinators++
 			if w.combinators > maxClientSchemaCombinators {
-				return fmt.Errorf("at %s: %q: more than %d combinator keywords (allOf, anyOf, oneOf, not, if, then, else, dependentSchemas)", pointer(at+"/"+k), k, maxClientSchemaCombinators)
+				return fmt.Errorf("at %s: %q: more than %d combinator keywords (allOf, anyOf, oneOf, not, if, then, else, dependentSchemas, dependencies)", pointer(at+"/"+k), k, maxClientSchemaCombinators)
 			}
 		}
 	}

@@ -505,6 +505,28 @@ func (e *entry) Call(ctx context.Context, cc *baton.CallContext, args json.RawMe
 // tool, with Name set to the tool's name).
 func (e *entry) Spec() Spec { return e.spec }
 
+// Abandoner is a tool that can be told the engine gave up on a call that
+// asks the person (baton.ToolStatusInputRequired) — it asked
+// engine.MaxToolInputRounds times — so that it can end what waits on the
+// remote side (an a2a tool cancels the remote task). resume is the
+// tool's state from its last question. It is best effort: it returns
+// nothing, and should return soon when ctx ends.
+type Abandoner interface {
+	Abandon(ctx context.Context, cc *baton.CallContext, resume json.RawMessage)
+}
+
+// Abandon passes the engine's giving up on a call to the tool, when it is
+// an Abandoner.
+func (e *entry) Abandon(ctx context.Context, cc *baton.CallContext, resume json.RawMessage) {
+	inner := e.inner
+	if r, ok := inner.(renamed); ok {
+		inner = r.Tool // a Go tool under its tools.json name
+	}
+	if a, ok := inner.(Abandoner); ok {
+		a.Abandon(ctx, cc, resume)
+	}
+}
+
 // SpecOf returns the spec a registry tool was built from, and false for a
 // tool that did not come from a Registry.
 func SpecOf(t baton.Tool) (Spec, bool) {
