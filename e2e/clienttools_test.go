@@ -162,6 +162,7 @@ func TestToolQuestion_AnsweredInTheComposer(t *testing.T) {
 		chromedp.SendKeys(chromedp.CSS("#composer-input"), "Friday the 5th"),
 		chromedp.SendKeys(chromedp.CSS("#composer-input"), kb.Enter),
 	)
+	b.waitFor(t, "the answer sent (the composer emptied)", `document.querySelector("#composer-input").value === ""`)
 	// The recorded answer (not the bubble shown at once while it is sent).
 	b.waitFor(t, "the answer as the person's message", `[...document.querySelectorAll("#messages .msg.user[data-seq]:not(.queued)")].some(n => n.querySelector(".body").textContent === "Friday the 5th")`)
 	const details = `document.querySelector('#messages details.tool-call[data-agent="Booker"]')`
