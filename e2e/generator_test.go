@@ -31,7 +31,9 @@ func startGenerator(t *testing.T, b *browser, url string) string {
 		chromedp.Click(chromedp.CSS("#start-button")),
 	)
 	b.waitFor(t, "the first question", `[...document.querySelectorAll('#messages .msg.agent[data-agent="InterviewAgent"]')].some(n => n.textContent.includes("What would you like to automate?"))`)
-	b.waitFor(t, "the input box enabled", `!document.querySelector("#composer-input").disabled`)
+	// The composer is open while the agents work too (a message is queued
+	// then): the question is asked once the chat waits for the person.
+	b.waitFor(t, "the input box enabled for the answer", `document.querySelector("#chat-status").dataset.status === "waiting_input" && !document.querySelector("#composer-input").disabled`)
 	id := strings.TrimPrefix(eval[string](t, b, "location.hash"), "#chat=")
 	if id == "" {
 		t.Fatal("no chat id in the location")

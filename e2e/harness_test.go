@@ -101,14 +101,15 @@ func startBackend(t *testing.T, dbPath, addr string, opts ...option) *backend {
 	}
 	b := &backend{st: st, served: make(chan struct{})}
 	// The runtime's standard wiring on this test's store: the examples
-	// generator and hello, this package's workflows, the long_report tool.
+	// generator and hello, this package's workflows, the long_report and
+	// book_trip tools.
 	b.rt, err = runtime.Open(ctx, runtime.Config{
 		Store: st, WorkflowsDir: "../workflows", Workflows: testWorkflows(t), Logger: log,
 		Providers: func(wf *workflow.Workflow) (baton.Provider, error) {
 			return scripted.Load(wf.FS, path.Join(wf.Dir, "scripted.json"))
 		},
 		SecretKey: []byte("0123456789abcdef0123456789abcdef"),
-		Funcs:     []baton.Tool{tool.MustFunc("long_report", "Return a long report about a topic.", longReport)},
+		Funcs:     []baton.Tool{tool.MustFunc("long_report", "Return a long report about a topic.", longReport), bookTrip{}},
 	})
 	if err != nil {
 		_ = st.Close()
