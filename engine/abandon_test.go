@@ -11,7 +11,6 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/engine"
 	"github.com/batonhq/baton/internal/testenv"
-	"github.com/batonhq/baton/tool"
 )
 
 // abandoningTool is an askingTool that always asks again, each question's
@@ -51,13 +50,8 @@ func (a *abandoningTool) abandons() []string {
 // cancels the remote task left waiting for an answer.
 func TestToolInput_RoundsBoundAbandonsTheTool(t *testing.T) {
 	at := &abandoningTool{askingTool: &askingTool{always: true}}
-	h := newHarness(t, withWorkflows(writeAskingWorkflow(t)), withTools(tool.WithFuncs(at)))
+	h, id := startAsking(t, at)
 	ctx := context.Background()
-	chat, err := h.eng.Start(ctx, testScope, "asking", baton.StartOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := chat.ID
 	for i := 1; i <= engine.MaxToolInputRounds; i++ {
 		waitAsked(t, h, id, fmt.Sprintf("Question %d?", i))
 		if got := at.abandons(); len(got) != 0 {

@@ -631,43 +631,25 @@ func TestUITool_TimeoutGivesTheModelAnError(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	id := start(t, h, "loop")
 	h.waitStatus(id, baton.ChatCompleted)
-	var resp map[string]any
+	var call, resp map[string]any
 	for _, ev := range h.events(id) {
-		if p := payloadOf(t, ev); ev.Type == baton.TypeChatToolResponse && p["tool_name"] == "confirm" {
+		p := payloadOf(t, ev)
+		switch {
+		case ev.Type == baton.TypeChatToolCall && p["tool_name"] == "confirm":
+			call = p
+		case ev.Type == baton.TypeChatToolResponse && p["tool_name"] == "confirm":
 			resp = p
 		}
 	}
-	if resp == nil || resp["status"] != "error" || !strings.Contains(resp["content"].(string), "Timed out") {
-		t.Fatalf("confirm's response = %v, want a timed-out tool error", resp)
-	}
-}
-
-// A UI tool the model calls is recorded as a pending ui_tool request
-// (pending_kind), as an auto-tool's and a lifecycle tool's are: the AG-UI
-// and Chat Completions adapters send only such calls to their clients.
-func TestUITool_ModelsCallIsAPendingUIToolRequest(t *testing.T) {
-	var n atomic.Int64
-	h := newHarness(t, withWorkflows(loopDir), withTools(bumpTool(new(atomic.Int64))),
-		fake(func(req *baton.Request) ([]baton.Delta, error) {
-			if req.Agent == "Ping" && n.Add(1) == 1 {
-				return callTool("c1", "confirm", `{"question":"sure?"}`), nil
-			}
-			return reply("going on"), nil
-		}))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- h.eng.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	id := start(t, h, "loop")
-	h.waitStatus(id, baton.ChatCompleted)
-	var call map[string]any
-	for _, ev := range h.events(id) {
-		if p := payloadOf(t, ev); ev.Type == baton.TypeChatToolCall && p["tool_name"] == "confirm" {
-			call = p
-		}
-	}
+	// The model's call of a UI tool is a pending ui_tool request
+	// (pending_kind), as an auto-tool's and a lifecycle tool's are: the
+	// AG-UI and Chat Completions adapters send only such calls to their
+	// clients.
 	if call == nil || call["awaiting_response"] != true || call["pending_kind"] != baton.PendingUITool {
 		t.Fatalf("confirm's call = %v, want awaiting_response and pending_kind %q", call, baton.PendingUITool)
+	}
+	if resp == nil || resp["status"] != "error" || !strings.Contains(resp["content"].(string), "Timed out") {
+		t.Fatalf("confirm's response = %v, want a timed-out tool error", resp)
 	}
 }
 

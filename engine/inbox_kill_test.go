@@ -54,29 +54,11 @@ const budgetChat = "inbox-budget"
 // until both chats have taken every message. Exit 0: done; 1: error.
 func runInboxChild() int {
 	ctx := context.Background()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	st, err := openCrashStore(ctx)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "child: open store:", err)
-		return 1
-	}
-	wfs, err := workflow.LoadAll(os.DirFS(inboxDir))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "child: workflows:", err)
-		return 1
-	}
-	b := bus.New(bus.WithLogger(log))
-	eng, err := engine.New(engine.Config{
-		Store: st, Recorder: recorder.New(st, engine.ObserverPublisher{Bus: b}), Bus: b, Workflows: wfs, WorkflowRoot: inboxDir, Logger: log,
-		Providers: func(wf *workflow.Workflow) (baton.Provider, error) {
-			return scripted.Load(wf.FS, path.Join(wf.Dir, "scripted.json"))
-		},
-		Budget: func(_ context.Context, _ baton.Scope, chat baton.Chat, _ *workflow.Workflow) (bool, string, error) {
-			return chat.ID == budgetChat && chat.LastSequence%3 == 0, "the test's budget", nil
-		},
+	st, eng, err := inboxChildEngine(ctx, func(_ context.Context, _ baton.Scope, chat baton.Chat, _ *workflow.Workflow) (bool, string, error) {
+		return chat.ID == budgetChat && chat.LastSequence%3 == 0, "the test's budget", nil
 	})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "child: engine:", err)
+		fmt.Fprintln(os.Stderr, "child:", err)
 		return 1
 	}
 	for _, c := range inboxChats {
@@ -253,6 +235,33 @@ func countRunComplete(evs []baton.Event, status string) int {
 }
 
 // readLines sends the child's output lines on a channel, closed at EOF.
+// inboxChildEngine opens, in a kill test's child process, the store named
+// by the environment and an engine on the inbox workflows with the
+// scripted model (and budget, when not nil).
+func inboxChildEngine(ctx context.Context, budget engine.BudgetFunc) (baton.Store, *engine.Engine, error) {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	st, err := openCrashStore(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open store: %w", err)
+	}
+	wfs, err := workflow.LoadAll(os.DirFS(inboxDir))
+	if err != nil {
+		return nil, nil, fmt.Errorf("workflows: %w", err)
+	}
+	b := bus.New(bus.WithLogger(log))
+	eng, err := engine.New(engine.Config{
+		Store: st, Recorder: recorder.New(st, engine.ObserverPublisher{Bus: b}), Bus: b, Workflows: wfs, WorkflowRoot: inboxDir, Logger: log,
+		Providers: func(wf *workflow.Workflow) (baton.Provider, error) {
+			return scripted.Load(wf.FS, path.Join(wf.Dir, "scripted.json"))
+		},
+		Budget: budget,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("engine: %w", err)
+	}
+	return st, eng, nil
+}
+
 func readLines(r *bufio.Reader) <-chan string {
 	ch := make(chan string, 1024)
 	go func() {

@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
-	"path"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -15,13 +13,8 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
-	"github.com/batonhq/baton/bus"
-	"github.com/batonhq/baton/engine"
-	"github.com/batonhq/baton/llm/scripted"
-	"github.com/batonhq/baton/recorder"
 	"github.com/batonhq/baton/store"
 	"github.com/batonhq/baton/store/postgres"
-	"github.com/batonhq/baton/workflow"
 )
 
 // The start kill test re-runs this test binary as a child that starts new
@@ -45,26 +38,9 @@ func startMessage(n int) string { return "first message " + strconv.Itoa(n) }
 // messages wait in their inboxes. Exit 1: error.
 func runStartChild() int {
 	ctx := context.Background()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	st, err := openCrashStore(ctx)
+	_, eng, err := inboxChildEngine(ctx, nil)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "child: open store:", err)
-		return 1
-	}
-	wfs, err := workflow.LoadAll(os.DirFS(inboxDir))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "child: workflows:", err)
-		return 1
-	}
-	b := bus.New(bus.WithLogger(log))
-	eng, err := engine.New(engine.Config{
-		Store: st, Recorder: recorder.New(st, engine.ObserverPublisher{Bus: b}), Bus: b, Workflows: wfs, WorkflowRoot: inboxDir, Logger: log,
-		Providers: func(wf *workflow.Workflow) (baton.Provider, error) {
-			return scripted.Load(wf.FS, path.Join(wf.Dir, "scripted.json"))
-		},
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "child: engine:", err)
+		fmt.Fprintln(os.Stderr, "child:", err)
 		return 1
 	}
 	fmt.Println("child: running") // the parent kills only after this line

@@ -239,6 +239,19 @@ func checkAnswered(t *testing.T, h *harness, id string, reqs [][]baton.Message) 
 	}
 }
 
+// startAsking starts a chat of the asking workflow whose tools are funcs
+// (an askingTool, say), on a harness with opts, and returns the harness and
+// the chat's id.
+func startAsking(t *testing.T, funcs baton.Tool, opts ...harnessOption) (*harness, string) {
+	t.Helper()
+	h := newHarness(t, append([]harnessOption{withWorkflows(writeAskingWorkflow(t)), withTools(tool.WithFuncs(funcs))}, opts...)...)
+	chat, err := h.eng.Start(context.Background(), testScope, "asking", baton.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, chat.ID
+}
+
 // TestToolInput_PausesForThePerson: a tool that asks the person pauses the
 // chat with its question (a chat.input_request naming the call, a pending
 // tool_input request); each of the person's messages answers it and the
@@ -248,13 +261,8 @@ func TestToolInput_PausesForThePerson(t *testing.T) {
 	var mu sync.Mutex
 	var reqs [][]baton.Message
 	at := &askingTool{}
-	h := newHarness(t, withWorkflows(writeAskingWorkflow(t)), withProvider(recording(&mu, &reqs)), withTools(tool.WithFuncs(at)))
+	h, id := startAsking(t, at, withProvider(recording(&mu, &reqs)))
 	ctx := context.Background()
-	chat, err := h.eng.Start(ctx, testScope, "asking", baton.StartOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := chat.ID
 	first := waitAsked(t, h, id, "What is your name?")
 	if first.Round != 1 || string(first.Resume) != `{"asked":"name"}` {
 		t.Fatalf("first question %+v", first)
@@ -337,13 +345,8 @@ func TestToolInput_RestartDuringTheAnswer(t *testing.T) {
 	var mu sync.Mutex
 	var reqs [][]baton.Message
 	at := &askingTool{block: true, blocked: make(chan struct{})}
-	h := newHarness(t, withWorkflows(writeAskingWorkflow(t)), withProvider(recording(&mu, &reqs)), withTools(tool.WithFuncs(at)))
+	h, id := startAsking(t, at, withProvider(recording(&mu, &reqs)))
 	ctx := context.Background()
-	chat, err := h.eng.Start(ctx, testScope, "asking", baton.StartOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := chat.ID
 	waitAsked(t, h, id, "What is your name?")
 	if err := h.eng.Submit(ctx, testScope, id, "Ada", "ws"); err != nil {
 		t.Fatal(err)
@@ -484,13 +487,8 @@ func TestToolInput_CancelWhilePaused(t *testing.T) {
 	var mu sync.Mutex
 	var reqs [][]baton.Message
 	at := &askingTool{}
-	h := newHarness(t, withWorkflows(writeAskingWorkflow(t)), withProvider(recording(&mu, &reqs)), withTools(tool.WithFuncs(at)))
+	h, id := startAsking(t, at, withProvider(recording(&mu, &reqs)))
 	ctx := context.Background()
-	chat, err := h.eng.Start(ctx, testScope, "asking", baton.StartOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := chat.ID
 	waitAsked(t, h, id, "What is your name?")
 	before := len(h.events(id))
 	if err := h.eng.Cancel(ctx, testScope, id); err != nil {
@@ -540,13 +538,8 @@ func testEarlierMessage(t *testing.T, round int) {
 	var reqs [][]baton.Message
 	gate, started := make(chan struct{}), make(chan struct{})
 	at := &askingTool{gate: gate, started: started, gateRound: round}
-	h := newHarness(t, withWorkflows(writeAskingWorkflow(t)), withProvider(recording(&mu, &reqs)), withTools(tool.WithFuncs(at)))
+	h, id := startAsking(t, at, withProvider(recording(&mu, &reqs)))
 	ctx := context.Background()
-	chat, err := h.eng.Start(ctx, testScope, "asking", baton.StartOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := chat.ID
 	const early = "a note for the agent, typed while the tool ran"
 	sendEarly := func() {
 		select {
@@ -663,13 +656,8 @@ func checkForkEndsCall(t *testing.T, h *harness, forkID string) {
 // ends with an error result for the model, and the chat goes on.
 func TestToolInput_RoundsAreBounded(t *testing.T) {
 	at := &askingTool{always: true}
-	h := newHarness(t, withWorkflows(writeAskingWorkflow(t)), withTools(tool.WithFuncs(at)))
+	h, id := startAsking(t, at)
 	ctx := context.Background()
-	chat, err := h.eng.Start(ctx, testScope, "asking", baton.StartOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := chat.ID
 	for i := 1; i <= engine.MaxToolInputRounds; i++ {
 		waitAsked(t, h, id, fmt.Sprintf("Question %d?", i))
 		if err := h.eng.Submit(ctx, testScope, id, fmt.Sprintf("answer %d", i), "ws"); err != nil {
@@ -709,13 +697,8 @@ func TestToolInput_RoundsAreBounded(t *testing.T) {
 // is kept, as with any other message.
 func TestToolInput_AnswerKeepsNewClientTools(t *testing.T) {
 	at := &askingTool{}
-	h := newHarness(t, withWorkflows(writeAskingWorkflow(t)), withTools(tool.WithFuncs(at)))
+	h, id := startAsking(t, at)
 	ctx := context.Background()
-	chat, err := h.eng.Start(ctx, testScope, "asking", baton.StartOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := chat.ID
 	waitAsked(t, h, id, "What is your name?")
 	if err := h.eng.SubmitWithTools(ctx, testScope, id, "answer-1", "Ada", "agui", []baton.ClientTool{locationTool}); err != nil {
 		t.Fatal(err)
@@ -746,13 +729,8 @@ func TestToolInput_AnswerKeepsNewClientTools(t *testing.T) {
 // the answer goes to the fork's tool run.
 func TestToolInput_ForkAsksItsOwnQuestion(t *testing.T) {
 	at := &askingTool{}
-	h := newHarness(t, withWorkflows(writeAskingWorkflow(t)), withTools(tool.WithFuncs(at)))
+	h, id := startAsking(t, at)
 	ctx := context.Background()
-	chat, err := h.eng.Start(ctx, testScope, "asking", baton.StartOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := chat.ID
 	waitAsked(t, h, id, "What is your name?")
 	var before int64 // the last event before the tool call
 	for _, ev := range h.events(id) {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/internal/testenv"
-	"github.com/batonhq/baton/store/sqlite"
 )
 
 // askNameDir holds the remote workflow "askname": Asker asks the person's
@@ -204,13 +203,8 @@ func TestA2AToolInputKill(t *testing.T) {
 	if _, texts := remoteChatTexts(t, remote); strings.Join(texts, "|") != "Register me.|Ada" {
 		t.Fatalf("the remote chat's messages of the person %q, want the start and the answer once", texts)
 	}
-	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "caller.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	caller := &env{store: st}
-	res := toolResponses(t, caller, scopeAda, a2aKillChatID, "ask_remote")
+	st := callerStore(t, dir)
+	res := toolResponses(t, &env{store: st}, scopeAda, a2aKillChatID, "ask_remote")
 	if len(res) != 1 || !res[0].Success || !strings.Contains(res[0].Content, "Nice to meet you.") || !strings.Contains(res[0].Content, "[answered] Ada") {
 		t.Fatalf("tool responses %+v", res)
 	}

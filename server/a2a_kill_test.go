@@ -85,6 +85,18 @@ func runA2AKillChild() int {
 	}
 }
 
+// callerStore opens the store of the killed (and restarted) calling baton
+// in dir; it is closed at the test's end.
+func callerStore(t *testing.T, dir string) *sqlite.Store {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "caller.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
 // startA2AKillChild starts the calling baton (runA2AKillChild) with env
 // and returns once it says it runs.
 func startA2AKillChild(t *testing.T, env []string) (*exec.Cmd, *bufio.Reader) {
@@ -167,13 +179,8 @@ func TestA2AToolKill(t *testing.T) {
 	if n := strings.Count(strings.Join(historyContents(t, remote, remoteID), "\n"), "Tell me a story."); n != 1 {
 		t.Errorf("the remote chat has the message %d times", n)
 	}
-	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "caller.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	caller := &env{store: st}
-	res := toolResponses(t, caller, scopeAda, a2aKillChatID, "ask_remote")
+	st := callerStore(t, dir)
+	res := toolResponses(t, &env{store: st}, scopeAda, a2aKillChatID, "ask_remote")
 	last := res[len(res)-1]
 	if !last.Success || !strings.Contains(last.Content, "Once upon a time") {
 		t.Errorf("tool responses %+v", res)

@@ -317,7 +317,7 @@ func (s *Server) agui(w http.ResponseWriter, r *http.Request) error {
 	}
 	hbCtx, stopHB := context.WithCancel(ctx)
 	var hb sync.WaitGroup
-	hb.Go(func() { out.heartbeats(hbCtx, s.cfg.Heartbeat) })
+	hb.Go(func() { _ = out.heartbeats(hbCtx, s.cfg.Heartbeat, ": heartbeat\n\n") })
 	defer func() { stopHB(); hb.Wait() }()
 
 	m.emit, m.batch = out.event, out
@@ -562,15 +562,13 @@ func requestOrigin(r *http.Request) string {
 // aguiStream writes AG-UI events as Server-Sent Events ("data: <json>"),
 // and comment heartbeats between them, one writer at a time.
 type aguiStream struct {
-	mu  sync.Mutex
-	es  *eventStream
-	buf []byte
-	err error
+	lockedEventStream
+	buf []byte // event's, under mu
 }
 
 // startAGUIStream sends the stream's headers.
 func startAGUIStream(w http.ResponseWriter, timeout time.Duration) (*aguiStream, error) {
-	out := &aguiStream{es: newEventStream(w, timeout), buf: make([]byte, 0, 1024)}
+	out := &aguiStream{lockedEventStream: lockedEventStream{es: newEventStream(w, timeout)}, buf: make([]byte, 0, 1024)}
 	return out, out.write(nil)
 }
 
@@ -593,55 +591,6 @@ func (o *aguiStream) event(ev any) error {
 	o.buf = append(o.buf, raw...) // compact JSON: one line
 	o.buf = append(o.buf, "\n\n"...)
 	return o.writeLocked(o.buf)
-}
-
-func (o *aguiStream) write(b []byte) error {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.writeLocked(b)
-}
-
-func (o *aguiStream) writeLocked(b []byte) error {
-	if o.err != nil {
-		return o.err
-	}
-	o.err = o.es.write(b)
-	return o.err
-}
-
-// hold coalesces the events written until release into one flush
-// (followBatched).
-func (o *aguiStream) hold() {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.es.hold()
-}
-
-// release flushes the events written since hold.
-func (o *aguiStream) release() error {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if err := o.es.release(); o.err == nil {
-		o.err = err
-	}
-	return o.err
-}
-
-// heartbeats writes an SSE comment every interval until ctx ends, so that
-// proxies keep a stream open through a long model call.
-func (o *aguiStream) heartbeats(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if o.write([]byte(": heartbeat\n\n")) != nil {
-				return
-			}
-		}
-	}
 }
 
 // aguiRun streams the run: RUN_STARTED, the state, on a reconnect the

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/batonhq/baton"
 )
@@ -329,27 +328,14 @@ func (s *Server) oaiStream(w http.ResponseWriter, r *http.Request, scope baton.S
 		buf = append(append(append(append(append(buf[:0], "data: "...), head...), q...), tail...), "\n\n"...)
 		return write(buf)
 	}
-	hbDone := make(chan struct{})
+	hbCtx, stopHB := context.WithCancel(ctx)
 	var hb sync.WaitGroup
 	hb.Go(func() {
-		t := time.NewTicker(s.cfg.Heartbeat)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				if write([]byte(": keep-alive\n\n")) != nil {
-					cancel()
-					return
-				}
-			case <-hbDone:
-				return
-			case <-ctx.Done():
-				return
-			}
+		if es.heartbeats(hbCtx, s.cfg.Heartbeat, ": keep-alive\n\n") != nil {
+			cancel() // the client is gone
 		}
 	})
-	defer hb.Wait()
-	defer close(hbDone)
+	defer func() { stopHB(); hb.Wait() }()
 
 	if chunk(oaiDelta{Role: "assistant", Content: &empty}, nil) != nil {
 		return

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"net/http"
 	"sync"
 	"time"
@@ -107,10 +108,33 @@ type lockedEventStream struct {
 func (l *lockedEventStream) write(b []byte) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.writeLocked(b)
+}
+
+// writeLocked is write with mu held (for a writer that builds b under it).
+func (l *lockedEventStream) writeLocked(b []byte) error {
 	if l.err == nil {
 		l.err = l.es.write(b)
 	}
 	return l.err
+}
+
+// heartbeats writes comment (an SSE comment line) every interval until ctx
+// ends, so that proxies keep a stream open through a long wait; it returns
+// the first write's error.
+func (l *lockedEventStream) heartbeats(ctx context.Context, interval time.Duration, comment string) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			if err := l.write([]byte(comment)); err != nil {
+				return err
+			}
+		}
+	}
 }
 
 // hold coalesces the writes until release into one flush.

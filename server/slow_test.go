@@ -101,6 +101,8 @@ func pausedReply(ctx context.Context, t *testing.T, e *env, chatID string, sub *
 // recorded chat.text, and the connection goes on. (Before, its queue of
 // 256 filled and it was closed with 4000, losing the deltas.) Small socket
 // buffers make the pause a real one: the server's writes block at once.
+// What it receives is the history (order kept), in far fewer network
+// writes than envelopes.
 func TestWS_PausedReaderGetsMergedDeltas(t *testing.T) {
 	e := newEnv(t, withWorkflows(benchDir), withSmallSocketBuffers(4096))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -116,9 +118,11 @@ func TestWS_PausedReaderGetsMergedDeltas(t *testing.T) {
 	if sub == nil {
 		t.Fatal("no subscriber in the hub")
 	}
+	before := e.srv.wsWrites.Load()
 	full, seq := pausedReply(ctx, t, e, chat.ID, sub)
 
 	var got strings.Builder
+	var envs []envelope
 	deltas := 0
 	for {
 		_, raw, err := c.Read(ctx)
@@ -126,6 +130,7 @@ func TestWS_PausedReaderGetsMergedDeltas(t *testing.T) {
 			t.Fatalf("read after %d deltas: %v (close %d)", deltas, err, websocket.CloseStatus(err))
 		}
 		v := decodeEnvelope(t, raw)
+		envs = append(envs, v)
 		if v.Type == baton.TypeStreamText {
 			got.WriteString(v.str("delta"))
 			deltas++
@@ -134,13 +139,20 @@ func TestWS_PausedReaderGetsMergedDeltas(t *testing.T) {
 			break
 		}
 	}
+	writes := e.srv.wsWrites.Load() - before
 	if got.String() != full {
-		t.Fatalf("the deltas put together (%d bytes) differ from the text (%d bytes)", got.Len(), len(full))
+		t.Fatalf("the deltas put together (%d bytes) differ from the text (%d bytes): reordered or lost", got.Len(), len(full))
 	}
 	if deltas >= replyDeltas {
 		t.Fatalf("%d deltas for %d: none merged", deltas, replyDeltas)
 	}
-	t.Logf("%d deltas arrived as %d", replyDeltas, deltas)
+	sameEnvelopes(t, "websocket", chatEnvelopes(envs), e.history(t, chat.ID))
+	t.Logf("%d deltas arrived as %d; %d envelopes in %d network writes", replyDeltas, deltas, len(envs), writes)
+	// The writer sends what it took from its queue as one network write
+	// (batchConn): far fewer writes than envelopes, in order.
+	if writes*2 > int64(len(envs)) {
+		t.Fatalf("%d envelopes took %d network writes: queued envelopes are not sent together", len(envs), writes)
+	}
 	// Still connected.
 	writeMsg(ctx, t, c, map[string]any{"type": "ping"})
 	if _, raw, err := c.Read(ctx); err != nil || decodeEnvelope(t, raw).Type != "pong" {

@@ -168,61 +168,6 @@ func TestBatchConn_ConcurrentWritesStayWhole(t *testing.T) {
 	}
 }
 
-// TestWS_BatchedWritesKeepOrder: a client that stops reading while a long
-// reply is streamed and recorded gets, once it reads again, the queued
-// envelopes in far fewer network writes than envelopes (the writer sends
-// what it took from the queue as one write), in order: the deltas add up
-// to the text and the recorded envelopes equal the history.
-func TestWS_BatchedWritesKeepOrder(t *testing.T) {
-	e := newEnv(t, withWorkflows(benchDir), withSmallSocketBuffers(4096))
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	chat, err := e.store.CreateChat(ctx, scopeAda, baton.Chat{Workflow: "bench", Status: baton.ChatRunning})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := e.dialSmall(ctx, t, chat.ID, 0, 4096)
-	defer c.CloseNow()
-	waitStreams(t, e, 1)
-	sub := e.hubSubscriber(chat.ID)
-	if sub == nil {
-		t.Fatal("no subscriber in the hub")
-	}
-	before := e.srv.wsWrites.Load()
-	full, seq := pausedReply(ctx, t, e, chat.ID, sub)
-
-	var text strings.Builder
-	var got []envelope
-	for {
-		_, raw, err := c.Read(ctx)
-		if err != nil {
-			t.Fatalf("read after %d envelopes: %v", len(got), err)
-		}
-		v := decodeEnvelope(t, raw)
-		got = append(got, v)
-		if v.Type == baton.TypeStreamText {
-			text.WriteString(v.str("delta"))
-		}
-		if v.seq() == seq {
-			break
-		}
-	}
-	writes := e.srv.wsWrites.Load() - before
-	if text.String() != full {
-		t.Fatalf("the deltas put together (%d bytes) differ from the text (%d bytes): reordered or lost", text.Len(), len(full))
-	}
-	sameEnvelopes(t, "websocket", chatEnvelopes(got), e.history(t, chat.ID))
-	t.Logf("%d envelopes in %d network writes", len(got), writes)
-	if writes*2 > int64(len(got)) {
-		t.Fatalf("%d envelopes took %d network writes: queued envelopes are not sent together", len(got), writes)
-	}
-	// The connection goes on, its writes no longer gathered.
-	writeMsg(ctx, t, c, map[string]any{"type": "ping"})
-	if _, raw, err := c.Read(ctx); err != nil || decodeEnvelope(t, raw).Type != "pong" {
-		t.Fatalf("after the reply: %v %s", err, raw)
-	}
-}
-
 // TestWS_EnvelopeStoredBeforeTheClientHasIt: persist before send
 // (invariant 1) through the batched writer: a client reading a chat live,
 // from its start to run_complete, finds each recorded envelope in the
