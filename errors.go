@@ -74,6 +74,18 @@ var (
 // ECONFLICT; errors.Is(err, ErrFenced) tells it from other conflicts.
 var ErrFenced = &Error{Code: ECONFLICT, Message: "stale lease"}
 
+// ErrStale is the cause of an append refused because the chat's last
+// sequence is not the one the caller expected (ChatUpdate.ExpectNext): the
+// caller's view of the chat is behind the store. Its code is ECONFLICT;
+// errors.Is(err, ErrStale) tells it from other conflicts.
+var ErrStale = &Error{Code: ECONFLICT, Message: "stale chat state"}
+
+// StaleNext returns the error of an append whose ChatUpdate.ExpectNext
+// does not follow the chat's last sequence, for stores.
+func StaleNext(chatID string, expect, last int64) error {
+	return Errorf(ECONFLICT, "chat %q: expected to append at sequence %d, the chat is at %d: %w", chatID, expect, last, ErrStale)
+}
+
 // ErrClosed is returned by a component used after Close. Its code is EUNAVAILABLE.
 var ErrClosed = &Error{Code: EUNAVAILABLE, Message: "closed"}
 

@@ -110,6 +110,14 @@ type ChatUpdate struct {
 	// Fence, when > 0, must equal the chat's current lease token, else the
 	// call fails with ECONFLICT and nothing is written.
 	Fence int64
+	// ExpectNext, when > 0, is the sequence the append's first event must
+	// get: the chat's last sequence must be ExpectNext-1 (for an append of
+	// no events too), else the call fails with ErrStale (ECONFLICT) and
+	// nothing is written. A writer that trusts what it holds in memory —
+	// the engine's cached state of a chat it alone runs — sets it, so that
+	// an append written on a state the store has moved past is refused
+	// instead of recorded. UpdateChat ignores it.
+	ExpectNext int64
 	// ConsumeInputs marks inputs of the chat's inbox (InboxStore) as taken,
 	// by id, in the same transaction as the events that record them: an
 	// input is then taken exactly once, whatever crashes, redeliveries or
@@ -584,6 +592,9 @@ func (u *ChatUpdate) Validate() error {
 	}
 	if u.Status != nil && !u.Status.Valid() {
 		return Errorf(EINVALID, "status: %q is not a chat status", *u.Status)
+	}
+	if u.ExpectNext < 0 {
+		return Errorf(EINVALID, "expect_next: %d is not a sequence", u.ExpectNext)
 	}
 	if u.TurnAgent != nil {
 		if err := ValidateText("turn_agent", *u.TurnAgent); err != nil {

@@ -170,7 +170,9 @@ type Engine struct {
 	startGrace  time.Duration
 	takeovers   atomic.Int64
 	leaseLosses atomic.Int64
-	born        time.Time // when New made the engine: tasks created since are this process's
+	staleStates atomic.Int64 // runs whose cached state the store had moved past (load)
+	inbox       inboxCount   // inputs kept per chat since a run read its inbox (without leases)
+	born        time.Time    // when New made the engine: tasks created since are this process's
 	runningMu   sync.Mutex
 	running     map[string]int // chats this instance runs now: runs acquiring, holding or releasing their lease
 
@@ -428,6 +430,16 @@ func (e *Engine) start(ctx context.Context, scope baton.Scope, workflowName stri
 	}
 	if err != nil {
 		return baton.Chat{}, fmt.Errorf("start %s: %w", workflowName, err)
+	}
+	if e.instance == "" {
+		// This engine alone runs the chat (no leases): its run starts from
+		// this state rather than read back what was just written (load).
+		// Its inbox holds the person's first message alone, which the
+		// run.start takes by its id (startInput), not from the inbox.
+		st := newState(chat, wf)
+		st.sync(chat)
+		st.inboxClear = true
+		e.cache.put(st)
 	}
 	e.publishSession(ctx, scope, baton.TypeSessionCreated, chat, "")
 	if err := e.publishEvent(ctx, ev); err != nil {
@@ -701,6 +713,7 @@ func (e *Engine) modelCall(ctx context.Context, chatID string) (context.Context,
 // (a retry). When keep returns nil the input survives kill -9.
 func (e *Engine) keep(ctx context.Context, scope baton.Scope, ev baton.Event) (baton.Event, error) {
 	in, _, err := e.store.AddInput(ctx, scope, inboxed(ev))
+	e.inbox.kept(ev.ChatID())
 	if err != nil {
 		return baton.Event{}, fmt.Errorf("keep %s for chat %s: %w", ev.Type, ev.ChatID(), err)
 	}

@@ -111,7 +111,9 @@ func (r *run) queueInput(ctx context.Context, ev baton.Event) error {
 	case r.st.done:
 		return fmt.Errorf("%w: the chat has ended", errIgnored)
 	}
-	if _, _, err := r.e.store.AddInput(ctx, r.scope, ev); err != nil {
+	_, _, err := r.e.store.AddInput(ctx, r.scope, ev)
+	r.e.inbox.kept(r.st.chat.ID)
+	if err != nil {
 		return fmt.Errorf("keep the message in the inbox: %w", err)
 	}
 	return nil
@@ -122,11 +124,23 @@ func (r *run) queueInput(ctx context.Context, ev baton.Event) error {
 // ended): it stages the message's chat.text, which marks it taken in the
 // same append. A message that cannot be taken (empty) is marked taken with
 // nothing recorded.
+//
+// Without leases the read is skipped when nothing can be waiting: the
+// state's last read found the inbox clear and no input was kept since
+// (inboxCount).
 func (r *run) takeInput(ctx context.Context) (bool, error) {
-	ins, err := r.e.store.Inputs(ctx, r.scope, r.st.chat.ID)
+	id := r.st.chat.ID
+	kept := r.e.inbox.count(id)
+	if r.e.instance == "" && r.st.inboxClear && kept == 0 {
+		return false, nil
+	}
+	r.st.inboxClear = false
+	ins, err := r.e.store.Inputs(ctx, r.scope, id)
 	if err != nil {
 		return false, fmt.Errorf("read the inbox: %w", err)
 	}
+	r.e.inbox.read(id, kept)
+	left := false // an input stays waiting after this read
 	var asked *baton.PendingRequest
 	if oc := r.st.toolAsking(); oc != nil && len(ins) > 0 {
 		q, err := r.askedRequest(ctx, oc)
@@ -135,9 +149,13 @@ func (r *run) takeInput(ctx context.Context) (bool, error) {
 		}
 		asked = &q
 	}
-	for _, in := range ins {
+	for i, in := range ins {
 		ev := in.Event
-		if ev.Type != baton.TypeUserQuery || r.staged.consumes(ev.ID) {
+		if r.staged.consumes(ev.ID) {
+			continue
+		}
+		if ev.Type != baton.TypeUserQuery {
+			left = true
 			continue // a UI response is taken by the request it answers
 		}
 		if r.st.inputs[ev.ID] {
@@ -149,6 +167,7 @@ func (r *run) takeInput(ctx context.Context) (bool, error) {
 		if asked != nil && !baton.AnswersToolInput(*asked, in) {
 			// Accepted before the tool's question was recorded: not an answer to it.
 			// It stays queued, in order, for the model once the call ends.
+			left = true
 			continue
 		}
 		if err := r.userInput(ctx, ev); err != nil {
@@ -159,8 +178,10 @@ func (r *run) takeInput(ctx context.Context) (bool, error) {
 			r.stage(nil, &baton.ChatUpdate{Status: &r.st.chat.Status, ConsumeInputs: []string{ev.ID}})
 			continue
 		}
+		r.st.inboxClear = !left && i == len(ins)-1 // else the rest wait for the next input point
 		return true, nil
 	}
+	r.st.inboxClear = !left
 	return false, nil
 }
 

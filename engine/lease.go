@@ -237,6 +237,12 @@ func (e *Engine) LeasesHeld() int {
 // process), so another instance took the chat over.
 func (e *Engine) LeaseLosses() int64 { return e.leaseLosses.Load() }
 
+// StaleStates returns how many runs found that the chat's state this
+// engine had cached was behind the store, and handled their event again
+// from the store: without leases, another process wrote to a chat this
+// one runs, which the store's single owner rules out (0 when it holds).
+func (e *Engine) StaleStates() int64 { return e.staleStates.Load() }
+
 // Takeovers returns how many chats this instance took over from dead owners.
 func (e *Engine) Takeovers() int64 { return e.takeovers.Load() }
 
@@ -286,9 +292,23 @@ func (e *Engine) handleLeased(ctx context.Context, ev baton.Event) error {
 // maxLeaseRetries times) while it fails because its run lost the chat's
 // lease: the engine's inputs (handleLeased) and the event-handler agent's
 // events alike.
+//
+// It also runs handle once more when it failed with baton.ErrStale: the run
+// took its chat's state from the cache on trust (load, without leases) and
+// the store had moved past it. The state was dropped (a run that fails
+// leaves none), so the second run rebuilds it from the store.
 func (e *Engine) againOnLeaseLoss(ctx context.Context, ev baton.Event, handle func(context.Context, baton.Event) error) error {
+	stale := false
 	for attempt := 0; ; attempt++ {
 		err := handle(ctx, ev)
+		if err != nil && !stale && ctx.Err() == nil && errors.Is(err, baton.ErrStale) {
+			stale = true
+			e.staleStates.Add(1)
+			e.log.Warn("engine: the chat's cached state was behind the store (another process wrote to it); handling the event again from the store",
+				"chat_id", ev.ChatID(), "event_id", ev.ID, "event_type", ev.Type, "err", err)
+			attempt--
+			continue
+		}
 		if err == nil || e.instance == "" || ctx.Err() != nil || attempt == maxLeaseRetries || !lostLease(err) {
 			return err
 		}

@@ -8,7 +8,28 @@ import (
 
 // load returns a chat's state: the cached one caught up with the store, or
 // (cached false, or none cached) one rebuilt from the store alone.
+//
+// Without leases (one process owns its store, and every append of its chats
+// is this engine's) a cached state of the same tenant is taken on trust,
+// without reading the chat: the run's first append carries
+// ChatUpdate.ExpectNext, so a state the store has moved past (another
+// process wrote to the chat, against that rule) is refused, not recorded,
+// and the event is handled again from the store (baton.ErrStale,
+// againOnLeaseLoss). Before that first append nothing the run does has an
+// effect outside the process but what flush guards (verify).
 func (e *Engine) load(ctx context.Context, scope baton.Scope, chatID string, cached bool) (*run, error) {
+	var st *state
+	if cached {
+		st = e.cache.take(chatID)
+	}
+	if st != nil && e.instance == "" && st.chat.App == scope.App && st.chat.User == scope.User && st.wf == e.workflows[st.chat.Workflow] {
+		r, err := e.runOf(scope, st, st.chat.Status)
+		if err != nil {
+			return nil, err
+		}
+		r.expectNext = st.chat.LastSequence + 1
+		return r, nil
+	}
 	chat, err := e.store.GetChat(ctx, scope, chatID) // the tenant check, in the store's query
 	if err != nil {
 		return nil, err
@@ -16,10 +37,6 @@ func (e *Engine) load(ctx context.Context, scope baton.Scope, chatID string, cac
 	wf := e.workflows[chat.Workflow]
 	if wf == nil {
 		return nil, baton.Errorf(baton.ENOTFOUND, "workflow %q of chat %s: not loaded", chat.Workflow, chatID)
-	}
-	var st *state
-	if cached {
-		st = e.cache.take(chatID)
 	}
 	if st != nil && (st.chat.App != chat.App || st.chat.User != chat.User || st.wf != wf || st.chat.LastSequence > chat.LastSequence) {
 		st = nil // not this chat as the store knows it
@@ -44,15 +61,20 @@ func (e *Engine) load(ctx context.Context, scope baton.Scope, chatID string, cac
 		}
 	}
 	st.sync(chat)
-	prov, err := e.provider(wf)
+	return e.runOf(scope, st, chat.Status)
+}
+
+// runOf returns a run of st, whose recorded status is status.
+func (e *Engine) runOf(scope baton.Scope, st *state, status baton.ChatStatus) (*run, error) {
+	prov, err := e.provider(st.wf)
 	if err != nil {
 		return nil, err
 	}
-	reg, err := e.registry(wf)
+	reg, err := e.registry(st.wf)
 	if err != nil {
 		return nil, err
 	}
 	return &run{
-		e: e, scope: scope, st: st, wf: wf, prov: prov, reg: reg, recordedStatus: chat.Status,
+		e: e, scope: scope, st: st, wf: st.wf, prov: prov, reg: reg, recordedStatus: status,
 	}, nil
 }

@@ -38,6 +38,7 @@ type run struct {
 	startInput   string // the inbox input startMessage came from, if any
 	retry        bool   // go on after a recorded error (run.resume, or the person wrote)
 	fence        int64  // the chat's lease token, stamped on every append (0: no leases)
+	expectNext   int64  // > 0: st was taken from the cache on trust and not yet checked against the store (load)
 
 	staged staged // applied to st, not yet recorded (see stage)
 
@@ -135,8 +136,8 @@ func (e *Engine) handle(ctx context.Context, ev baton.Event) (err error) {
 // its context (shutdown), a lost lease (another instance runs the chat) or
 // a closed store records nothing: the chat is resumed as it is.
 func (r *run) stopped(ctx context.Context, err error) {
-	if ctx.Err() != nil || lostLease(err) || errors.Is(err, baton.ErrClosed) || errors.Is(err, context.Canceled) {
-		return
+	if ctx.Err() != nil || lostLease(err) || errors.Is(err, baton.ErrStale) || errors.Is(err, baton.ErrClosed) || errors.Is(err, context.Canceled) {
+		return // ErrStale: the event is handled again from the store
 	}
 	fresh, lerr := r.e.load(ctx, r.scope, r.st.chat.ID, false)
 	if lerr == nil {
@@ -187,6 +188,9 @@ func (r *run) driveOrStop(ctx context.Context) error {
 // only on the state.
 func (r *run) drive(ctx context.Context) error {
 	if err := r.steps(ctx); err != nil {
+		if errors.Is(err, baton.ErrStale) {
+			return err // the state is behind the store: nothing of it is recorded
+		}
 		// What was staged before the failure happened: record it, as each
 		// step once did at once, so a retry goes on from there (best effort;
 		// if it fails too, the retry goes on from the last flush).
@@ -194,6 +198,9 @@ func (r *run) drive(ctx context.Context) error {
 			r.logger().Debug("engine: flush after a failed step", "err", ferr)
 		}
 		return err
+	}
+	if r.staged.empty() {
+		return nil // the end of a drive has no effect to check the state for (flush's verify)
 	}
 	return r.flush(ctx)
 }

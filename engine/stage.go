@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -87,22 +88,32 @@ func (r *run) stage(events []baton.Event, u *baton.ChatUpdate) {
 // (but the usage rows, alone: see usageAlone), the state is ahead of the
 // store, and the run must end with the error (its state is then dropped,
 // not cached).
+//
+// A run whose state was taken from the cache on trust (load) stamps its
+// first append with the sequence it expects it to get (ExpectNext); with
+// nothing staged, flush — which a run calls before every step with an
+// effect outside the process — checks the state against the chat instead
+// (verify).
 func (r *run) flush(ctx context.Context) error {
 	b := &r.staged
 	if b.empty() {
-		return nil
+		return r.verify(ctx)
 	}
 	events, u := b.events, b.u
 	r.staged = staged{}
 	if r.fence > 0 {
 		u.Fence = r.fence // the store refuses the append if another instance took the chat over
 	}
+	u.ExpectNext, r.expectNext = r.expectNext, 0 // checked by the store
 	var recorded []baton.Event
 	var err error
 	if len(events) > 0 || u.Status != nil || u.TurnAgent != nil || len(u.Context) > 0 || len(u.AddPending) > 0 || len(u.ResolvePending) > 0 || len(u.ConsumeInputs) > 0 || len(u.Usage) > 0 {
 		recorded, err = r.e.rec.Record(ctx, r.scope, r.st.chat.ID, events, &u)
 	}
 	if err != nil {
+		if errors.Is(err, baton.ErrStale) {
+			r.expectNext = u.ExpectNext // nothing was recorded
+		}
 		r.usageAlone(ctx, u.Usage)
 		return fmt.Errorf("record %d events: %w", len(events), err)
 	}
@@ -130,6 +141,27 @@ func (r *run) flush(ctx context.Context) error {
 			r.e.publishSession(ctx, r.scope, baton.TypeSessionUpdated, r.st.chat, prev)
 		}
 	}
+	return nil
+}
+
+// verify checks a state taken from the cache on trust (load) against the
+// chat, when the run is about to do something whose effect is outside the
+// process with nothing to record before it: the chat's last sequence must
+// be the state's, else the run stops with baton.ErrStale and the event is
+// handled again from the store. A state that was checked, or built from
+// the store, needs nothing.
+func (r *run) verify(ctx context.Context) error {
+	if r.expectNext == 0 {
+		return nil
+	}
+	chat, err := r.e.store.GetChat(ctx, r.scope, r.st.chat.ID)
+	if err != nil {
+		return fmt.Errorf("check the chat's state: %w", err)
+	}
+	if chat.LastSequence+1 != r.expectNext {
+		return baton.StaleNext(chat.ID, r.expectNext, chat.LastSequence)
+	}
+	r.expectNext = 0
 	return nil
 }
 

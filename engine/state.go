@@ -55,6 +55,11 @@ type state struct {
 
 	inputs     map[string]bool // ids of the recent inputs recorded (user_query, ui.tool.response, environment events)
 	inputOrder []string        // their order, to forget the oldest
+
+	// inboxClear: a run of this process last found the chat's inbox
+	// holding nothing but what it took; with no input kept since
+	// (Engine.inbox), the next input point need not read it.
+	inboxClear bool
 }
 
 // maxRememberedInputs bounds the input ids a chat's state remembers: a

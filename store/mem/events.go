@@ -28,6 +28,9 @@ func (s *Store) Append(ctx context.Context, scope baton.Scope, chatID string, ev
 		kept[i] = cloneEvent(evs[i])
 	}
 	err = s.write(ctx, scope, chatID, func(c *chat) error {
+		if last := int64(len(c.events)); u != nil && u.ExpectNext > 0 && last+1 != u.ExpectNext {
+			return baton.StaleNext(chatID, u.ExpectNext, last)
+		}
 		for i := range evs {
 			id := evs[i].ID
 			_, dup := c.ids[id]

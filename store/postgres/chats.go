@@ -241,6 +241,7 @@ func (s *Store) UpdateChat(ctx context.Context, scope baton.Scope, id string, u 
 	if err := u.Validate(); err != nil {
 		return baton.Chat{}, err
 	}
+	u.ExpectNext = 0 // an Append's check (baton.ChatUpdate)
 	a, err := updateArgsOf(&u)
 	if err != nil {
 		return baton.Chat{}, err
@@ -290,6 +291,15 @@ func lockChat(ctx context.Context, tx pgx.Tx, scope baton.Scope, id string) erro
 // checkUpdate runs the parts of u that need checks (fence, pending, inputs) inside
 // tx, after the chat row is locked.
 func checkUpdate(ctx context.Context, tx pgx.Tx, id string, u *baton.ChatUpdate, now time.Time) error {
+	if u.ExpectNext > 0 {
+		var last int64
+		if err := tx.QueryRow(ctx, `SELECT last_sequence FROM chats WHERE id = $1`, id).Scan(&last); err != nil {
+			return err
+		}
+		if last+1 != u.ExpectNext {
+			return baton.StaleNext(id, u.ExpectNext, last)
+		}
+	}
 	if u.Fence > 0 {
 		var token int64
 		err := tx.QueryRow(ctx, `SELECT token FROM leases WHERE chat_id = $1 FOR SHARE`, id).Scan(&token)

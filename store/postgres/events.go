@@ -79,7 +79,7 @@ func (s *Store) Append(ctx context.Context, scope baton.Scope, chatID string, ev
 		return nil, err
 	}
 	status, turn, set, del := ua.status, ua.turn, ua.set, ua.del
-	slow := n == 0 || u != nil && (u.Fence > 0 || len(u.AddPending) > 0 || len(u.ResolvePending) > 0 || len(u.ConsumeInputs) > 0)
+	slow := n == 0 || u != nil && (u.Fence > 0 || u.ExpectNext > 0 || len(u.AddPending) > 0 || len(u.ResolvePending) > 0 || len(u.ConsumeInputs) > 0)
 	now := time.Now()
 	use := usageArgsOf(u, now)
 	insert := func(ctx context.Context, q interface {

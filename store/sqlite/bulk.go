@@ -114,6 +114,9 @@ func bulkAppend(ctx context.Context, w *wconn, reqs []*request) error {
 			a.err = notFound(a.chatID)
 			continue
 		}
+		if a.u != nil && a.u.ExpectNext > 0 && c.next != a.u.ExpectNext {
+			return errBulk // the one-at-a-time path refuses it as stale
+		}
 		for i := range a.evs {
 			a.evs[i].Sequence = c.next
 			c.next++

@@ -65,6 +65,8 @@ func TestMixedBatches(t *testing.T) {
 				calls = append(calls, call{chat: i, scope: other, events: []baton.Event{storetest.TextEvent("A", "x")}, code: baton.ENOTFOUND})
 			case 2: // a stale lease token
 				calls = append(calls, call{chat: i, scope: scope, events: []baton.Event{storetest.TextEvent("A", "x")}, u: &baton.ChatUpdate{Fence: 99}, code: baton.ECONFLICT})
+				// and an append behind the chat (its first event is sequence 1)
+				calls = append(calls, call{chat: i, scope: scope, events: []baton.Event{storetest.TextEvent("A", "x")}, u: &baton.ChatUpdate{ExpectNext: 1}, code: baton.ECONFLICT})
 			case 3: // a context patch, which succeeds
 				calls = append(calls, call{chat: i, scope: scope, events: []baton.Event{storetest.TextEvent("A", "x")},
 					u: &baton.ChatUpdate{Context: map[string]json.RawMessage{"round": json.RawMessage(fmt.Sprint(round))}}})

@@ -47,6 +47,9 @@ func (s *Store) Append(ctx context.Context, scope baton.Scope, chatID string, ev
 			return err
 		}
 		seq := last - int64(len(evs))
+		if u != nil && u.ExpectNext > 0 && seq+1 != u.ExpectNext {
+			return baton.StaleNext(chatID, u.ExpectNext, seq) // rolled back with the bump
+		}
 		for i := range evs {
 			seq++
 			e := &evs[i]

@@ -40,6 +40,7 @@ func Run(t *testing.T, newStore func(t *testing.T) baton.Store) {
 		{"GaplessOneChat", testGaplessOneChat},
 		{"GaplessManyChats", testGaplessManyChats},
 		{"AtomicAppend", testAtomicAppend},
+		{"ExpectNext", testExpectNext},
 		{"Pending", testPending},
 		{"PendingToolInput", testPendingToolInput},
 		{"Fork", testFork},
@@ -465,6 +466,9 @@ func testAtomicAppend(t *testing.T, s baton.Store) {
 		{"duplicate id in batch", func() []baton.Event { e := TextEvent("A", "x"); return []baton.Event{e, e} }(), *patch, baton.ECONFLICT},
 		{"unknown pending", []baton.Event{TextEvent("A", "two")}, withResolve(*patch, "nope"), baton.ENOTFOUND},
 		{"stale fence", []baton.Event{TextEvent("A", "two")}, withFence(*patch, 99), baton.ECONFLICT},
+		{"behind expect_next", []baton.Event{TextEvent("A", "two")}, withExpect(*patch, 1), baton.ECONFLICT},
+		{"ahead expect_next", []baton.Event{TextEvent("A", "two")}, withExpect(*patch, 3), baton.ECONFLICT},
+		{"expect_next, no events", nil, withExpect(*patch, 1), baton.ECONFLICT},
 	}
 	for _, tc := range cases {
 		_, err := s.Append(ctx, scope, c.ID, tc.events, &tc.u)
@@ -494,7 +498,70 @@ func withResolve(u baton.ChatUpdate, ids ...string) baton.ChatUpdate {
 	u.ResolvePending = ids
 	return u
 }
-func withFence(u baton.ChatUpdate, f int64) baton.ChatUpdate { u.Fence = f; return u }
+func withFence(u baton.ChatUpdate, f int64) baton.ChatUpdate  { u.Fence = f; return u }
+func withExpect(u baton.ChatUpdate, n int64) baton.ChatUpdate { u.ExpectNext = n; return u }
+
+// testExpectNext: an append whose ChatUpdate.ExpectNext is the chat's next
+// sequence is made; one whose is not fails with ErrStale and writes
+// nothing, also when it waits for the store's writer with other chats'
+// appends (stores that commit appends together must attribute it to it).
+func testExpectNext(t *testing.T, s baton.Store) {
+	ctx := ctxT(t)
+	scope := NewScope()
+	c := mustChat(t, s, scope, "hello")
+	got, err := s.Append(ctx, scope, c.ID, []baton.Event{TextEvent("A", "one"), TextEvent("A", "two")}, &baton.ChatUpdate{ExpectNext: 1})
+	if err != nil || got[0].Sequence != 1 || got[1].Sequence != 2 {
+		t.Fatalf("append at the expected sequence: %v, %v", got, err)
+	}
+	if _, err := s.Append(ctx, scope, c.ID, nil, &baton.ChatUpdate{Status: ptr(baton.ChatWaitingInput), ExpectNext: 3}); err != nil {
+		t.Fatalf("an update of no events at the expected sequence: %v", err)
+	}
+	if _, err := s.Append(ctx, scope, c.ID, []baton.Event{TextEvent("A", "late")}, &baton.ChatUpdate{ExpectNext: 2}); !errors.Is(err, baton.ErrStale) || errors.Is(err, baton.ErrFenced) {
+		t.Fatalf("append behind the chat: %v, want baton.ErrStale", err)
+	}
+	// UpdateChat does not check it.
+	if _, err := s.UpdateChat(ctx, scope, c.ID, baton.ChatUpdate{ExpectNext: 99, TurnAgent: ptr("B")}); err != nil {
+		t.Fatalf("UpdateChat with expect_next: %v", err)
+	}
+	if _, err := s.Append(ctx, scope, c.ID, nil, &baton.ChatUpdate{ExpectNext: -1}); baton.ErrorCode(err) != baton.EINVALID {
+		t.Fatalf("a negative expect_next: %v, want EINVALID", err)
+	}
+
+	// Many chats at once, one in three stale: each append gets its own
+	// outcome.
+	const n = 24
+	chats := make([]baton.Chat, n)
+	for i := range chats {
+		chats[i] = mustChat(t, s, scope, "hello")
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range chats {
+		wg.Go(func() {
+			expect := int64(1)
+			if i%3 == 0 {
+				expect = 2
+			}
+			_, errs[i] = s.Append(ctx, scope, chats[i].ID, []baton.Event{TextEvent("A", "x")}, &baton.ChatUpdate{ExpectNext: expect, TurnAgent: ptr("A")})
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		ch, gerr := s.GetChat(ctx, scope, chats[i].ID)
+		if gerr != nil {
+			t.Fatal(gerr)
+		}
+		if i%3 == 0 {
+			if !errors.Is(err, baton.ErrStale) || ch.LastSequence != 0 || ch.TurnAgent != "" {
+				t.Fatalf("chat %d, stale: %v, chat %+v; want baton.ErrStale and nothing written", i, err, ch)
+			}
+			continue
+		}
+		if err != nil || ch.LastSequence != 1 || ch.TurnAgent != "A" {
+			t.Fatalf("chat %d: %v, chat %+v; want the append made", i, err, ch)
+		}
+	}
+}
 
 func testPending(t *testing.T, s baton.Store) {
 	ctx := ctxT(t)
