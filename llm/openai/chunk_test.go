@@ -55,7 +55,7 @@ func sdkDeltas(ch *sdk.ChatCompletionChunk) []baton.Delta {
 
 func leanDeltas(t testing.TB, data []byte) ([]baton.Delta, error) {
 	var ch streamChunk
-	if err := json.Unmarshal(data, &ch); err != nil {
+	if err := decodeChunk(data, &ch); err != nil {
 		return nil, err
 	}
 	var out []baton.Delta
@@ -111,6 +111,22 @@ func TestStreamChunkMatchesSDK(t *testing.T) {
 		}
 		if want := sdkDeltas(&ref); !sameDeltas(got, want) {
 			t.Errorf("chunk %s:\n got %+v\nwant %+v", s, got, want)
+		}
+	}
+	// The stream decodes every chunk into one: nothing of a chunk may stay
+	// in the next (a longer list of choices, a tool call, the usage).
+	var reused streamChunk
+	for i := range chunkSamples {
+		for _, s := range append(chunkSamples[i:], chunkSamples[:i]...) {
+			if err := decodeChunk([]byte(s), &reused); err != nil {
+				t.Fatal(err)
+			}
+			var got []baton.Delta
+			(&call{}).emit(&reused, func(d baton.Delta, _ error) bool { got = append(got, d); return true })
+			want, _ := leanDeltas(t, []byte(s))
+			if !sameDeltas(got, want) {
+				t.Fatalf("chunk %s decoded into the previous one:\n got %+v\nwant %+v", s, got, want)
+			}
 		}
 	}
 }
