@@ -129,6 +129,23 @@ func TestCachedState_ATurnReadsNoChatRow(t *testing.T) {
 		t.Errorf("%d stale states, want 0", n)
 	}
 
+	// A chat started without a message waits for it; the message is read
+	// from the inbox once, and nothing else is read.
+	rc.getChat.Store(0)
+	rc.inputs.Store(0)
+	c, err := h.eng.Start(ctx, testScope, "queue", baton.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus(c.ID, baton.ChatWaitingInput)
+	if err := h.eng.Submit(ctx, testScope, c.ID, "hello", "http"); err != nil {
+		t.Fatal(err)
+	}
+	h.waitAnswers(c.ID, 1)
+	if g, in := rc.getChat.Load(), rc.inputs.Load(); g != 0 || in != 1 {
+		t.Errorf("a chat started without a message read the chat %d times and its inbox %d times over its first turn, want 0 and 1", g, in)
+	}
+
 	// With leases (instances sharing a store) the chat row is read at every
 	// run, as another instance may have run the chat meanwhile.
 	h2, rc2 := newCountingHarness(t, &historyModel{}, withInstance("i1", time.Minute))

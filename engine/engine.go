@@ -434,11 +434,14 @@ func (e *Engine) start(ctx context.Context, scope baton.Scope, workflowName stri
 	if e.instance == "" {
 		// This engine alone runs the chat (no leases): its run starts from
 		// this state rather than read back what was just written (load).
-		// Its inbox holds the person's first message alone, which the
-		// run.start takes by its id (startInput), not from the inbox.
+		// Its inbox holds the person's first message alone, if any, which
+		// the state knows (takeStart).
 		st := newState(chat, wf)
 		st.sync(chat)
 		st.inboxClear = true
+		if opts.Message != "" {
+			st.startInput, st.startMessage = ev.ID, opts.Message
+		}
 		e.cache.put(st)
 	}
 	e.publishSession(ctx, scope, baton.TypeSessionCreated, chat, "")

@@ -46,6 +46,7 @@ func (r *run) start(ctx context.Context) error {
 		u.ConsumeInputs = []string{r.startInput}
 	}
 	r.stage(events, u)
+	r.st.startInput, r.st.startMessage = "", "" // taken in this append
 	return nil
 }
 
@@ -225,7 +226,17 @@ func (r *run) takeUIResponse(ctx context.Context) (bool, error) {
 
 // takeStart finds the person's first message of a chat not started yet in
 // its inbox (the run.start kept by Start), for start to record and take.
+//
+// Without leases, a state whose inbox is known (takeInput) with no input
+// kept since reads nothing: a chat Start made in this process holds its
+// first message, if any, in the state too.
 func (r *run) takeStart(ctx context.Context) error {
+	if r.e.instance == "" && r.st.inboxClear && r.e.inbox.count(r.st.chat.ID) == 0 {
+		if r.st.startInput != "" {
+			r.startMessage, r.startInput = r.st.startMessage, r.st.startInput
+		}
+		return nil
+	}
 	ins, err := r.e.store.Inputs(ctx, r.scope, r.st.chat.ID)
 	if err != nil {
 		return fmt.Errorf("read the inbox: %w", err)

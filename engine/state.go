@@ -60,6 +60,10 @@ type state struct {
 	// holding nothing but what it took; with no input kept since
 	// (Engine.inbox), the next input point need not read it.
 	inboxClear bool
+	// startInput and startMessage: a chat Start made in this process with
+	// the person's first message, kept in its inbox until the start's
+	// append takes it: what takeStart would read there.
+	startInput, startMessage string
 }
 
 // maxRememberedInputs bounds the input ids a chat's state remembers: a
