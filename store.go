@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -369,6 +370,23 @@ type InboxStore interface {
 	// holds inputs not taken yet, oldest input first, for recovery after a
 	// restart. Runtime use only.
 	ChatsWithInputs(ctx context.Context, limit int) ([]Chat, error)
+}
+
+// CreateAppender is an optional part of a Store: a new chat and its first
+// append in one commit. The engine uses it, where it runs its chats alone
+// (no leases), to make the chat that Start creates durable together with
+// the run's first events — a new chat's first turn then commits once fewer
+// — and falls back to CreateChat (or CreateChatWithInput) and Append when
+// the store lacks it.
+type CreateAppender interface {
+	// CreateChatAndAppend creates c in scope as CreateChat does, keeps
+	// keep (when not nil) in its inbox as CreateChatWithInput does, and
+	// appends events with u as Append does, all in one transaction: after
+	// a crash all of it is there or none. When u.ConsumeInputs names keep,
+	// keep is kept as taken (it never waits in the inbox). An id in use is
+	// ECONFLICT and nothing is written. It returns the chat as the append
+	// left it and the events with their sequences (1, 2, …).
+	CreateChatAndAppend(ctx context.Context, scope Scope, c Chat, keep *Event, events []Event, u *ChatUpdate) (Chat, []Event, error)
 }
 
 // Fork asks ForkStore.ForkChat for a new chat whose history is the start
@@ -873,6 +891,61 @@ func PrepareCreateWithInput(scope Scope, c *Chat, ev Event) (Event, error) {
 		return Event{}, Errorf(EINVALID, "input: chat_id %q is not the new chat's (%q)", ev.Metadata.TriggerSessionID, c.ID)
 	}
 	return PrepareInput(ev)
+}
+
+// PrepareCreateAndAppend is the part of CreateChatAndAppend every store
+// shares: c prepared as CreateChat prepares it and keep, when not nil,
+// checked as CreateChatWithInput checks its input (in is the input to
+// keep). When u.ConsumeInputs names keep, taken is true and u is returned
+// without it (a copy): the input is kept as taken, and the append has no
+// input of the inbox to take.
+func PrepareCreateAndAppend(scope Scope, c *Chat, keep *Event, u *ChatUpdate) (in Event, taken bool, _ *ChatUpdate, err error) {
+	if keep == nil {
+		return Event{}, false, u, c.PrepareCreate(scope)
+	}
+	if in, err = PrepareCreateWithInput(scope, c, *keep); err != nil {
+		return Event{}, false, u, err
+	}
+	if u != nil && slices.Contains(u.ConsumeInputs, in.ID) {
+		cu := *u
+		cu.ConsumeInputs = slices.DeleteFunc(slices.Clone(u.ConsumeInputs), func(id string) bool { return id == in.ID })
+		return in, true, &cu, nil
+	}
+	return in, false, u, nil
+}
+
+// CreatedWith returns c, as a store created it at at, after an append of n
+// events with u made in the same commit (CreateChatAndAppend): its last
+// sequence, status, speaker, context and pending requests as GetChat would
+// read them.
+func CreatedWith(c Chat, n int, u *ChatUpdate, at time.Time) (Chat, error) {
+	c.LastSequence = int64(n)
+	c.UpdatedAt = at
+	if u == nil {
+		return c, nil
+	}
+	if u.Status != nil {
+		c.Status = *u.Status
+	}
+	if u.TurnAgent != nil {
+		c.TurnAgent = *u.TurnAgent
+	}
+	if len(u.Context) > 0 {
+		next, err := PatchContext(c.Context, u.Context)
+		if err != nil {
+			return Chat{}, err
+		}
+		c.Context = next
+	}
+	pending := slices.Clone(c.Pending)
+	for _, p := range u.AddPending {
+		if p.CreatedAt.IsZero() {
+			p.CreatedAt = at
+		}
+		pending = append(pending, p)
+	}
+	c.Pending = slices.DeleteFunc(pending, func(p PendingRequest) bool { return slices.Contains(u.ResolvePending, p.UIEventID) })
+	return c, nil
 }
 
 // PrepareEvents checks events for an append to chatID and returns copies

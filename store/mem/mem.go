@@ -210,12 +210,13 @@ func (s *Store) CreateChatWithInput(ctx context.Context, scope baton.Scope, c ba
 		return baton.Chat{}, baton.Input{}, err
 	}
 	var in baton.Input
-	chat, err := s.create(scope, c, nil, func(ch *chat, t time.Time) {
+	chat, err := s.create(scope, c, nil, func(ch *chat, t time.Time) error {
 		x := &baton.Input{Event: cloneEvent(ev), Seq: s.inputSeq.Add(1), AcceptedAt: t}
 		ch.inputs = append(ch.inputs, x)
 		ch.inputID[ev.ID] = x
 		ch.waiting++
 		in = copyInput(x)
+		return nil
 	})
 	if err != nil {
 		return baton.Chat{}, baton.Input{}, err
@@ -223,10 +224,61 @@ func (s *Store) CreateChatWithInput(ctx context.Context, scope baton.Scope, c ba
 	return chat, in, nil
 }
 
+// CreateChatAndAppend creates c, keeps keep and makes the chat's first
+// append at once; see baton.CreateAppender.
+func (s *Store) CreateChatAndAppend(ctx context.Context, scope baton.Scope, c baton.Chat, keep *baton.Event, events []baton.Event, u *baton.ChatUpdate) (baton.Chat, []baton.Event, error) {
+	if err := s.check(ctx); err != nil {
+		return baton.Chat{}, nil, err
+	}
+	var in baton.Event
+	var err error
+	if keep != nil {
+		in, err = baton.PrepareCreateWithInput(scope, &c, *keep)
+	} else {
+		err = c.PrepareCreate(scope)
+	}
+	if err != nil {
+		return baton.Chat{}, nil, err
+	}
+	evs, err := baton.PrepareEvents(c.ID, events)
+	if err != nil {
+		return baton.Chat{}, nil, err
+	}
+	if err := u.Validate(); err != nil {
+		return baton.Chat{}, nil, err
+	}
+	kept := make([]baton.Event, len(evs))
+	for i := range evs {
+		if containsID(evs[:i], evs[i].ID) {
+			return baton.Chat{}, nil, baton.Errorf(baton.ECONFLICT, "event %q: already recorded in chat %q", evs[i].ID, c.ID)
+		}
+		evs[i].Sequence = int64(i + 1)
+		kept[i] = cloneEvent(evs[i])
+	}
+	chat, err := s.create(scope, c, kept, func(ch *chat, t time.Time) error {
+		if keep != nil {
+			x := &baton.Input{Event: cloneEvent(in), Seq: s.inputSeq.Add(1), AcceptedAt: t}
+			ch.inputs = append(ch.inputs, x)
+			ch.inputID[in.ID] = x
+			ch.waiting++
+		}
+		ap, err := s.prepare(ch, u)
+		if err != nil {
+			return err
+		}
+		ap.apply(s, ch, t)
+		return nil
+	})
+	if err != nil {
+		return baton.Chat{}, nil, err
+	}
+	return chat, evs, nil
+}
+
 // create adds c, prepared, with its first events (already numbered 1 …).
 // fill, when not nil, adds to the new chat before any other goroutine can
 // see it (its first input).
-func (s *Store) create(scope baton.Scope, c baton.Chat, events []baton.Event, fill func(ch *chat, t time.Time)) (baton.Chat, error) {
+func (s *Store) create(scope baton.Scope, c baton.Chat, events []baton.Event, fill func(ch *chat, t time.Time) error) (baton.Chat, error) {
 	ch := &chat{
 		ids: map[string]struct{}{}, used: map[string]struct{}{}, inputID: map[string]*baton.Input{},
 		effects: map[string]*effect{}, usage: map[string]*baton.UsageTotal{},
@@ -255,9 +307,11 @@ func (s *Store) create(scope baton.Scope, c baton.Chat, events []baton.Event, fi
 	c.LastSequence = int64(len(events))
 	ch.c, ch.n = c, len(s.order)
 	if fill != nil {
-		fill(ch, t)
+		if err := fill(ch, t); err != nil {
+			return baton.Chat{}, err
+		}
 	}
-	s.setStatus(ch, "", c.Status)
+	s.setStatus(ch, "", ch.c.Status)
 	s.chats.Store(c.ID, ch)
 	s.order = append(s.order, ch)
 	s.byScope[scope] = append(s.byScope[scope], ch)

@@ -71,6 +71,48 @@ func (s *Store) CreateChatWithInput(ctx context.Context, scope baton.Scope, c ba
 	return withPending(c, pending, now), in, nil
 }
 
+// CreateChatAndAppend creates c, keeps keep and makes the chat's first
+// append in one transaction; see baton.CreateAppender.
+func (s *Store) CreateChatAndAppend(ctx context.Context, scope baton.Scope, c baton.Chat, keep *baton.Event, events []baton.Event, u *baton.ChatUpdate) (baton.Chat, []baton.Event, error) {
+	if err := s.check(); err != nil {
+		return baton.Chat{}, nil, err
+	}
+	in, taken, u, err := baton.PrepareCreateAndAppend(scope, &c, keep, u)
+	if err != nil {
+		return baton.Chat{}, nil, err
+	}
+	var raw []byte
+	if keep != nil {
+		if raw, err = json.Marshal(in); err != nil {
+			return baton.Chat{}, nil, baton.Errorf(baton.EINVALID, "input: %v", err)
+		}
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	c.CreatedAt, c.UpdatedAt = now, now
+	pending := c.Pending
+	c.Pending = nil
+	evs, err := s.appendWith(ctx, scope, c.ID, events, u, func(ctx context.Context, tx pgx.Tx) error {
+		if err := insertChat(ctx, tx, c, pending, now); err != nil {
+			return err
+		}
+		if keep == nil {
+			return nil
+		}
+		var consumed *time.Time
+		if taken {
+			consumed = &now
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO inputs (chat_id, id, type, event, accepted_at, consumed_at) VALUES ($1, $2, $3, $4, $5, $6)`,
+			c.ID, in.ID, in.Type, string(raw), now, consumed)
+		return err
+	})
+	if err != nil {
+		return baton.Chat{}, nil, err
+	}
+	out, err := baton.CreatedWith(withPending(c, pending, now), len(evs), u, now)
+	return out, evs, err
+}
+
 // insertChat writes c, prepared, and its pending requests in tx.
 func insertChat(ctx context.Context, tx pgx.Tx, c baton.Chat, pending []baton.PendingRequest, now time.Time) error {
 	_, err := tx.Exec(ctx, `INSERT INTO chats (id, app, user_id, workflow, status, context, turn_agent, cache_seed, created_at, updated_at)

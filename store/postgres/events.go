@@ -44,6 +44,13 @@ const updateSQL = `UPDATE chats SET updated_at = $2, status = COALESCE($3, statu
 // with no fence and no pending changes is one statement (one round trip); one
 // with them runs in a transaction that locks the chat row first.
 func (s *Store) Append(ctx context.Context, scope baton.Scope, chatID string, events []baton.Event, u *baton.ChatUpdate) ([]baton.Event, error) {
+	return s.appendWith(ctx, scope, chatID, events, u, nil)
+}
+
+// appendWith is Append; before, when not nil, runs first in the append's
+// transaction (which then takes the slow path): CreateChatAndAppend creates
+// the chat there.
+func (s *Store) appendWith(ctx context.Context, scope baton.Scope, chatID string, events []baton.Event, u *baton.ChatUpdate, before func(context.Context, pgx.Tx) error) ([]baton.Event, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
@@ -79,7 +86,7 @@ func (s *Store) Append(ctx context.Context, scope baton.Scope, chatID string, ev
 		return nil, err
 	}
 	status, turn, set, del := ua.status, ua.turn, ua.set, ua.del
-	slow := n == 0 || u != nil && (u.Fence > 0 || u.ExpectNext > 0 || len(u.AddPending) > 0 || len(u.ResolvePending) > 0 || len(u.ConsumeInputs) > 0)
+	slow := before != nil || n == 0 || u != nil && (u.Fence > 0 || u.ExpectNext > 0 || len(u.AddPending) > 0 || len(u.ResolvePending) > 0 || len(u.ConsumeInputs) > 0)
 	now := time.Now()
 	use := usageArgsOf(u, now)
 	insert := func(ctx context.Context, q interface {
@@ -146,6 +153,11 @@ func (s *Store) Append(ctx context.Context, scope baton.Scope, chatID string, ev
 	// on a context the caller cannot cancel once it has begun (writeTx), so
 	// that an error means it was not committed.
 	err = s.writeTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		if before != nil {
+			if err := before(ctx, tx); err != nil {
+				return err
+			}
+		}
 		if err := lockChat(ctx, tx, scope, chatID); err != nil {
 			return err
 		}

@@ -21,6 +21,21 @@ import (
 // appends can neither repeat nor skip a sequence; another process that
 // opens the same file serialises on BEGIN IMMEDIATE.
 func (s *Store) Append(ctx context.Context, scope baton.Scope, chatID string, events []baton.Event, u *baton.ChatUpdate) ([]baton.Event, error) {
+	a, err := prepareAppend(scope, chatID, events, u, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	// The writer runs a with the other appends of its batch (bulkAppend);
+	// appendAlone runs it alone when they cannot be.
+	fn := func(ctx context.Context, w *wconn) error { return appendAlone(ctx, w, a) }
+	if err := s.submit(ctx, &request{ctx: ctx, fn: fn, app: a, done: make(chan error, 1)}); err != nil {
+		return nil, err
+	}
+	return a.evs, nil
+}
+
+// prepareAppend checks an append and returns it ready for the writer.
+func prepareAppend(scope baton.Scope, chatID string, events []baton.Event, u *baton.ChatUpdate, now time.Time) (*appendReq, error) {
 	evs, err := baton.PrepareEvents(chatID, events)
 	if err != nil {
 		return nil, err
@@ -38,49 +53,91 @@ func (s *Store) Append(ctx context.Context, scope baton.Scope, chatID string, ev
 			extras[i] = string(x)
 		}
 	}
-	a := &appendReq{scope: scope, chatID: chatID, evs: evs, extras: extras, u: u, now: time.Now()}
-	// The writer runs a with the other appends of its batch (bulkAppend);
-	// this function runs it alone when they cannot be.
-	fn := func(ctx context.Context, w *wconn) error {
-		last, err := bumpSeq(ctx, w, scope, chatID, len(evs), a.now)
+	return &appendReq{scope: scope, chatID: chatID, evs: evs, extras: extras, u: u, now: now}, nil
+}
+
+// appendAlone runs a in the writer's open transaction, one statement per
+// event: the path of an append the writer cannot run in bulk.
+func appendAlone(ctx context.Context, w *wconn, a *appendReq) error {
+	scope, chatID, evs, u := a.scope, a.chatID, a.evs, a.u
+	last, err := bumpSeq(ctx, w, scope, chatID, len(evs), a.now)
+	if err != nil {
+		return err
+	}
+	seq := last - int64(len(evs))
+	if u != nil && u.ExpectNext > 0 && seq+1 != u.ExpectNext {
+		return baton.StaleNext(chatID, u.ExpectNext, seq) // rolled back with the bump
+	}
+	for i := range evs {
+		seq++
+		e := &evs[i]
+		var payload any
+		if len(e.Payload) > 0 {
+			payload = string(e.Payload)
+		}
+		md := &e.Metadata
+		_, err := w.exec(ctx, `INSERT INTO events (chat_id, sequence, id, type, ts, agent_id, agent_name, env_name, source, extra, payload)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			chatID, seq, e.ID, e.Type, e.Timestamp, md.TriggerAgentID, md.TriggerAgentName, md.EnvName, md.Source, a.extras[i], payload)
+		if isUnique(err) {
+			return baton.Errorf(baton.ECONFLICT, "event %q: already recorded in chat %q", e.ID, chatID)
+		}
 		if err != nil {
+			return storeErr("append", err)
+		}
+		e.Sequence = seq
+	}
+	if u == nil {
+		return nil
+	}
+	if err := applyUpdate(ctx, w, chatID, u, a.now, len(evs) == 0); err != nil {
+		return err
+	}
+	return updateUsage(ctx, w, scope, chatID, u, a.now)
+}
+
+// CreateChatAndAppend creates c, keeps keep and makes the chat's first
+// append in one commit; see baton.CreateAppender.
+func (s *Store) CreateChatAndAppend(ctx context.Context, scope baton.Scope, c baton.Chat, keep *baton.Event, events []baton.Event, u *baton.ChatUpdate) (baton.Chat, []baton.Event, error) {
+	in, taken, u, err := baton.PrepareCreateAndAppend(scope, &c, keep, u)
+	if err != nil {
+		return baton.Chat{}, nil, err
+	}
+	var raw []byte
+	if keep != nil {
+		if raw, err = json.Marshal(in); err != nil {
+			return baton.Chat{}, nil, baton.Errorf(baton.EINVALID, "input: %v", err)
+		}
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	a, err := prepareAppend(scope, c.ID, events, u, now)
+	if err != nil {
+		return baton.Chat{}, nil, err
+	}
+	c.CreatedAt, c.UpdatedAt = now, now
+	pending := c.Pending
+	c.Pending = nil
+	err = s.write(ctx, func(ctx context.Context, w *wconn) error {
+		if err := insertChat(ctx, w, c, pending, now); err != nil {
 			return err
 		}
-		seq := last - int64(len(evs))
-		if u != nil && u.ExpectNext > 0 && seq+1 != u.ExpectNext {
-			return baton.StaleNext(chatID, u.ExpectNext, seq) // rolled back with the bump
-		}
-		for i := range evs {
-			seq++
-			e := &evs[i]
-			var payload any
-			if len(e.Payload) > 0 {
-				payload = string(e.Payload)
+		if keep != nil {
+			var consumed any
+			if taken {
+				consumed = micros(now) // kept as taken: it never waits in the inbox
 			}
-			md := &e.Metadata
-			_, err := w.exec(ctx, `INSERT INTO events (chat_id, sequence, id, type, ts, agent_id, agent_name, env_name, source, extra, payload)
-				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-				chatID, seq, e.ID, e.Type, e.Timestamp, md.TriggerAgentID, md.TriggerAgentName, md.EnvName, md.Source, extras[i], payload)
-			if isUnique(err) {
-				return baton.Errorf(baton.ECONFLICT, "event %q: already recorded in chat %q", e.ID, chatID)
+			if _, err := w.exec(ctx, `INSERT INTO inputs (chat_id, id, type, event, accepted_at, consumed_at) VALUES (?, ?, ?, ?, ?, ?)`,
+				c.ID, in.ID, in.Type, string(raw), micros(now), consumed); err != nil {
+				return storeErr("add input", err)
 			}
-			if err != nil {
-				return storeErr("append", err)
-			}
-			e.Sequence = seq
 		}
-		if u == nil {
-			return nil
-		}
-		if err := applyUpdate(ctx, w, chatID, u, a.now, len(evs) == 0); err != nil {
-			return err
-		}
-		return updateUsage(ctx, w, scope, chatID, u, a.now)
+		return appendAlone(ctx, w, a)
+	})
+	if err != nil {
+		return baton.Chat{}, nil, err
 	}
-	if err := s.submit(ctx, &request{ctx: ctx, fn: fn, app: a, done: make(chan error, 1)}); err != nil {
-		return nil, err
-	}
-	return evs, nil
+	out, err := baton.CreatedWith(withPending(c, pending, now), len(a.evs), u, now)
+	return out, a.evs, err
 }
 
 // Events returns the chat's events after the given sequence; see

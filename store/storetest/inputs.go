@@ -274,3 +274,102 @@ func testCreateChatWithInput(t *testing.T, s baton.Store) {
 		}
 	}
 }
+
+// testCreateChatAndAppend: a chat created with its first append in one
+// call (baton.CreateAppender, which a store may leave out) is the chat
+// CreateChat, AddInput and Append would have left; a call that fails
+// writes nothing, not even the chat.
+func testCreateChatAndAppend(t *testing.T, s baton.Store) {
+	ca, ok := s.(baton.CreateAppender)
+	if !ok {
+		t.Skip("the store has no CreateChatAndAppend (optional)")
+	}
+	ctx := ctxT(t)
+	scope := NewScope()
+	pend := baton.PendingRequest{UIEventID: "ui-" + baton.NewID(), Kind: baton.PendingUITool, ToolCallID: "call-1", ToolName: "form", Agent: "A"}
+	u := &baton.ChatUpdate{Status: ptr(baton.ChatWaitingUITool), TurnAgent: ptr("A"),
+		Context: map[string]json.RawMessage{"k": json.RawMessage(`1`)}, AddPending: []baton.PendingRequest{pend}}
+	chat, evs, err := ca.CreateChatAndAppend(ctx, scope, baton.Chat{Workflow: "wf"}, nil, []baton.Event{TextEvent("A", "one"), TextEvent("A", "two")}, u)
+	if err != nil {
+		t.Fatalf("CreateChatAndAppend: %v", err)
+	}
+	if len(evs) != 2 || evs[0].Sequence != 1 || evs[1].Sequence != 2 || evs[0].ChatID() != chat.ID {
+		t.Fatalf("appended %+v", evs)
+	}
+	got, err := s.GetChat(ctx, scope, chat.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.LastSequence != 2 || got.Status != baton.ChatWaitingUITool || got.TurnAgent != "A" || contextMap(t, got.Context)["k"] != float64(1) ||
+		len(got.Pending) != 1 || got.Pending[0].UIEventID != pend.UIEventID {
+		t.Fatalf("stored chat %+v %s", got, got.Context)
+	}
+	if chat.ID != got.ID || chat.LastSequence != got.LastSequence || chat.Status != got.Status || chat.TurnAgent != got.TurnAgent ||
+		contextMap(t, chat.Context)["k"] != float64(1) || len(chat.Pending) != 1 || chat.Pending[0].UIEventID != pend.UIEventID ||
+		!chat.CreatedAt.Equal(got.CreatedAt) || chat.App != scope.App || chat.User != scope.User || chat.Workflow != "wf" {
+		t.Errorf("returned chat %+v, stored %+v", chat, got)
+	}
+	stored, err := s.Events(ctx, scope, chat.ID, 0, 0)
+	if err != nil || len(stored) != 2 {
+		t.Fatalf("events %v %v", stored, err)
+	}
+	checkSequences(t, stored, 2)
+	if next, err := s.Append(ctx, scope, chat.ID, []baton.Event{TextEvent("A", "three")}, nil); err != nil || next[0].Sequence != 3 {
+		t.Fatalf("the next append: %v %v", next, err)
+	}
+
+	// The first input, taken in the same call: kept as taken, never waiting.
+	first := inputEvent("", "hello")
+	chat2, _, err := ca.CreateChatAndAppend(ctx, scope, baton.Chat{Workflow: "wf"}, &first, []baton.Event{TextEvent("user", "hello")},
+		&baton.ChatUpdate{ConsumeInputs: []string{first.ID}})
+	if err != nil {
+		t.Fatalf("CreateChatAndAppend with its input taken: %v", err)
+	}
+	if ins, err := s.Inputs(ctx, scope, chat2.ID); err != nil || len(ins) != 0 {
+		t.Fatalf("inbox %+v %v, want nothing waiting", ins, err)
+	}
+	again := first
+	again.Metadata.TriggerSessionID = chat2.ID
+	if in, added, err := s.AddInput(ctx, scope, again); err != nil || added || in.Event.ID != first.ID || in.ConsumedAt.IsZero() {
+		t.Fatalf("AddInput of the taken input again: %+v added=%v err=%v, want the one kept as taken", in, added, err)
+	}
+	if ins, _ := s.Inputs(ctx, scope, chat2.ID); len(ins) != 0 {
+		t.Fatalf("the taken input waits again after AddInput: %+v", ins)
+	}
+
+	// Not taken: it waits.
+	second := inputEvent("", "later")
+	chat3, _, err := ca.CreateChatAndAppend(ctx, scope, baton.Chat{Workflow: "wf"}, &second, nil, &baton.ChatUpdate{Status: ptr(baton.ChatWaitingInput)})
+	if err != nil {
+		t.Fatalf("CreateChatAndAppend with its input kept: %v", err)
+	}
+	if ins, err := s.Inputs(ctx, scope, chat3.ID); err != nil || len(ins) != 1 || ins[0].Event.ID != second.ID {
+		t.Fatalf("inbox %+v %v, want the input waiting", ins, err)
+	}
+
+	// Failures write nothing.
+	for _, tc := range []struct {
+		name string
+		c    baton.Chat
+		evs  []baton.Event
+		u    *baton.ChatUpdate
+		code string
+	}{
+		{"id in use", baton.Chat{ID: chat.ID, Workflow: "wf"}, []baton.Event{TextEvent("A", "x")}, nil, baton.ECONFLICT},
+		{"unknown pending", baton.Chat{ID: baton.NewID(), Workflow: "wf"}, []baton.Event{TextEvent("A", "x")}, &baton.ChatUpdate{ResolvePending: []string{"nope"}}, baton.ENOTFOUND},
+		{"unknown input", baton.Chat{ID: baton.NewID(), Workflow: "wf"}, nil, &baton.ChatUpdate{ConsumeInputs: []string{"nope"}}, baton.ENOTFOUND},
+		{"not a chat event", baton.Chat{ID: baton.NewID(), Workflow: "wf"}, []baton.Event{baton.NewEvent("stream.text", baton.Metadata{}, json.RawMessage(`{}`))}, nil, baton.EINVALID},
+	} {
+		_, _, err := ca.CreateChatAndAppend(ctx, scope, tc.c, nil, tc.evs, tc.u)
+		wantCode(t, tc.name, err, tc.code)
+		if tc.c.ID == chat.ID {
+			if again, _ := s.GetChat(ctx, scope, chat.ID); again.LastSequence != 3 {
+				t.Fatalf("%s: the existing chat changed: %+v", tc.name, again)
+			}
+			continue
+		}
+		if _, err := s.GetChat(ctx, scope, tc.c.ID); !errors.Is(err, baton.ErrNotFound) {
+			t.Fatalf("%s: the chat was created: %v", tc.name, err)
+		}
+	}
+}

@@ -46,6 +46,7 @@ func Run(t *testing.T, newStore func(t *testing.T) baton.Store) {
 		{"Fork", testFork},
 		{"Inbox", testInbox},
 		{"CreateChatWithInput", testCreateChatWithInput},
+		{"CreateChatAndAppend", testCreateChatAndAppend},
 		{"TenantIsolation", testTenantIsolation},
 		{"EffectLedger", testEffectLedger},
 		{"EffectHolder", testEffectHolder},
