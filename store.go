@@ -982,6 +982,22 @@ type Recorder interface {
 	Record(ctx context.Context, scope Scope, chatID string, events []Event, u *ChatUpdate) ([]Event, error)
 }
 
+// ChatCreator is the optional part of a Recorder that creates a chat with
+// its first events in one commit (the store's CreateAppender) and only
+// then publishes them. The engine uses it for the chats Start makes when
+// it runs its chats alone (no leases).
+type ChatCreator interface {
+	// CanCreate reports whether Create works: the store behind the
+	// recorder is a CreateAppender.
+	CanCreate() bool
+	// Create creates c in scope with keep kept and events appended with u
+	// (CreateChatAndAppend); after the commit it calls created, when not
+	// nil, with the chat as created (before the events are published: a
+	// session.created goes first), then publishes the events. It returns
+	// the chat as the append left it and the events with their sequences.
+	Create(ctx context.Context, scope Scope, c Chat, keep *Event, events []Event, u *ChatUpdate, created func(Chat)) (Chat, []Event, error)
+}
+
 // StartOptions are the optional parts of starting a chat.
 type StartOptions struct {
 	// Message is the person's first message; for a UserDriven workflow it

@@ -172,7 +172,10 @@ type Engine struct {
 	leaseLosses atomic.Int64
 	staleStates atomic.Int64 // runs whose cached state the store had moved past (load)
 	inbox       inboxCount   // inputs kept per chat since a run read its inbox (without leases)
-	born        time.Time    // when New made the engine: tasks created since are this process's
+	creatingMu  sync.Mutex
+	creating    map[string]*creation // chats Start waits for their run to create, by id (create.go)
+	handovers   map[string]handover  // runs parked after creating their chat, by chat id (create.go)
+	born        time.Time            // when New made the engine: tasks created since are this process's
 	runningMu   sync.Mutex
 	running     map[string]int // chats this instance runs now: runs acquiring, holding or releasing their lease
 
@@ -413,6 +416,24 @@ func (e *Engine) start(ctx context.Context, scope baton.Scope, workflowName stri
 	ev := baton.NewInput(scope, baton.TypeRunStart, id, payload)
 	if startID != "" {
 		ev.ID = startID
+	}
+	if _, ok := e.creator(); ok {
+		// The run creates the chat in its first append (create.go).
+		if err := c.PrepareCreate(scope); err != nil {
+			return baton.Chat{}, fmt.Errorf("start %s: %w", workflowName, err)
+		}
+		ev.Metadata.TriggerSessionID = c.ID
+		if startID != "" {
+			// A retry's run.start id is one the bus may have seen: it would
+			// drop the event, and no run would create the chat. The store
+			// refuses an id in use when the run creates it.
+			ev.ID = baton.NewID()
+		}
+		chat, err := e.startInRun(ctx, scope, c, ev, opts.Message, startID != "")
+		if err != nil {
+			return baton.Chat{}, fmt.Errorf("start %s: %w", workflowName, err)
+		}
+		return chat, nil
 	}
 	var chat baton.Chat
 	if opts.Message == "" {

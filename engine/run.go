@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -34,11 +35,15 @@ type run struct {
 	prov  baton.Provider
 	reg   *tool.Registry
 
-	startMessage string // run.start's message, if any
-	startInput   string // the inbox input startMessage came from, if any
-	retry        bool   // go on after a recorded error (run.resume, or the person wrote)
-	fence        int64  // the chat's lease token, stamped on every append (0: no leases)
-	expectNext   int64  // > 0: st was taken from the cache on trust and not yet checked against the store (load)
+	startMessage string      // run.start's message, if any
+	startInput   string      // the inbox input startMessage came from, if any
+	retry        bool        // go on after a recorded error (run.resume, or the person wrote)
+	fence        int64       // the chat's lease token, stamped on every append (0: no leases)
+	expectNext   int64       // > 0: st was taken from the cache on trust and not yet checked against the store (load)
+	creation     *creation   // the chat is not stored yet: the first flush creates it (create.go)
+	created      *baton.Chat // the chat the first flush created, for Start
+	createFailed bool        // the creation failed: nothing more is recorded
+	finalFlush   bool        // drive's last flush: no step follows it
 
 	staged staged // applied to st, not yet recorded (see stage)
 
@@ -62,9 +67,30 @@ func (e *Engine) handle(ctx context.Context, ev baton.Event) (err error) {
 		return fmt.Errorf("%s for chat %s: %w", ev.Type, chatID, err)
 	}
 	defer end(&err)
-	r, err := e.load(ctx, ev.Metadata.Scope(), chatID, true)
-	if err != nil {
-		return fmt.Errorf("%s for chat %s: %w", ev.Type, chatID, err)
+	var r *run
+	handedOver := false
+	if ev.Type == baton.TypeRunStart {
+		if cr := e.takeCreation(chatID, ev.ID); cr != nil {
+			if r, err = e.creatingRun(cr); err != nil {
+				e.finishCreation(cr, baton.Chat{}, err)
+				return fmt.Errorf("%s for chat %s: %w", ev.Type, chatID, err)
+			}
+			defer func() {
+				switch {
+				case r.created != nil: // Start returns the chat (after the hand-over, if any)
+					e.finishCreation(cr, *r.created, nil)
+				case r.creation != nil: // the run ended before its first append
+					e.finishCreation(cr, baton.Chat{}, fmt.Errorf("chat %s: the run stopped before it recorded its start: %w", chatID, cmp.Or(err, errNoStart)))
+				}
+			}()
+		}
+	} else if r = e.takeHandover(chatID, ev.ID); r != nil {
+		handedOver = true
+	}
+	if r == nil {
+		if r, err = e.load(ctx, ev.Metadata.Scope(), chatID, true); err != nil {
+			return fmt.Errorf("%s for chat %s: %w", ev.Type, chatID, err)
+		}
 	}
 	if lease != nil {
 		r.fence = lease.token
@@ -75,6 +101,9 @@ func (e *Engine) handle(ctx context.Context, ev baton.Event) (err error) {
 			e.cache.put(r.st) // only a state that matches what was recorded
 		}
 	}()
+	if handedOver {
+		ev.Type = "" // the run goes on where its run.start's handling left it
+	}
 	if (ev.Type == baton.TypeUserQuery || ev.Type == baton.TypeUIToolResponse) && r.st.inputs[ev.ID] {
 		// Recorded before: a retried publish reached another instance, or
 		// came back after the bus's window. Handled once.
@@ -93,6 +122,9 @@ func (e *Engine) handle(ctx context.Context, ev baton.Event) (err error) {
 	case baton.TypeRunResume:
 		r.retry = true
 	case baton.TypeRunWake:
+		if len(ev.Payload) == 0 {
+			break // a hand-over's (handOver) whose run is gone: the chat goes on from its state
+		}
 		if err := r.wake(ctx, ev); err != nil {
 			return err
 		}
@@ -117,6 +149,9 @@ func (e *Engine) handle(ctx context.Context, ev baton.Event) (err error) {
 	runCtx, done := e.cancellable(ctx, chatID)
 	err = r.driveOrStop(runCtx)
 	done()
+	if errors.Is(err, errHandOver) {
+		return e.handOver(ctx, r)
+	}
 	if err != nil && wasCancelled(ctx, runCtx) {
 		// Stopped by the person: the model call or tool in progress was
 		// abandoned, nothing of it recorded; the end is recorded instead.
@@ -136,8 +171,11 @@ func (e *Engine) handle(ctx context.Context, ev baton.Event) (err error) {
 // its context (shutdown), a lost lease (another instance runs the chat) or
 // a closed store records nothing: the chat is resumed as it is.
 func (r *run) stopped(ctx context.Context, err error) {
-	if ctx.Err() != nil || lostLease(err) || errors.Is(err, baton.ErrStale) || errors.Is(err, baton.ErrClosed) || errors.Is(err, context.Canceled) {
-		return // ErrStale: the event is handled again from the store
+	if ctx.Err() != nil || lostLease(err) || errors.Is(err, baton.ErrStale) || errors.Is(err, errHandOver) || errors.Is(err, baton.ErrClosed) || errors.Is(err, context.Canceled) {
+		return // ErrStale: the event is handled again from the store; errHandOver: not an error
+	}
+	if r.creation != nil || r.createFailed {
+		return // the chat was not created (or is another's): Start says so
 	}
 	fresh, lerr := r.e.load(ctx, r.scope, r.st.chat.ID, false)
 	if lerr == nil {
@@ -160,6 +198,10 @@ func (r *run) stopped(ctx context.Context, err error) {
 		r.logger().Error("engine: the run stopped and its error could not be recorded; the chat is resumed at the next restart", "err", err, "record_err", lerr)
 	}
 }
+
+// errNoStart is the cause Start gets when the run that was to create its
+// chat ended without an error and without recording anything.
+var errNoStart = errors.New("nothing to record")
 
 // errIgnored marks an input that does not fit the chat's state: logged, not
 // a handler failure.
@@ -188,8 +230,8 @@ func (r *run) driveOrStop(ctx context.Context) error {
 // only on the state.
 func (r *run) drive(ctx context.Context) error {
 	if err := r.steps(ctx); err != nil {
-		if errors.Is(err, baton.ErrStale) {
-			return err // the state is behind the store: nothing of it is recorded
+		if errors.Is(err, baton.ErrStale) || errors.Is(err, errHandOver) {
+			return err // the state is behind the store, or all of it is recorded
 		}
 		// What was staged before the failure happened: record it, as each
 		// step once did at once, so a retry goes on from there (best effort;
@@ -202,6 +244,7 @@ func (r *run) drive(ctx context.Context) error {
 	if r.staged.empty() {
 		return nil // the end of a drive has no effect to check the state for (flush's verify)
 	}
+	r.finalFlush = true
 	return r.flush(ctx)
 }
 

@@ -99,6 +99,9 @@ func (r *run) flush(ctx context.Context) error {
 	if b.empty() {
 		return r.verify(ctx)
 	}
+	if r.createFailed {
+		return errors.New("the chat was not created: nothing more is recorded")
+	}
 	events, u := b.events, b.u
 	r.staged = staged{}
 	if r.fence > 0 {
@@ -107,7 +110,14 @@ func (r *run) flush(ctx context.Context) error {
 	u.ExpectNext, r.expectNext = r.expectNext, 0 // checked by the store
 	var recorded []baton.Event
 	var err error
-	if len(events) > 0 || u.Status != nil || u.TurnAgent != nil || len(u.Context) > 0 || len(u.AddPending) > 0 || len(u.ResolvePending) > 0 || len(u.ConsumeInputs) > 0 || len(u.Usage) > 0 {
+	handOver := false
+	switch {
+	case r.creation != nil:
+		recorded, err = r.create(ctx, events, &u) // the chat's first append creates it
+		if errors.Is(err, errHandOver) {
+			handOver, err = true, nil // recorded; the run goes on elsewhere once this flush is done
+		}
+	case len(events) > 0 || u.Status != nil || u.TurnAgent != nil || len(u.Context) > 0 || len(u.AddPending) > 0 || len(u.ResolvePending) > 0 || len(u.ConsumeInputs) > 0 || len(u.Usage) > 0:
 		recorded, err = r.e.rec.Record(ctx, r.scope, r.st.chat.ID, events, &u)
 	}
 	if err != nil {
@@ -140,6 +150,9 @@ func (r *run) flush(ctx context.Context) error {
 		if !r.quiet {
 			r.e.publishSession(ctx, r.scope, baton.TypeSessionUpdated, r.st.chat, prev)
 		}
+	}
+	if handOver {
+		return errHandOver
 	}
 	return nil
 }

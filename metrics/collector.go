@@ -396,7 +396,16 @@ func (c *Collector) Observe(ev baton.Event) {
 		}
 		c.mu.Unlock()
 		return
-	case baton.TypeRunStart, baton.TypeRunResume, baton.TypeUserQuery, baton.TypeUIToolResponse:
+	case baton.TypeRunStart:
+		// Not looked up: the chat may not exist yet (the run of a run.start
+		// creates it in its first append), and its session.created, or its
+		// first recorded event, tells the workflow.
+		scope := ev.Metadata.Scope()
+		c.mu.Lock()
+		c.setScope(c.chat(chatID, now), scope)
+		c.mu.Unlock()
+		return
+	case baton.TypeRunResume, baton.TypeUserQuery, baton.TypeUIToolResponse:
 		scope := ev.Metadata.Scope()
 		c.mu.Lock()
 		ch := c.chat(chatID, now)
@@ -701,6 +710,14 @@ func (c *Collector) resolve(ch *chatAgg) {
 	chat, err := c.opts.Chats(ctx, scope, id)
 	if err != nil {
 		c.log.Debug("metrics: chat lookup", "chat_id", id, "err", err)
+		if errors.Is(err, baton.ErrNotFound) {
+			// Not created yet: the run of a run.start creates its chat in
+			// its first append, and session.created (or the next event)
+			// tells the workflow then.
+			c.mu.Lock()
+			ch.looked = false
+			c.mu.Unlock()
+		}
 		return
 	}
 	c.mu.Lock()

@@ -450,8 +450,9 @@ func TestSubscriptionDropIsCountedAndReplaced(t *testing.T) {
 			}
 		},
 	})
-	// A run start of a scoped chat makes the collector look the chat up.
-	if err := h.bus.Broadcast(baton.NewInput(testScope, baton.TypeRunStart, "held", nil)); err != nil {
+	// A resumed run of a scoped chat makes the collector look the chat up
+	// (a run.start does not: its chat may not exist yet).
+	if err := h.bus.Broadcast(baton.NewInput(testScope, baton.TypeRunResume, "held", nil)); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -183,6 +183,31 @@ type TimedRecorder struct {
 
 var _ baton.Recorder = TimedRecorder{}
 
+var _ baton.ChatCreator = TimedRecorder{}
+
+// CanCreate reports whether Next creates chats with their first events.
+func (r TimedRecorder) CanCreate() bool {
+	c, ok := r.Next.(baton.ChatCreator)
+	return ok && c.CanCreate()
+}
+
+// Create creates a chat with its first events through Next and measures
+// it as an append; see baton.ChatCreator.
+func (r TimedRecorder) Create(ctx context.Context, scope baton.Scope, c baton.Chat, keep *baton.Event, events []baton.Event, u *baton.ChatUpdate, created func(baton.Chat)) (baton.Chat, []baton.Event, error) {
+	cr, ok := r.Next.(baton.ChatCreator)
+	if !ok {
+		return baton.Chat{}, nil, fmt.Errorf("create chat %s: the recorder cannot create chats", c.ID)
+	}
+	r.Collector.NoteScope(scope, c.ID)
+	start := time.Now()
+	chat, out, err := cr.Create(ctx, scope, c, keep, events, u, created)
+	r.Collector.prom.appendTime.Observe(time.Since(start).Seconds())
+	if err != nil {
+		r.Collector.prom.appendErrors.Inc()
+	}
+	return chat, out, err
+}
+
 // Record records through Next and measures it.
 func (r TimedRecorder) Record(ctx context.Context, scope baton.Scope, chatID string, events []baton.Event, u *baton.ChatUpdate) ([]baton.Event, error) {
 	r.Collector.NoteScope(scope, chatID)

@@ -72,3 +72,38 @@ func (r *Recorder) Record(ctx context.Context, scope baton.Scope, chatID string,
 	}
 	return recorded, nil
 }
+
+var _ baton.ChatCreator = (*Recorder)(nil)
+
+// CanCreate reports whether the recorder's store creates a chat with its
+// first events in one commit (baton.CreateAppender).
+func (r *Recorder) CanCreate() bool {
+	_, ok := r.store.(baton.CreateAppender)
+	return ok
+}
+
+// Create creates c with keep kept and events appended in one commit
+// (baton.CreateAppender), calls created with the chat, and only then
+// publishes the events; see baton.ChatCreator. Its durability is Record's.
+func (r *Recorder) Create(ctx context.Context, scope baton.Scope, c baton.Chat, keep *baton.Event, events []baton.Event, u *baton.ChatUpdate, created func(baton.Chat)) (baton.Chat, []baton.Event, error) {
+	ca, ok := r.store.(baton.CreateAppender)
+	if !ok {
+		return baton.Chat{}, nil, fmt.Errorf("create chat %s: the store cannot create a chat with its first events", c.ID)
+	}
+	for i, e := range events {
+		if !baton.IsChatType(e.Type) {
+			return baton.Chat{}, nil, baton.Errorf(baton.EINVALID, "events[%d]: type %q is not a chat.* event; only chat.* events are recorded", i, e.Type)
+		}
+	}
+	chat, recorded, err := ca.CreateChatAndAppend(ctx, scope, c, keep, events, u)
+	if err != nil {
+		return baton.Chat{}, nil, fmt.Errorf("create chat %s with %d events: %w", c.ID, len(events), err)
+	}
+	if created != nil {
+		created(chat)
+	}
+	if len(recorded) > 0 {
+		r.pub.Publish(scope, chat.ID, recorded)
+	}
+	return chat, recorded, nil
+}

@@ -1,0 +1,78 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/workflow"
+)
+
+// Start hands a new chat to its run, whose first append creates it: the
+// chat, the person's first message and the run's first events are one
+// commit, and the first turn of a workflow that answers at once commits
+// twice (the start, then the answer and the pause), where it committed
+// three times when Start created the chat alone. The message is taken, not
+// left waiting, and Start returns the chat as created.
+func TestStart_TheRunsFirstAppendCreatesTheChat(t *testing.T) {
+	h, _ := newCountingHarness(t, &historyModel{})
+	ctx := context.Background()
+	before := h.store.Stats()
+	c, err := h.eng.Start(ctx, testScope, "queue", baton.StartOptions{Message: "m0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ID == "" || c.Status != baton.ChatRunning || c.LastSequence != 0 || c.CreatedAt.IsZero() || c.App != testScope.App {
+		t.Errorf("Start returned %+v, want the chat as created", c)
+	}
+	// Durable when Start returns: the message is in the store.
+	evs := h.events(c.ID)
+	if users, _ := texts(evs, "user"); len(users) != 1 || users[0] != "m0" {
+		t.Fatalf("when Start returned the chat held %q, want the person's message", users)
+	}
+	h.waitAnswers(c.ID, 1)
+	if n := h.store.Stats().Commits - before.Commits; n != 2 {
+		t.Errorf("the first turn committed %d times, want 2", n)
+	}
+	if ins, err := h.store.Inputs(ctx, testScope, c.ID); err != nil || len(ins) != 0 {
+		t.Errorf("inbox %+v %v, want the first message taken", ins, err)
+	}
+	checkSequences(t, h.events(c.ID))
+
+	// A chat id in use: ECONFLICT, and the chat is left as it was.
+	last := len(h.events(c.ID))
+	if _, err := h.eng.Start(ctx, testScope, "queue", baton.StartOptions{ChatID: c.ID, Message: "again"}); !errors.Is(err, baton.ErrConflict) {
+		t.Fatalf("Start with the id of a chat: %v, want ECONFLICT", err)
+	}
+	h.settle()
+	if n := len(h.events(c.ID)); n != last {
+		t.Fatalf("a refused Start wrote into the chat: %d events, were %d", n, last)
+	}
+}
+
+// A run that cannot start the chat (its workflow's model provider cannot
+// be made) writes nothing: Start returns the run's error and no chat
+// exists.
+func TestStart_RunFailsBeforeItsFirstAppend(t *testing.T) {
+	h := newHarness(t, withWorkflows(inboxDir), withProvider(func(*workflow.Workflow) (baton.Provider, error) {
+		return nil, fmt.Errorf("no key for the model")
+	}))
+	ctx := context.Background()
+	_, err := h.eng.Start(ctx, testScope, "queue", baton.StartOptions{ChatID: "never-made", Message: "m0"})
+	if err == nil || !strings.Contains(err.Error(), "no key for the model") {
+		t.Fatalf("Start: %v, want the provider's error", err)
+	}
+	if _, err := h.store.GetChat(ctx, testScope, "never-made"); !errors.Is(err, baton.ErrNotFound) {
+		t.Fatalf("the chat: %v, want none", err)
+	}
+	// The id is free again.
+	h2, _ := newCountingHarness(t, &historyModel{}, withDB(h.dbPath))
+	h.close()
+	if _, err := h2.eng.Start(ctx, testScope, "queue", baton.StartOptions{ChatID: "never-made", Message: "m0"}); err != nil {
+		t.Fatalf("Start again: %v", err)
+	}
+	h2.waitAnswers("never-made", 1)
+}
