@@ -256,3 +256,18 @@ func (e *Engine) takeHandover(id, eventID string) *run {
 	delete(e.handovers, id)
 	return h.r
 }
+
+// claimHandover removes the run parked for chat id, if any, and returns its
+// state: another event of the chat is handled before the run.wake (a rule
+// on session.created, a message sent as soon as Start returned), and goes
+// on from where the run stopped; the run.wake then finds nothing parked.
+func (e *Engine) claimHandover(id string) *state {
+	e.creatingMu.Lock()
+	defer e.creatingMu.Unlock()
+	h, ok := e.handovers[id]
+	if !ok {
+		return nil
+	}
+	delete(e.handovers, id)
+	return h.r.st
+}

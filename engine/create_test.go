@@ -76,3 +76,33 @@ func TestStart_RunFailsBeforeItsFirstAppend(t *testing.T) {
 	}
 	h2.waitAnswers("never-made", 1)
 }
+
+// A run that created its chat before a model call is parked until its
+// run.wake; an event handled on the chat's lane before it (here an
+// event-handler agent on session.created, which the creating commit
+// publishes) takes the parked state and goes on from it, and the run.wake
+// then finds the chat as that event left it: one model call and one input
+// request for the turn, not a second run from the parked state.
+func TestStart_AnEventBeforeTheHandOverTakesTheParkedRun(t *testing.T) {
+	eh := newEnvHarness(t)
+	mustRule(t, eh.bus, eh.eng.AgentRule("greet", []string{baton.TypeSessionCreated}, 60, "A chat started.", "", 0))
+	c, err := eh.eng.Start(context.Background(), testScope, "assistant", baton.StartOptions{Message: "hi"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eh.waitStatus(c.ID, baton.ChatWaitingInput)
+	evs := eh.events(c.ID)
+	checkSequences(t, evs)
+	reqs := 0
+	for _, ev := range evs {
+		if ev.Type == baton.TypeChatInputRequest {
+			reqs++
+		}
+	}
+	eh.mu.Lock()
+	n := len(eh.requests)
+	eh.mu.Unlock()
+	if n != 1 || reqs != 1 {
+		t.Fatalf("%d model calls and %d chat.input_request for one turn, want 1 and 1: the parked run went on from a state the store had moved past", n, reqs)
+	}
+}

@@ -369,8 +369,11 @@ func (e *Engine) countActive(scope baton.Scope) func() {
 }
 
 // Start creates a chat of the named workflow in scope and publishes its
-// run.start. It returns once the chat is stored, with its first message
-// (opts.Message) kept in its inbox; the run proceeds on the bus.
+// run.start. It returns once the chat is stored with its first message
+// (opts.Message); the run proceeds on the bus. Without leases the chat's
+// run stores it, with its first events, in one commit, and Start waits for
+// that commit (create.go); otherwise Start stores it, with the message in
+// its inbox, before it publishes the run.start.
 func (e *Engine) Start(ctx context.Context, scope baton.Scope, workflowName string, opts baton.StartOptions) (baton.Chat, error) {
 	return e.start(ctx, scope, workflowName, opts, "")
 }
@@ -737,7 +740,7 @@ func (e *Engine) modelCall(ctx context.Context, chatID string) (context.Context,
 // (a retry). When keep returns nil the input survives kill -9.
 func (e *Engine) keep(ctx context.Context, scope baton.Scope, ev baton.Event) (baton.Event, error) {
 	in, _, err := e.store.AddInput(ctx, scope, inboxed(ev))
-	e.inbox.kept(ev.ChatID())
+	e.inputKept(ev.ChatID())
 	if err != nil {
 		return baton.Event{}, fmt.Errorf("keep %s for chat %s: %w", ev.Type, ev.ChatID(), err)
 	}

@@ -51,3 +51,11 @@ func (c *inboxCount) read(chatID string, n int64) {
 		delete(c.n, chatID)
 	}
 }
+
+// inputKept counts an input kept for chat id, without leases (with them
+// the count is never read, and another instance's runs take the input).
+func (e *Engine) inputKept(id string) {
+	if e.instance == "" {
+		e.inbox.kept(id)
+	}
+}

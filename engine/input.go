@@ -113,7 +113,7 @@ func (r *run) queueInput(ctx context.Context, ev baton.Event) error {
 		return fmt.Errorf("%w: the chat has ended", errIgnored)
 	}
 	_, _, err := r.e.store.AddInput(ctx, r.scope, ev)
-	r.e.inbox.kept(r.st.chat.ID)
+	r.e.inputKept(r.st.chat.ID)
 	if err != nil {
 		return fmt.Errorf("keep the message in the inbox: %w", err)
 	}
@@ -261,7 +261,7 @@ func (r *run) dropInput(ctx context.Context, ev baton.Event, cause error) error 
 		return cause
 	}
 	status := r.st.chat.Status
-	if err := r.record(ctx, nil, &baton.ChatUpdate{Status: &status, ConsumeInputs: []string{ev.ID}}); err != nil && !errors.Is(err, baton.ErrConflict) {
+	if err := r.record(ctx, nil, &baton.ChatUpdate{Status: &status, ConsumeInputs: []string{ev.ID}}); err != nil && (!errors.Is(err, baton.ErrConflict) || errors.Is(err, baton.ErrStale)) {
 		return fmt.Errorf("drop input %s: %w", ev.ID, err)
 	}
 	return cause

@@ -21,6 +21,9 @@ func (e *Engine) load(ctx context.Context, scope baton.Scope, chatID string, cac
 	var st *state
 	if cached {
 		st = e.cache.take(chatID)
+		if st == nil {
+			st = e.claimHandover(chatID) // a run parked after it created the chat holds its state
+		}
 	}
 	if st != nil && e.instance == "" && st.chat.App == scope.App && st.chat.User == scope.User && st.wf == e.workflows[st.chat.Workflow] {
 		r, err := e.runOf(scope, st, st.chat.Status)

@@ -148,10 +148,18 @@ func (e *Engine) handle(ctx context.Context, ev baton.Event) (err error) {
 	}
 	runCtx, done := e.cancellable(ctx, chatID)
 	err = r.driveOrStop(runCtx)
-	done()
 	if errors.Is(err, errHandOver) {
-		return e.handOver(ctx, r)
+		herr := e.handOver(ctx, r)
+		if herr == nil {
+			done()
+			return nil
+		}
+		// The chat is created: its run goes on here rather than stay put
+		// (Start is told once it pauses).
+		r.logger().Warn("engine: could not hand the run over; it goes on in this handling", "err", herr)
+		err = r.driveOrStop(runCtx)
 	}
+	done()
 	if err != nil && wasCancelled(ctx, runCtx) {
 		// Stopped by the person: the model call or tool in progress was
 		// abandoned, nothing of it recorded; the end is recorded instead.

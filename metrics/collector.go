@@ -381,7 +381,8 @@ func (c *Collector) Observe(ev baton.Event) {
 	case baton.TypeSessionCreated:
 		// A new chat: its workflow is in the event, so the chat need not
 		// be looked up in the store (a read per new chat, on SQLite about
-		// 3% of a turn's CPU). Published before the chat's run.start.
+		// 3% of a turn's CPU). Published before the chat's first recorded
+		// event.
 		var p struct {
 			Workflow string `json:"workflow"`
 		}
@@ -397,13 +398,10 @@ func (c *Collector) Observe(ev baton.Event) {
 		c.mu.Unlock()
 		return
 	case baton.TypeRunStart:
-		// Not looked up: the chat may not exist yet (the run of a run.start
-		// creates it in its first append), and its session.created, or its
-		// first recorded event, tells the workflow.
-		scope := ev.Metadata.Scope()
-		c.mu.Lock()
-		c.setScope(c.chat(chatID, now), scope)
-		c.mu.Unlock()
+		// Nothing to count: the chat may not exist yet (the run of a
+		// run.start creates it in its first append; its id may even be
+		// another tenant's, which the store then refuses), and its
+		// session.created tells its scope and workflow.
 		return
 	case baton.TypeRunResume, baton.TypeUserQuery, baton.TypeUIToolResponse:
 		scope := ev.Metadata.Scope()

@@ -198,9 +198,13 @@ func (r TimedRecorder) Create(ctx context.Context, scope baton.Scope, c baton.Ch
 	if !ok {
 		return baton.Chat{}, nil, fmt.Errorf("create chat %s: the recorder cannot create chats", c.ID)
 	}
-	r.Collector.NoteScope(scope, c.ID)
 	start := time.Now()
-	chat, out, err := cr.Create(ctx, scope, c, keep, events, u, created)
+	chat, out, err := cr.Create(ctx, scope, c, keep, events, u, func(stored baton.Chat) {
+		r.Collector.NoteScope(scope, stored.ID) // once the chat is this tenant's: an id in use may be another's
+		if created != nil {
+			created(stored)
+		}
+	})
 	r.Collector.prom.appendTime.Observe(time.Since(start).Seconds())
 	if err != nil {
 		r.Collector.prom.appendErrors.Inc()

@@ -60,18 +60,20 @@ func TestCollector_SessionCreatedNamesTheWorkflow(t *testing.T) {
 		ev.Metadata.Source = baton.SourceSystem
 		return ev
 	}
-	turn := func(chatID string) {
-		c.Observe(baton.NewInput(scope, baton.TypeRunStart, chatID, json.RawMessage(`{"message":"hi"}`)))
+	turn := func(chatID, input string) {
+		c.Observe(baton.NewInput(scope, input, chatID, json.RawMessage(`{"message":"hi"}`)))
 		for _, ev := range turnEvents(chatID, 0) {
 			c.Observe(ev)
 		}
 	}
 	c.Observe(created("new", "announced"))
-	turn("new")
+	turn("new", baton.TypeRunStart)
 	if n := lookups.Load(); n != 0 {
 		t.Errorf("%d lookups for a chat whose session.created was seen, want 0", n)
 	}
-	turn("old") // no session.created: started before the collector, or elsewhere
+	// No session.created: started before the collector, or elsewhere, and
+	// resumed here. (A run.start tells nothing: its chat may not exist yet.)
+	turn("old", baton.TypeRunResume)
 	if n := lookups.Load(); n != 1 {
 		t.Errorf("%d lookups after a chat without session.created, want 1", n)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"time"
 
@@ -19,6 +20,7 @@ const appendSQL = `WITH c AS (
 		status = COALESCE($6, status), turn_agent = COALESCE($7, turn_agent),
 		context = CASE WHEN $8::jsonb IS NULL THEN context ELSE (context || $8::jsonb) - $9::text[] END
 	WHERE id = $1 AND (app, user_id) IS NOT DISTINCT FROM ($2, $3) AND NOT deleted
+		AND ($28::bigint = 0 OR last_sequence = $28::bigint - 1)
 	RETURNING last_sequence - $4 AS base
 ), u AS (
 	INSERT INTO usage (chat_id, app, workflow, agent, model, prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, cost, at)
@@ -86,13 +88,19 @@ func (s *Store) appendWith(ctx context.Context, scope baton.Scope, chatID string
 		return nil, err
 	}
 	status, turn, set, del := ua.status, ua.turn, ua.set, ua.del
-	slow := before != nil || n == 0 || u != nil && (u.Fence > 0 || u.ExpectNext > 0 || len(u.AddPending) > 0 || len(u.ResolvePending) > 0 || len(u.ConsumeInputs) > 0)
+	// ExpectNext is checked in appendSQL's update of the chat row (or, on
+	// the slow path, by checkUpdate), so it keeps the one-statement path.
+	var expect int64
+	if u != nil {
+		expect = u.ExpectNext
+	}
+	slow := before != nil || n == 0 || u != nil && (u.Fence > 0 || len(u.AddPending) > 0 || len(u.ResolvePending) > 0 || len(u.ConsumeInputs) > 0)
 	now := time.Now()
 	use := usageArgsOf(u, now)
 	insert := func(ctx context.Context, q interface {
 		Query(context.Context, string, ...any) (pgx.Rows, error)
 	}) error {
-		rows, err := q.Query(ctx, appendSQL, append([]any{chatID, scope.App, scope.User, int64(n), now, status, turn, set, del, ids, types, ts, agentIDs, agentNames, envs, sources, extras, payloads}, use...)...)
+		rows, err := q.Query(ctx, appendSQL, append(append([]any{chatID, scope.App, scope.User, int64(n), now, status, turn, set, del, ids, types, ts, agentIDs, agentNames, envs, sources, extras, payloads}, use...), expect)...)
 		if err != nil {
 			return err
 		}
@@ -128,16 +136,19 @@ func (s *Store) appendWith(ctx context.Context, scope baton.Scope, chatID string
 	}
 	if !slow {
 		var plain *plainAppend
-		if status == nil && turn == nil && set == nil && (u == nil || len(u.Usage) == 0) {
+		if status == nil && turn == nil && set == nil && expect == 0 && (u == nil || len(u.Usage) == 0) {
 			plain = &plainAppend{app: scope.App, user: scope.User, ids: ids, types: types, agentIDs: agentIDs, agentNames: agentNames,
 				envs: envs, srcs: sources, ts: ts, extras: extras, payloads: payloads}
 		}
-		seqs, err := s.groupAppend(ctx, chatID, append([]any{chatID, scope.App, scope.User, int64(n), now, status, turn, set, del,
-			ids, types, ts, agentIDs, agentNames, envs, sources, extras, payloads}, use...), plain)
+		seqs, err := s.groupAppend(ctx, chatID, append(append([]any{chatID, scope.App, scope.User, int64(n), now, status, turn, set, del,
+			ids, types, ts, agentIDs, agentNames, envs, sources, extras, payloads}, use...), expect), plain)
 		if err != nil {
 			return nil, s.dbErr("append", err)
 		}
 		if len(seqs) == 0 {
+			if expect > 0 {
+				return nil, s.staleOrNotFound(ctx, scope, chatID, expect)
+			}
 			return nil, notFound(chatID)
 		}
 		if len(seqs) != n {
@@ -298,4 +309,20 @@ func (s *Store) Events(ctx context.Context, scope baton.Scope, chatID string, af
 		}
 	}
 	return out, nil
+}
+
+// staleOrNotFound tells why an append that expected to give its first
+// event sequence expect wrote nothing: the chat is not in scope, or its
+// last sequence is not expect-1 (baton.ErrStale).
+func (s *Store) staleOrNotFound(ctx context.Context, scope baton.Scope, chatID string, expect int64) error {
+	var last int64
+	err := s.pool.QueryRow(ctx, `SELECT last_sequence FROM chats WHERE id = $1 AND (app, user_id) IS NOT DISTINCT FROM ($2, $3) AND NOT deleted`,
+		chatID, scope.App, scope.User).Scan(&last)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return notFound(chatID)
+	}
+	if err != nil {
+		return s.dbErr("append", err)
+	}
+	return baton.StaleNext(chatID, expect, last)
 }

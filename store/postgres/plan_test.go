@@ -48,7 +48,7 @@ func TestAppendPlansUseTheChatKey(t *testing.T) {
 		params    int
 	}{
 		{"merged append", postgres.MergedSQL, 16},
-		{"append", postgres.AppendSQL, 27},
+		{"append", postgres.AppendSQL, 28},
 		{"in scope", "SELECT 1 WHERE " + postgres.InScope, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
