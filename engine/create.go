@@ -98,9 +98,8 @@ func (e *Engine) startInRun(ctx context.Context, scope baton.Scope, chat baton.C
 	}
 	e.creating[chat.ID] = cr
 	e.creatingMu.Unlock()
-	if err := e.publishEvent(ctx, ev); err != nil {
-		e.dropCreation(chat.ID, cr)
-		return baton.Chat{}, err
+	if err := e.publishEvent(ctx, ev); err != nil && e.dropCreation(chat.ID, cr) {
+		return baton.Chat{}, err // no run took it: nothing is written
 	}
 	t := time.NewTimer(createWait)
 	defer t.Stop()
@@ -270,4 +269,21 @@ func (e *Engine) claimHandover(id string) *state {
 	}
 	delete(e.handovers, id)
 	return h.r.st
+}
+
+// endCreations tells every Start still waiting for a run that has not
+// taken its chat that the engine is closing: nothing was written.
+func (e *Engine) endCreations() {
+	e.creatingMu.Lock()
+	var waiting []*creation
+	for id, cr := range e.creating {
+		if !cr.taken {
+			waiting = append(waiting, cr)
+			delete(e.creating, id)
+		}
+	}
+	e.creatingMu.Unlock()
+	for _, cr := range waiting {
+		cr.done <- creationResult{err: fmt.Errorf("chat %s: the engine closed before its run started; nothing was created: %w", cr.chat.ID, baton.ErrClosed)}
+	}
 }

@@ -2,9 +2,13 @@ package engine_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/batonhq/baton"
@@ -105,4 +109,75 @@ func TestStart_AnEventBeforeTheHandOverTakesTheParkedRun(t *testing.T) {
 	if n != 1 || reqs != 1 {
 		t.Fatalf("%d model calls and %d chat.input_request for one turn, want 1 and 1: the parked run went on from a state the store had moved past", n, reqs)
 	}
+}
+
+// preludeDir returns a folder with the loop test workflow again as
+// "prelude", with a before_chat lifecycle tool that has side effects (the
+// Go function bump): its effect-ledger claim needs the chat stored.
+func preludeDir(t *testing.T) string {
+	t.Helper()
+	root := t.TempDir()
+	dst := filepath.Join(root, "prelude")
+	if err := os.CopyFS(dst, os.DirFS(filepath.Join(loopDir, "loop"))); err != nil {
+		t.Fatal(err)
+	}
+	edit := func(name string, fn func(map[string]any)) {
+		raw, err := os.ReadFile(filepath.Join(dst, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(raw, &m); err != nil {
+			t.Fatal(err)
+		}
+		fn(m)
+		raw, _ = json.Marshal(m)
+		if err := os.WriteFile(filepath.Join(dst, name), raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	edit("workflow.json", func(m map[string]any) { m["name"] = "prelude" })
+	edit("tools.json", func(m map[string]any) {
+		m["tools"] = append(m["tools"].([]any), map[string]any{"name": "prelude_bump", "function": "bump", "description": "Count a bump before the chat.",
+			"tool_type": "Lifecycle_Tool", "kind": "go", "trigger": "before_chat", "side_effects": true})
+	})
+	return root
+}
+
+// A before_chat lifecycle tool runs after the chat it belongs to is
+// stored: the creating run's flush before the tool creates the chat with
+// nothing else in it, and the tool's effect is claimed in its ledger.
+func TestStart_BeforeChatToolRunsOnceTheChatExists(t *testing.T) {
+	var n atomic.Int64
+	h := newHarness(t, withWorkflows(preludeDir(t)), withTools(bumpTool(&n)))
+	c, err := h.eng.Start(context.Background(), testScope, "prelude", baton.StartOptions{Message: "hello",
+		Context: map[string]json.RawMessage{"stop": json.RawMessage("true")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus(c.ID, baton.ChatCompleted)
+	if n.Load() != 1 {
+		for _, ev := range h.events(c.ID) {
+			t.Logf("%d %s %s", ev.Sequence, ev.Type, ev.Payload)
+		}
+		t.Fatalf("the before_chat tool ran %d times, want 1", n.Load())
+	}
+	if users, _ := texts(h.events(c.ID), "user"); len(users) != 1 || users[0] != "hello" {
+		t.Fatalf("the person's message: %q, want it once, after the tool", users)
+	}
+}
+
+// A message to a chat id that does not exist yet is refused, and leaves
+// nothing behind that a later Start of that id would trip on.
+func TestStart_AfterAMessageToItsIDWasRefused(t *testing.T) {
+	h := newHarness(t, withWorkflows(loopDir), withTools(bumpTool(new(atomic.Int64))))
+	ctx := context.Background()
+	if err := h.eng.Submit(ctx, testScope, "preset-id", "too early", "api"); !errors.Is(err, baton.ErrNotFound) {
+		t.Fatalf("a message to a chat that does not exist: %v, want not found", err)
+	}
+	c, err := h.eng.Start(ctx, testScope, "loop", baton.StartOptions{ChatID: "preset-id", Context: map[string]json.RawMessage{"stop": json.RawMessage("true")}})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	h.waitStatus(c.ID, baton.ChatCompleted)
 }

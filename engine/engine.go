@@ -740,7 +740,7 @@ func (e *Engine) modelCall(ctx context.Context, chatID string) (context.Context,
 // (a retry). When keep returns nil the input survives kill -9.
 func (e *Engine) keep(ctx context.Context, scope baton.Scope, ev baton.Event) (baton.Event, error) {
 	in, _, err := e.store.AddInput(ctx, scope, inboxed(ev))
-	e.inputKept(ev.ChatID())
+	e.inputKept(ev.ChatID(), err)
 	if err != nil {
 		return baton.Event{}, fmt.Errorf("keep %s for chat %s: %w", ev.Type, ev.ChatID(), err)
 	}
@@ -1107,6 +1107,7 @@ func (e *Engine) holderGone(h baton.EffectHolder) bool {
 // run.cancel watcher). The
 // bus and the store belong to the caller.
 func (e *Engine) Close() error {
+	e.endCreations()
 	e.stopWatchingCancels()
 	e.wakeMu.Lock()
 	for _, t := range e.wakes {

@@ -1,6 +1,11 @@
 package engine
 
-import "sync"
+import (
+	"errors"
+	"sync"
+
+	"github.com/batonhq/baton"
+)
 
 // inboxCount lets a run skip reading a chat's inbox at an input point when
 // nothing can be waiting there. Without leases every input of a chat is
@@ -52,10 +57,14 @@ func (c *inboxCount) read(chatID string, n int64) {
 	}
 }
 
-// inputKept counts an input kept for chat id, without leases (with them
-// the count is never read, and another instance's runs take the input).
-func (e *Engine) inputKept(id string) {
-	if e.instance == "" {
-		e.inbox.kept(id)
+// inputKept counts an input kept for chat id, whose store write returned
+// err, without leases (with them the count is never read, and another
+// instance's runs take the input). A write refused for what it asked (no
+// such chat in scope, an invalid input) kept nothing; any other error may
+// have kept it.
+func (e *Engine) inputKept(id string, err error) {
+	if e.instance != "" || errors.Is(err, baton.ErrNotFound) || errors.Is(err, baton.ErrInvalid) {
+		return
 	}
+	e.inbox.kept(id)
 }

@@ -113,7 +113,7 @@ func (r *run) queueInput(ctx context.Context, ev baton.Event) error {
 		return fmt.Errorf("%w: the chat has ended", errIgnored)
 	}
 	_, _, err := r.e.store.AddInput(ctx, r.scope, ev)
-	r.e.inputKept(r.st.chat.ID)
+	r.e.inputKept(r.st.chat.ID, err)
 	if err != nil {
 		return fmt.Errorf("keep the message in the inbox: %w", err)
 	}
@@ -132,8 +132,8 @@ func (r *run) queueInput(ctx context.Context, ev baton.Event) error {
 func (r *run) takeInput(ctx context.Context) (bool, error) {
 	id := r.st.chat.ID
 	kept := r.e.inbox.count(id)
-	if r.e.instance == "" && r.st.inboxClear && kept == 0 {
-		return false, nil
+	if r.e.instance == "" && r.st.inboxClear && kept == 0 || r.creation != nil {
+		return false, nil // a chat not stored yet has no inbox but the start's message (takeStart)
 	}
 	r.st.inboxClear = false
 	ins, err := r.e.store.Inputs(ctx, r.scope, id)
@@ -231,7 +231,7 @@ func (r *run) takeUIResponse(ctx context.Context) (bool, error) {
 // kept since reads nothing: a chat Start made in this process holds its
 // first message, if any, in the state too.
 func (r *run) takeStart(ctx context.Context) error {
-	if r.e.instance == "" && r.st.inboxClear && r.e.inbox.count(r.st.chat.ID) == 0 {
+	if r.e.instance == "" && r.st.inboxClear && r.e.inbox.count(r.st.chat.ID) == 0 || r.creation != nil {
 		if r.st.startInput != "" {
 			r.startMessage, r.startInput = r.st.startMessage, r.st.startInput
 		}

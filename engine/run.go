@@ -148,6 +148,10 @@ func (e *Engine) handle(ctx context.Context, ev baton.Event) (err error) {
 	}
 	runCtx, done := e.cancellable(ctx, chatID)
 	err = r.driveOrStop(runCtx)
+	if errors.Is(err, errHandOver) && wasCancelled(ctx, runCtx) {
+		done()
+		return e.recordCancelled(ctx, r) // stopped by the person before its first model call
+	}
 	if errors.Is(err, errHandOver) {
 		herr := e.handOver(ctx, r)
 		if herr == nil {

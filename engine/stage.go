@@ -93,10 +93,12 @@ func (r *run) stage(events []baton.Event, u *baton.ChatUpdate) {
 // first append with the sequence it expects it to get (ExpectNext); with
 // nothing staged, flush — which a run calls before every step with an
 // effect outside the process — checks the state against the chat instead
-// (verify).
+// (verify). A run whose chat is not stored yet (create.go) creates it, with
+// whatever is staged, nothing included: a before_chat tool's effect then
+// comes after the chat it belongs to.
 func (r *run) flush(ctx context.Context) error {
 	b := &r.staged
-	if b.empty() {
+	if b.empty() && r.creation == nil {
 		return r.verify(ctx)
 	}
 	if r.createFailed {
