@@ -3,6 +3,8 @@ package baton
 import (
 	"encoding/json"
 	"testing"
+
+	segjson "github.com/segmentio/encoding/json"
 )
 
 // TestAppendJSONString: the envelope's type and chat id are JSON strings
@@ -69,4 +71,28 @@ func TestAppendEnvelope(t *testing.T) {
 	if v := delta.View(); v.Agent != "A" {
 		t.Errorf("view of a delta = %+v, want the metadata's agent", v)
 	}
+}
+
+// FuzzEnvelopeValid holds the envelope's validity check (segmentio's, for
+// speed) to encoding/json's: an envelope either would refuse, both refuse,
+// and the view a filter reads is the same.
+func FuzzEnvelopeValid(f *testing.F) {
+	for _, s := range []string{`{"agent":"a","content":"x"}`, `{"agent":"\u00e9","to":"b"}`, `{"a":1,}`, `["x"]`, `{"agent":"a\xff"}`, `{"agent":1}`, `{"Agent":"a","agent":"b"}`, ``, `nul`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if got, want := segjson.Valid(data), json.Valid(data); got != want {
+			t.Fatalf("Valid(%q) = %v, encoding/json says %v", data, got, want)
+		}
+		if !json.Valid(data) {
+			return
+		}
+		var want EventView
+		if json.Unmarshal(data, &want) != nil {
+			return
+		}
+		if got := viewOf(data); got != want {
+			t.Fatalf("view of %q = %+v, encoding/json reads %+v", data, got, want)
+		}
+	})
 }

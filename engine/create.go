@@ -167,8 +167,10 @@ func (e *Engine) creatingRun(cr *creation) (*run, error) {
 }
 
 // create is flush's first append of a creating run: the chat, its first
-// input and the staged events in one commit (baton.ChatCreator). It tells
-// Start, and publishes session.created before the events.
+// input and the staged events in one commit (baton.ChatCreator). It
+// publishes session.created before the events; Start is told of a failure
+// at once, of the chat when the handling of the run.start ends (handle),
+// after the hand-over (errHandOver) when the append came mid-drive.
 func (r *run) create(ctx context.Context, events []baton.Event, u *baton.ChatUpdate) ([]baton.Event, error) {
 	cr := r.creation
 	r.creation = nil
@@ -284,6 +286,9 @@ func (e *Engine) endCreations() {
 	}
 	e.creatingMu.Unlock()
 	for _, cr := range waiting {
-		cr.done <- creationResult{err: fmt.Errorf("chat %s: the engine closed before its run started; nothing was created: %w", cr.chat.ID, baton.ErrClosed)}
+		select {
+		case cr.done <- creationResult{err: fmt.Errorf("chat %s: the engine closed before its run started; nothing was created: %w", cr.chat.ID, baton.ErrClosed)}:
+		default:
+		}
 	}
 }

@@ -126,7 +126,9 @@ func (r *run) flush(ctx context.Context) error {
 		if errors.Is(err, baton.ErrStale) {
 			r.expectNext = u.ExpectNext // nothing was recorded
 		}
-		r.usageAlone(ctx, u.Usage)
+		if !r.createFailed { // no chat of this run's to count them against
+			r.usageAlone(ctx, u.Usage)
+		}
 		return fmt.Errorf("record %d events: %w", len(events), err)
 	}
 	synthetic := 0

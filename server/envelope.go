@@ -148,6 +148,15 @@ func (f *frame) recycle() {
 
 // appendEnvelope applies the filter to ev and appends its envelope
 // (baton.Event.AppendEnvelope) to dst; false when the filter hides it.
+// AppendEnvelope appends ev's envelope as the stream hub builds it for the
+// clients of a chat of workflow wf — the filter applied (Visible), the
+// agent's flags taken from wf — and reports false, leaving dst as it was,
+// for an event no client is shown. For programs that embed baton and
+// stream chats their own way, and for benchmarks of the hub's work.
+func AppendEnvelope(dst []byte, wf *workflow.Workflow, ev *baton.Event) ([]byte, bool) {
+	return appendEnvelope(dst, wf, ev)
+}
+
 func appendEnvelope(dst []byte, wf *workflow.Workflow, ev *baton.Event) ([]byte, bool) {
 	if !baton.IsChatType(ev.Type) && !baton.IsStreamType(ev.Type) {
 		return dst, false

@@ -154,7 +154,7 @@ func (e *Embedded) Turn(ctx context.Context) (Timing, error) {
 	stop := e.fan.Watch(id, func(ev *baton.Event) {
 		// On the feed's goroutine, one event at a time: e.buf is its own.
 		var ok bool
-		if e.buf, ok = appendEnvelope(e.buf[:0], e.wf, ev); !ok {
+		if e.buf, ok = server.AppendEnvelope(e.buf[:0], e.wf, ev); !ok {
 			return
 		}
 		if ev.Type == baton.TypeStreamText && firstToken.Load() == 0 {
@@ -187,29 +187,6 @@ func (e *Embedded) Turn(ctx context.Context) (Timing, error) {
 	case <-ctx.Done():
 		return Timing{}, context.Cause(ctx)
 	}
-}
-
-// appendEnvelope is the server's envelope filter and encoding
-// (server.Visible, baton.Event.AppendEnvelope with the agent's flags).
-func appendEnvelope(dst []byte, wf *workflow.Workflow, ev *baton.Event) ([]byte, bool) {
-	if !server.Visible(wf, ev) {
-		return dst, false
-	}
-	var flags baton.AgentFlags
-	if baton.IsChatType(ev.Type) {
-		v := ev.View()
-		agent := v.Agent
-		if agent == "" {
-			agent = ev.Metadata.TriggerAgentName
-		}
-		a := wf.Agent(agent)
-		flags = baton.AgentFlags{
-			Visual:            wf.IsVisual(agent),
-			StructuredCapable: a != nil && a.IsStructuredCapable(),
-			ToolAgent:         a != nil && a.IsToolAgent(),
-		}
-	}
-	return ev.AppendEnvelope(dst, flags)
 }
 
 // Close stops the consumer and closes the runtime.
