@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	segjson "github.com/segmentio/encoding/json"
+	"github.com/batonhq/baton/internal/fastjson"
 )
 
 // Envelope is one event as a client of a chat receives it
@@ -60,7 +60,7 @@ func (e *Event) View() EventView {
 // recorded events pay for the view json.Unmarshal moves to the heap.)
 func viewOf(payload []byte) EventView {
 	var v EventView
-	_ = segjson.Unmarshal(payload, &v)
+	_ = fastjson.Unmarshal(payload, &v)
 	return v
 }
 
@@ -123,7 +123,7 @@ func (e *Event) AppendEnvelope(dst []byte, flags AgentFlags) ([]byte, bool) {
 	b = append(b, `"}`...)
 	// Stream payloads are built by llm.StreamEvent and always are objects;
 	// a recorded payload is checked, so a bad one is never half sent.
-	if !stream && !segjson.Valid(b[len(dst):]) {
+	if !stream && !fastjson.Valid(b[len(dst):]) {
 		return dst, false
 	}
 	return b, true

@@ -2,9 +2,10 @@ package baton
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
-	segjson "github.com/segmentio/encoding/json"
+	"github.com/batonhq/baton/internal/fastjson"
 )
 
 // TestAppendJSONString: the envelope's type and chat id are JSON strings
@@ -73,15 +74,16 @@ func TestAppendEnvelope(t *testing.T) {
 	}
 }
 
-// FuzzEnvelopeValid holds the envelope's validity check (segmentio's, for
-// speed) to encoding/json's: an envelope either would refuse, both refuse,
-// and the view a filter reads is the same.
+// FuzzEnvelopeValid holds the envelope's validity check (internal/fastjson,
+// for speed) to encoding/json's: an envelope either would refuse, both
+// refuse, and the view a filter reads is the same.
 func FuzzEnvelopeValid(f *testing.F) {
-	for _, s := range []string{`{"agent":"a","content":"x"}`, `{"agent":"\u00e9","to":"b"}`, `{"a":1,}`, `["x"]`, `{"agent":"a\xff"}`, `{"agent":1}`, `{"Agent":"a","agent":"b"}`, ``, `nul`} {
+	for _, s := range []string{`{"agent":"a","content":"x"}`, `{"agent":"\u00e9","to":"b"}`, `{"a":1,}`, `["x"]`, `{"agent":"a\xff"}`, `{"agent":1,"to":"b"}`, `{"Agent":"a","agent":"b"}`, ``, `nul`,
+		`{"agent":"a","x":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if got, want := segjson.Valid(data), json.Valid(data); got != want {
+		if got, want := fastjson.Valid(data), json.Valid(data); got != want {
 			t.Fatalf("Valid(%q) = %v, encoding/json says %v", data, got, want)
 		}
 		if !json.Valid(data) {

@@ -354,7 +354,10 @@ type InboxStore interface {
 	// AddInput stores ev, an input of chat ev.ChatID() in scope, at the end
 	// of the chat's inbox. An id the chat's inbox already holds (waiting or
 	// taken) stores nothing: it returns that input and false, so that a
-	// retried input is kept once.
+	// retried input is kept once. An error of code ENOTFOUND (no such chat
+	// in scope) or EINVALID (a bad input) means nothing was stored: the
+	// engine relies on it (an input it knows was not kept does not make
+	// the chat's run read its inbox).
 	AddInput(ctx context.Context, scope Scope, ev Event) (Input, bool, error)
 	// CreateChatWithInput creates c as CreateChat does and keeps ev, the
 	// chat's first input, in its inbox as AddInput does, in one commit:

@@ -92,6 +92,10 @@ func (e *Engine) startInRun(ctx context.Context, scope baton.Scope, chat baton.C
 	if e.creating == nil {
 		e.creating = map[string]*creation{}
 	}
+	if e.closing {
+		e.creatingMu.Unlock()
+		return baton.Chat{}, fmt.Errorf("chat %s: the engine is closing: %w", chat.ID, baton.ErrClosed)
+	}
 	if _, busy := e.creating[chat.ID]; busy {
 		e.creatingMu.Unlock()
 		return baton.Chat{}, baton.Errorf(baton.EUNAVAILABLE, "chat %s is being created; retry", chat.ID)
@@ -277,6 +281,7 @@ func (e *Engine) claimHandover(id string) *state {
 // taken its chat that the engine is closing: nothing was written.
 func (e *Engine) endCreations() {
 	e.creatingMu.Lock()
+	e.closing = true // a Start from now on is refused at once
 	var waiting []*creation
 	for id, cr := range e.creating {
 		if !cr.taken {

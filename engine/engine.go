@@ -175,6 +175,7 @@ type Engine struct {
 	creatingMu  sync.Mutex
 	creating    map[string]*creation // chats Start waits for their run to create, by id (create.go)
 	handovers   map[string]handover  // runs parked after creating their chat, by chat id (create.go)
+	closing     bool                 // Close began: Start creates no more chats through a run (create.go)
 	born        time.Time            // when New made the engine: tasks created since are this process's
 	runningMu   sync.Mutex
 	running     map[string]int // chats this instance runs now: runs acquiring, holding or releasing their lease

@@ -33,10 +33,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	segjson "github.com/segmentio/encoding/json"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
+	"github.com/batonhq/baton/internal/fastjson"
 )
 
 // Defaults of Options.
@@ -387,7 +387,7 @@ func (c *Collector) Observe(ev baton.Event) {
 		var p struct {
 			Workflow string `json:"workflow"`
 		}
-		_ = segjson.Unmarshal(ev.Payload, &p)
+		_ = fastjson.Unmarshal(ev.Payload, &p)
 		scope := ev.Metadata.Scope()
 		c.mu.Lock()
 		ch := c.chat(chatID, now)
@@ -415,9 +415,9 @@ func (c *Collector) Observe(ev baton.Event) {
 	}
 	var p payload
 	if len(ev.Payload) > 0 && readsPayload(ev.Type) {
-		// segmentio/encoding/json: encoding/json's behaviour at half its cost
-		// (the collector reads every event of every chat).
-		_ = segjson.Unmarshal(ev.Payload, &p) // a payload of another shape yields zero fields
+		// fastjson: encoding/json's answer at about half its cost (the
+		// collector reads every event of every chat).
+		_ = fastjson.Unmarshal(ev.Payload, &p) // a payload of another shape yields zero fields
 	}
 	switch ev.Type {
 	case baton.TypeStreamStart:

@@ -146,8 +146,6 @@ func (f *frame) recycle() {
 	framePool.Put(f)
 }
 
-// appendEnvelope applies the filter to ev and appends its envelope
-// (baton.Event.AppendEnvelope) to dst; false when the filter hides it.
 // AppendEnvelope appends ev's envelope as the stream hub builds it for the
 // clients of a chat of workflow wf — the filter applied (Visible), the
 // agent's flags taken from wf — and reports false, leaving dst as it was,
@@ -157,6 +155,8 @@ func AppendEnvelope(dst []byte, wf *workflow.Workflow, ev *baton.Event) ([]byte,
 	return appendEnvelope(dst, wf, ev)
 }
 
+// appendEnvelope applies the filter to ev and appends its envelope
+// (baton.Event.AppendEnvelope) to dst; false when the filter hides it.
 func appendEnvelope(dst []byte, wf *workflow.Workflow, ev *baton.Event) ([]byte, bool) {
 	if !baton.IsChatType(ev.Type) && !baton.IsStreamType(ev.Type) {
 		return dst, false

@@ -228,3 +228,17 @@ var loneSurrogate = regexp.MustCompile(`(?i)\\ud[89a-f]`)
 func badText(data []byte) bool {
 	return !utf8.Valid(data) || loneSurrogate.Match(data)
 }
+
+// A chunk nested deeper than encoding/json allows is refused — the call
+// fails, as it did before chunks were decoded with segmentio's decoder,
+// whose recursion has no limit and would overflow the stack (a fatal
+// error, the whole process) on a megabyte of brackets.
+func TestDecodeChunk_RefusesDeepNesting(t *testing.T) {
+	for _, depth := range []int{10001, 1 << 20} {
+		data := []byte(`{"id":"x","junk":` + strings.Repeat("[", depth) + strings.Repeat("]", depth) + `}`)
+		var ch streamChunk
+		if err := decodeChunk(data, &ch); err == nil {
+			t.Fatalf("a chunk nested %d deep was decoded", depth)
+		}
+	}
+}
