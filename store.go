@@ -896,25 +896,37 @@ func PrepareCreateWithInput(scope Scope, c *Chat, ev Event) (Event, error) {
 	return PrepareInput(ev)
 }
 
+// FirstInput is a CreateChatAndAppend's first input as PrepareCreateAndAppend
+// readied it for a store's inbox row.
+type FirstInput struct {
+	Event Event  // the input, checked, naming the new chat
+	JSON  []byte // its encoding, the row's event
+	Taken bool   // the append takes it: the row is kept as taken
+}
+
 // PrepareCreateAndAppend is the part of CreateChatAndAppend every store
 // shares: c prepared as CreateChat prepares it and keep, when not nil,
-// checked as CreateChatWithInput checks its input (in is the input to
-// keep). When u.ConsumeInputs names keep, taken is true and u is returned
-// without it (a copy): the input is kept as taken, and the append has no
-// input of the inbox to take.
-func PrepareCreateAndAppend(scope Scope, c *Chat, keep *Event, u *ChatUpdate) (in Event, taken bool, _ *ChatUpdate, err error) {
+// checked as CreateChatWithInput checks its input (in is nil without one).
+// When u.ConsumeInputs names keep, in.Taken is true and u is returned
+// without it (a copy): the append has no input of the inbox to take.
+func PrepareCreateAndAppend(scope Scope, c *Chat, keep *Event, u *ChatUpdate) (in *FirstInput, _ *ChatUpdate, err error) {
 	if keep == nil {
-		return Event{}, false, u, c.PrepareCreate(scope)
+		return nil, u, c.PrepareCreate(scope)
 	}
-	if in, err = PrepareCreateWithInput(scope, c, *keep); err != nil {
-		return Event{}, false, u, err
+	ev, err := PrepareCreateWithInput(scope, c, *keep)
+	if err != nil {
+		return nil, u, err
 	}
-	if u != nil && slices.Contains(u.ConsumeInputs, in.ID) {
+	in = &FirstInput{Event: ev}
+	if in.JSON, err = json.Marshal(ev); err != nil {
+		return nil, u, Errorf(EINVALID, "input: %v", err)
+	}
+	if u != nil && slices.Contains(u.ConsumeInputs, ev.ID) {
 		cu := *u
-		cu.ConsumeInputs = slices.DeleteFunc(slices.Clone(u.ConsumeInputs), func(id string) bool { return id == in.ID })
-		return in, true, &cu, nil
+		cu.ConsumeInputs = slices.DeleteFunc(slices.Clone(u.ConsumeInputs), func(id string) bool { return id == ev.ID })
+		in.Taken, u = true, &cu
 	}
-	return in, false, u, nil
+	return in, u, nil
 }
 
 // CreatedWith returns c, as a store created it at at, after an append of n

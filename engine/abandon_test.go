@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/engine"
-	"github.com/batonhq/baton/internal/testenv"
 )
 
 // abandoningTool is an askingTool that always asks again, each question's
@@ -51,24 +49,11 @@ func (a *abandoningTool) abandons() []string {
 func TestToolInput_RoundsBoundAbandonsTheTool(t *testing.T) {
 	at := &abandoningTool{askingTool: &askingTool{always: true}}
 	h, id := startAsking(t, at)
-	ctx := context.Background()
-	for i := 1; i <= engine.MaxToolInputRounds; i++ {
-		waitAsked(t, h, id, fmt.Sprintf("Question %d?", i))
+	answerEveryRound(t, h, id, func(i int) {
 		if got := at.abandons(); len(got) != 0 {
 			t.Fatalf("abandoned after %d questions: %q", i, got)
 		}
-		if err := h.eng.Submit(ctx, testScope, id, fmt.Sprintf("answer %d", i), "ws"); err != nil {
-			t.Fatal(err)
-		}
-		if i < engine.MaxToolInputRounds {
-			testenv.Eventually(t, 10*time.Second, "the next question", func() error {
-				if n := countType(h.events(id), baton.TypeChatInputRequest); n != i+1 {
-					return fmt.Errorf("%d input requests", n)
-				}
-				return nil
-			})
-		}
-	}
+	})
 	if c := h.waitStatus(id, baton.ChatCompleted, baton.ChatFailed); c.Status != baton.ChatCompleted {
 		t.Fatalf("chat %s:\n%s", c.Status, dump(h.events(id)))
 	}

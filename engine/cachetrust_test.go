@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"iter"
 	"os"
@@ -208,5 +209,34 @@ func TestCachedState_BehindTheStore_HandledAgainFromTheStore(t *testing.T) {
 	}
 	if stale != 1 {
 		t.Errorf("logged the stale state %d times, want once", stale)
+	}
+}
+
+// An input naming a chat of another tenant does not touch the state this
+// engine holds for it: the store refuses it (its tenant check), and the
+// chat's own next turn still runs from the cached state, reading no chat
+// row (a foreign event that took the state out of the cache would cost the
+// owner a rebuild from the store).
+func TestCachedState_AnotherTenantsInputLeavesItAlone(t *testing.T) {
+	h, rc := newCountingHarness(t, &historyModel{})
+	ctx := context.Background()
+	id := startWith(t, h, "queue", "m0")
+	h.waitAnswers(id, 1)
+	intruder := baton.Scope{App: testScope.App, User: "mallory"}
+	payload, _ := json.Marshal(baton.UserQueryPayload{Content: "not yours"})
+	if err := h.bus.Publish(ctx, baton.NewInput(intruder, baton.TypeUserQuery, id, payload)); err != nil {
+		t.Fatal(err)
+	}
+	h.settle()
+	rc.getChat.Store(0)
+	if err := h.eng.Submit(ctx, testScope, id, "m1", "http"); err != nil {
+		t.Fatal(err)
+	}
+	h.waitAnswers(id, 2)
+	if g := rc.getChat.Load(); g != 0 {
+		t.Errorf("the owner's next turn read the chat %d times, want 0: the foreign input took its cached state", g)
+	}
+	if users, _ := texts(h.events(id), "user"); !slices.Equal(users, []string{"m0", "m1"}) {
+		t.Fatalf("person's texts %q, want [m0 m1]", users)
 	}
 }

@@ -35,6 +35,12 @@ func (e *Engine) load(ctx context.Context, scope baton.Scope, chatID string, cac
 	}
 	chat, err := e.store.GetChat(ctx, scope, chatID) // the tenant check, in the store's query
 	if err != nil {
+		if st != nil {
+			// Not this caller's chat (another tenant's input names it), or
+			// the store did not answer: the state is what it was, for the
+			// chat's own next run.
+			e.cache.put(st)
+		}
 		return nil, err
 	}
 	wf := e.workflows[chat.Workflow]

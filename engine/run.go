@@ -68,7 +68,6 @@ func (e *Engine) handle(ctx context.Context, ev baton.Event) (err error) {
 	}
 	defer end(&err)
 	var r *run
-	handedOver := false
 	if ev.Type == baton.TypeRunStart {
 		if cr := e.takeCreation(chatID, ev.ID); cr != nil {
 			if r, err = e.creatingRun(cr); err != nil {
@@ -84,8 +83,8 @@ func (e *Engine) handle(ctx context.Context, ev baton.Event) (err error) {
 				}
 			}()
 		}
-	} else if r = e.takeHandover(chatID, ev.ID); r != nil {
-		handedOver = true
+	} else {
+		r = e.takeHandover(chatID, ev.ID) // its run.wake has no payload: it only drives r on
 	}
 	if r == nil {
 		if r, err = e.load(ctx, ev.Metadata.Scope(), chatID, true); err != nil {
@@ -101,9 +100,6 @@ func (e *Engine) handle(ctx context.Context, ev baton.Event) (err error) {
 			e.cache.put(r.st) // only a state that matches what was recorded
 		}
 	}()
-	if handedOver {
-		ev.Type = "" // the run goes on where its run.start's handling left it
-	}
 	if (ev.Type == baton.TypeUserQuery || ev.Type == baton.TypeUIToolResponse) && r.st.inputs[ev.ID] {
 		// Recorded before: a retried publish reached another instance, or
 		// came back after the bus's window. Handled once.
@@ -123,7 +119,7 @@ func (e *Engine) handle(ctx context.Context, ev baton.Event) (err error) {
 		r.retry = true
 	case baton.TypeRunWake:
 		if len(ev.Payload) == 0 {
-			break // a hand-over's (handOver) whose run is gone: the chat goes on from its state
+			break // a hand-over's (handOver): the chat goes on from its state, the parked one or the store's
 		}
 		if err := r.wake(ctx, ev); err != nil {
 			return err

@@ -651,16 +651,17 @@ func checkForkEndsCall(t *testing.T, h *harness, forkID string) {
 	}
 }
 
-// TestToolInput_RoundsAreBounded: a tool that keeps asking does not hold
-// the person forever: past engine.MaxToolInputRounds questions the call
-// ends with an error result for the model, and the chat goes on.
-func TestToolInput_RoundsAreBounded(t *testing.T) {
-	at := &askingTool{always: true}
-	h, id := startAsking(t, at)
-	ctx := context.Background()
+// answerEveryRound answers the questions of a tool that keeps asking,
+// engine.MaxToolInputRounds of them, waiting for each; asked, when not nil,
+// checks the chat once question i is shown, before its answer.
+func answerEveryRound(t *testing.T, h *harness, id string, asked func(i int)) {
+	t.Helper()
 	for i := 1; i <= engine.MaxToolInputRounds; i++ {
 		waitAsked(t, h, id, fmt.Sprintf("Question %d?", i))
-		if err := h.eng.Submit(ctx, testScope, id, fmt.Sprintf("answer %d", i), "ws"); err != nil {
+		if asked != nil {
+			asked(i)
+		}
+		if err := h.eng.Submit(context.Background(), testScope, id, fmt.Sprintf("answer %d", i), "ws"); err != nil {
 			t.Fatal(err)
 		}
 		if i < engine.MaxToolInputRounds {
@@ -672,6 +673,15 @@ func TestToolInput_RoundsAreBounded(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestToolInput_RoundsAreBounded: a tool that keeps asking does not hold
+// the person forever: past engine.MaxToolInputRounds questions the call
+// ends with an error result for the model, and the chat goes on.
+func TestToolInput_RoundsAreBounded(t *testing.T) {
+	at := &askingTool{always: true}
+	h, id := startAsking(t, at)
+	answerEveryRound(t, h, id, nil)
 	c := h.waitStatus(id, baton.ChatCompleted, baton.ChatFailed)
 	evs := h.events(id)
 	if c.Status != baton.ChatCompleted || len(c.Pending) != 0 || countType(evs, baton.TypeChatInputRequest) != engine.MaxToolInputRounds {

@@ -128,3 +128,37 @@ func TestFailedAppendPublishesNothing(t *testing.T) {
 		t.Fatalf("failed records published %d times", pub.n-1)
 	}
 }
+
+// Create holds to invariant 1 as Record does: the chat and its first
+// events are in the store before created is called and before anything is
+// published, and a create the store refuses (an id in use) publishes
+// nothing and calls nothing.
+func TestCreatePersistsBeforePublish(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	pub := &checkingPublisher{t: t, store: s}
+	rec := recorder.New(s, pub)
+	if !rec.CanCreate() {
+		t.Fatal("a recorder on SQLite cannot create chats")
+	}
+	scope := storetest.NewScope()
+	calls := 0
+	created := func(c baton.Chat) {
+		calls++
+		if got, err := s.GetChat(ctx, scope, c.ID); err != nil || got.LastSequence != 2 {
+			t.Errorf("created called before the chat was stored: %+v %v", got, err)
+		}
+		if len(pub.got) != 0 {
+			t.Error("events published before created was called")
+		}
+	}
+	c, evs, err := rec.Create(ctx, scope, baton.Chat{Workflow: "hello"}, nil,
+		[]baton.Event{storetest.TextEvent("A", "hi"), storetest.TextEvent("B", "there")}, nil, created)
+	if err != nil || len(evs) != 2 || calls != 1 || len(pub.got) != 2 {
+		t.Fatalf("Create: %v, %d events, created called %d times, %d published", err, len(evs), calls, len(pub.got))
+	}
+	_, _, err = rec.Create(ctx, scope, baton.Chat{ID: c.ID, Workflow: "hello"}, nil, []baton.Event{storetest.TextEvent("A", "again")}, nil, created)
+	if baton.ErrorCode(err) != baton.ECONFLICT || calls != 1 || len(pub.got) != 2 {
+		t.Fatalf("Create of an id in use: %v, created called %d times, %d published; want conflict and nothing", err, calls, len(pub.got))
+	}
+}

@@ -77,15 +77,9 @@ func (s *Store) CreateChatAndAppend(ctx context.Context, scope baton.Scope, c ba
 	if err := s.check(); err != nil {
 		return baton.Chat{}, nil, err
 	}
-	in, taken, u, err := baton.PrepareCreateAndAppend(scope, &c, keep, u)
+	in, u, err := baton.PrepareCreateAndAppend(scope, &c, keep, u)
 	if err != nil {
 		return baton.Chat{}, nil, err
-	}
-	var raw []byte
-	if keep != nil {
-		if raw, err = json.Marshal(in); err != nil {
-			return baton.Chat{}, nil, baton.Errorf(baton.EINVALID, "input: %v", err)
-		}
 	}
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	c.CreatedAt, c.UpdatedAt = now, now
@@ -95,15 +89,15 @@ func (s *Store) CreateChatAndAppend(ctx context.Context, scope baton.Scope, c ba
 		if err := insertChat(ctx, tx, c, pending, now); err != nil {
 			return err
 		}
-		if keep == nil {
+		if in == nil {
 			return nil
 		}
 		var consumed *time.Time
-		if taken {
+		if in.Taken {
 			consumed = &now
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO inputs (chat_id, id, type, event, accepted_at, consumed_at) VALUES ($1, $2, $3, $4, $5, $6)`,
-			c.ID, in.ID, in.Type, string(raw), now, consumed)
+			c.ID, in.Event.ID, in.Event.Type, string(in.JSON), now, consumed)
 		return err
 	})
 	if err != nil {

@@ -99,15 +99,9 @@ func appendAlone(ctx context.Context, w *wconn, a *appendReq) error {
 // CreateChatAndAppend creates c, keeps keep and makes the chat's first
 // append in one commit; see baton.CreateAppender.
 func (s *Store) CreateChatAndAppend(ctx context.Context, scope baton.Scope, c baton.Chat, keep *baton.Event, events []baton.Event, u *baton.ChatUpdate) (baton.Chat, []baton.Event, error) {
-	in, taken, u, err := baton.PrepareCreateAndAppend(scope, &c, keep, u)
+	in, u, err := baton.PrepareCreateAndAppend(scope, &c, keep, u)
 	if err != nil {
 		return baton.Chat{}, nil, err
-	}
-	var raw []byte
-	if keep != nil {
-		if raw, err = json.Marshal(in); err != nil {
-			return baton.Chat{}, nil, baton.Errorf(baton.EINVALID, "input: %v", err)
-		}
 	}
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	a, err := prepareAppend(scope, c.ID, events, u, now)
@@ -121,13 +115,13 @@ func (s *Store) CreateChatAndAppend(ctx context.Context, scope baton.Scope, c ba
 		if err := insertChat(ctx, w, c, pending, now); err != nil {
 			return err
 		}
-		if keep != nil {
+		if in != nil {
 			var consumed any
-			if taken {
+			if in.Taken {
 				consumed = micros(now) // kept as taken: it never waits in the inbox
 			}
 			if _, err := w.exec(ctx, `INSERT INTO inputs (chat_id, id, type, event, accepted_at, consumed_at) VALUES (?, ?, ?, ?, ?, ?)`,
-				c.ID, in.ID, in.Type, string(raw), micros(now), consumed); err != nil {
+				c.ID, in.Event.ID, in.Event.Type, string(in.JSON), micros(now), consumed); err != nil {
 				return storeErr("add input", err)
 			}
 		}
