@@ -55,3 +55,61 @@ func TestGatherStops(t *testing.T) {
 		t.Fatalf("after stop: %v, %v; want [], false", batch, ok)
 	}
 }
+
+// stoppedTimer is a timer as Linger wants it: stopped, nothing to drain.
+func stoppedTimer() *time.Timer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}
+
+func TestLingerTakesWhatArrivesUntilFull(t *testing.T) {
+	reqs := make(chan int)
+	stop := make(chan struct{})
+	go func() {
+		for i := 2; i <= 3; i++ {
+			reqs <- i // unbuffered: each send waits for Linger to take it
+		}
+	}()
+	// An hour to wait: Linger can only return because the batch is full.
+	batch := Linger(reqs, stop, stoppedTimer(), time.Hour, []int{1}, 3)
+	if !slices.Equal(batch, []int{1, 2, 3}) {
+		t.Fatalf("batch = %v; want [1 2 3]", batch)
+	}
+}
+
+func TestLingerReturnsWhenTheWaitIsOver(t *testing.T) {
+	reqs := make(chan int)
+	timer := stoppedTimer()
+	batch := Linger(reqs, make(chan struct{}), timer, time.Millisecond, []int{1}, 8)
+	if !slices.Equal(batch, []int{1}) {
+		t.Fatalf("batch = %v; want [1]", batch)
+	}
+	// The timer is left reusable: a second wait ends too, and a request
+	// already waiting is taken.
+	buf := make(chan int, 1)
+	buf <- 2
+	if batch = Linger(buf, make(chan struct{}), timer, time.Millisecond, batch, 8); !slices.Equal(batch, []int{1, 2}) {
+		t.Fatalf("second batch = %v; want [1 2]", batch)
+	}
+}
+
+func TestLingerStops(t *testing.T) {
+	stop := make(chan struct{})
+	close(stop)
+	batch := Linger(make(chan int), stop, stoppedTimer(), time.Hour, []int{1}, 8)
+	if !slices.Equal(batch, []int{1}) {
+		t.Fatalf("batch = %v; want [1], the requests taken kept", batch)
+	}
+}
+
+func TestLingerWithoutAWaitOrRoom(t *testing.T) {
+	reqs := make(chan int, 1)
+	reqs <- 9
+	if batch := Linger(reqs, make(chan struct{}), stoppedTimer(), 0, []int{1}, 8); !slices.Equal(batch, []int{1}) {
+		t.Fatalf("no wait: batch = %v; want [1]", batch)
+	}
+	if batch := Linger(reqs, make(chan struct{}), stoppedTimer(), time.Hour, []int{1, 2}, 2); !slices.Equal(batch, []int{1, 2}) {
+		t.Fatalf("full: batch = %v; want [1 2]", batch)
+	}
+}
