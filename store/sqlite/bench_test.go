@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/store/sqlite"
@@ -41,15 +42,18 @@ func BenchmarkAppend4(b *testing.B) {
 // BenchmarkAppendPaced: 1,000 chats appending at a fixed total rate (an open
 // loop, see storetest.BenchAppendPaced), with group commit and
 // synchronous=FULL: the latency below saturation. 25,000 events/s is half the
-// target capacity.
+// target capacity. Each rate runs with the default commit delay and without
+// one (delay=0), which is the latency the delay trades for fewer commits.
 func BenchmarkAppendPaced(b *testing.B) {
 	for _, rate := range []float64{10_000, 25_000, 50_000} {
-		b.Run(fmt.Sprintf("chats=1000/rate=%.0f", rate), func(b *testing.B) {
-			s := openTemp(b)
-			storetest.BenchAppendPaced(b, s, 1000, rate)
-			st := s.Stats()
-			b.ReportMetric(float64(st.Writes)/float64(max(1, st.Commits)), "writes/commit")
-		})
+		for _, delay := range []time.Duration{sqlite.DefaultCommitDelay, 0} {
+			b.Run(fmt.Sprintf("chats=1000/rate=%.0f/delay=%v", rate, delay), func(b *testing.B) {
+				s := openTemp(b, sqlite.WithCommitDelay(delay))
+				storetest.BenchAppendPaced(b, s, 1000, rate)
+				st := s.Stats()
+				b.ReportMetric(float64(st.Writes)/float64(max(1, st.Commits)), "writes/commit")
+			})
+		}
 	}
 }
 

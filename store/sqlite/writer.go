@@ -150,18 +150,22 @@ func (s *Store) deliverAcks() {
 // during the previous commit.
 //
 // Under load it also waits a little for more (the commit delay): when this
-// batch and the previous one each held two writes or more, it takes what
-// arrives for as long as the previous commit took, at most commitDelay,
-// before it begins. Without that, at 50 turns in flight the batches held
-// about four writes, and a commit's fixed cost (its fsync, the WAL frames
-// of pages every write touches: the database header, the last page of each
-// index) was paid about once per turn; with the wait issue 25's benchmark
-// took 1.00–1.02 ms of CPU a turn instead of 1.13–1.23 and ran 1,748–1,827
-// turns a second instead of 1,392–1,518 (alternating runs). A write so spends at most twice
-// as long in the store as without the wait, and, since the wait follows the
-// commits' own time, a fast disk waits less. Two writes in a row rule out a
-// lone chat; at two chats in flight, where nobody else can come, the wait
-// measured no slower.
+// batch and the previous one each held two writes or more, and this one
+// fewer than lingerBelow, it takes what arrives for as long as the previous
+// commit took, at most commitDelay, before it begins. A commit has a fixed
+// cost: its fsync, and two pwrites for each WAL frame of a page any write
+// touched; with batches of three or four writes (1,000 chats appending
+// 10,000 events a second, or 50 production turns in flight) that was about
+// half of the writer's CPU. Waiting makes the batches several times larger:
+// the appends cost 43–54 µs of CPU an event instead of 86–91, and issue
+// 25's turn benchmark runs about 15 % more turns a second. The price is
+// latency: a write waits up to a commit's time more (at 10,000 events a
+// second the median append took about 2 ms instead of 0.6–0.7). Two writes
+// in a row rule out a lone chat (one chat at a time never waits); a batch
+// of lingerBelow or more already spreads the fixed cost thin, and waiting
+// then only lets the batches snowball (at 25,000 events a second to 100
+// and more writes, with three times the median latency); and since the
+// wait follows the commits' own time, a fast disk waits less.
 func (s *Store) run() {
 	defer close(s.writerDone)
 	batch := make([]*request, 0, s.maxBatch)
@@ -174,7 +178,7 @@ func (s *Store) run() {
 		if batch, ok = groupcommit.Gather(s.reqs, s.closing, batch, s.maxBatch); !ok {
 			return
 		}
-		if len(batch) >= 2 && prevBatch >= 2 {
+		if len(batch) >= 2 && len(batch) < lingerBelow && prevBatch >= 2 {
 			batch = groupcommit.Linger(s.reqs, s.closing, linger, min(s.commitDelay, prevCommit), batch, s.maxBatch)
 		}
 		prevBatch = len(batch)
@@ -208,6 +212,10 @@ func (s *Store) run() {
 		s.checkpointIfAsked()
 	}
 }
+
+// lingerBelow is the batch size from which the writer no longer waits for
+// more writes (see run).
+const lingerBelow = 16
 
 // errBulk makes commit run the usage rows and appends of a batch one at a
 // time: bulkAppend met a case it cannot attribute to one append (a
