@@ -63,41 +63,66 @@ func stoppedTimer() *time.Timer {
 	return t
 }
 
+// lingerReturns runs Linger and fails the test if it has not returned
+// within a minute (the cases here return at once, or after a millisecond).
+func lingerReturns[T any](t *testing.T, reqs <-chan T, stop <-chan struct{}, timer *time.Timer, d time.Duration, batch []T, max int) []T {
+	t.Helper()
+	done := make(chan []T, 1)
+	go func() { done <- Linger(reqs, stop, timer, d, batch, max) }()
+	select {
+	case b := <-done:
+		return b
+	case <-time.After(time.Minute):
+		t.Fatalf("Linger(d=%v, %d requests, max %d) has not returned after a minute", d, len(batch), max)
+		return nil
+	}
+}
+
 func TestLingerTakesWhatArrivesUntilFull(t *testing.T) {
 	reqs := make(chan int)
 	stop := make(chan struct{})
 	go func() {
 		for i := 2; i <= 3; i++ {
-			reqs <- i // unbuffered: each send waits for Linger to take it
+			select {
+			case reqs <- i: // unbuffered: each send waits for Linger to take it
+			case <-stop:
+				return
+			}
 		}
 	}()
+	defer close(stop)
 	// An hour to wait: Linger can only return because the batch is full.
-	batch := Linger(reqs, stop, stoppedTimer(), time.Hour, []int{1}, 3)
+	batch := lingerReturns(t, reqs, stop, stoppedTimer(), time.Hour, []int{1}, 3)
 	if !slices.Equal(batch, []int{1, 2, 3}) {
 		t.Fatalf("batch = %v; want [1 2 3]", batch)
+	}
+}
+
+func TestLingerTakesWhatIsWaiting(t *testing.T) {
+	reqs := make(chan int, 2)
+	reqs <- 2
+	reqs <- 3
+	batch := lingerReturns(t, reqs, make(chan struct{}), stoppedTimer(), time.Hour, []int{1}, 2)
+	if !slices.Equal(batch, []int{1, 2}) || len(reqs) != 1 {
+		t.Fatalf("batch = %v, %d left waiting; want [1 2], 1 (no more than max)", batch, len(reqs))
 	}
 }
 
 func TestLingerReturnsWhenTheWaitIsOver(t *testing.T) {
 	reqs := make(chan int)
 	timer := stoppedTimer()
-	batch := Linger(reqs, make(chan struct{}), timer, time.Millisecond, []int{1}, 8)
-	if !slices.Equal(batch, []int{1}) {
-		t.Fatalf("batch = %v; want [1]", batch)
-	}
-	// The timer is left reusable: a second wait ends too, and a request
-	// already waiting is taken.
-	buf := make(chan int, 1)
-	buf <- 2
-	if batch = Linger(buf, make(chan struct{}), timer, time.Millisecond, batch, 8); !slices.Equal(batch, []int{1, 2}) {
-		t.Fatalf("second batch = %v; want [1 2]", batch)
+	for round := range 2 { // the timer is left reusable
+		batch := lingerReturns(t, reqs, make(chan struct{}), timer, time.Millisecond, []int{1}, 8)
+		if !slices.Equal(batch, []int{1}) {
+			t.Fatalf("round %d: batch = %v; want [1]", round, batch)
+		}
 	}
 }
 
 func TestLingerStops(t *testing.T) {
 	stop := make(chan struct{})
 	close(stop)
-	batch := Linger(make(chan int), stop, stoppedTimer(), time.Hour, []int{1}, 8)
+	batch := lingerReturns(t, make(chan int), stop, stoppedTimer(), time.Hour, []int{1}, 8)
 	if !slices.Equal(batch, []int{1}) {
 		t.Fatalf("batch = %v; want [1], the requests taken kept", batch)
 	}
@@ -106,10 +131,10 @@ func TestLingerStops(t *testing.T) {
 func TestLingerWithoutAWaitOrRoom(t *testing.T) {
 	reqs := make(chan int, 1)
 	reqs <- 9
-	if batch := Linger(reqs, make(chan struct{}), stoppedTimer(), 0, []int{1}, 8); !slices.Equal(batch, []int{1}) {
+	if batch := lingerReturns(t, reqs, make(chan struct{}), stoppedTimer(), 0, []int{1}, 8); !slices.Equal(batch, []int{1}) {
 		t.Fatalf("no wait: batch = %v; want [1]", batch)
 	}
-	if batch := Linger(reqs, make(chan struct{}), stoppedTimer(), time.Hour, []int{1, 2}, 2); !slices.Equal(batch, []int{1, 2}) {
+	if batch := lingerReturns(t, reqs, make(chan struct{}), stoppedTimer(), time.Hour, []int{1, 2}, 2); !slices.Equal(batch, []int{1, 2}) {
 		t.Fatalf("full: batch = %v; want [1 2]", batch)
 	}
 }

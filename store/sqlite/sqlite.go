@@ -109,11 +109,16 @@ const DefaultCommitDelay = time.Millisecond
 // it commits a batch under load (default DefaultCommitDelay; 0 turns the
 // wait off). It waits only when the batch at hand and the one before each
 // hold two writes or more, the one at hand fewer than 16, and never longer
-// than the previous commit took: a lone write is committed at once, and
-// under load a write spends up to about twice as long in the store, in
-// return for several times fewer commits and fsyncs, which is most of the
-// writer's CPU when its batches are small. Turn it off where the latency of
-// each write matters more than the CPU.
+// than the previous commit took. A lone write is committed at once; under
+// load a write waits up to one more commit's time, and the larger batches
+// take longer to commit (at 10,000 appends a second the median append took
+// 1.9–2.0 ms instead of 0.7), in return for several times fewer commits and
+// fsyncs, about half of the writer's CPU when its batches are small. When
+// every writer is already in the batch (a few chats in lockstep), nobody
+// else comes and the batch waits the whole time; at 2 to 8 chats in flight
+// that measured no slower. Turn it off where the latency of each write
+// matters more than the CPU. What a returned write means is unchanged: it
+// is committed, durable as WithSynchronous says.
 func WithCommitDelay(d time.Duration) Option {
 	return func(s *Store) { s.commitDelay = max(d, 0) }
 }

@@ -149,23 +149,15 @@ func (s *Store) deliverAcks() {
 // and no more, and under load the batch grows by itself to what arrived
 // during the previous commit.
 //
-// Under load it also waits a little for more (the commit delay): when this
-// batch and the previous one each held two writes or more, and this one
-// fewer than lingerBelow, it takes what arrives for as long as the previous
-// commit took, at most commitDelay, before it begins. A commit has a fixed
-// cost: its fsync, and two pwrites for each WAL frame of a page any write
-// touched; with batches of three or four writes (1,000 chats appending
-// 10,000 events a second, or 50 production turns in flight) that was about
-// half of the writer's CPU. Waiting makes the batches several times larger:
-// the appends cost 43–54 µs of CPU an event instead of 86–91, and issue
-// 25's turn benchmark runs about 15 % more turns a second. The price is
-// latency: a write waits up to a commit's time more (at 10,000 events a
-// second the median append took about 2 ms instead of 0.6–0.7). Two writes
-// in a row rule out a lone chat (one chat at a time never waits); a batch
-// of lingerBelow or more already spreads the fixed cost thin, and waiting
-// then only lets the batches snowball (at 25,000 events a second to 100
-// and more writes, with three times the median latency); and since the
-// wait follows the commits' own time, a fast disk waits less.
+// Under load it also waits a little for more (the commit delay, lingerFor)
+// before it begins. A commit has a fixed cost: its fsync, and two pwrites
+// for each WAL frame of a page any write touched; with batches of three or
+// four writes (1,000 chats appending 10,000 events a second, or 50
+// production turns in flight) that was about half of the writer's CPU.
+// Waiting makes the batches several times larger, for about half the
+// writer's CPU per event at that rate and about 15 % more of issue 25's
+// turns a second; the price is latency (docs/performance.md, "The commit
+// delay", has the figures).
 func (s *Store) run() {
 	defer close(s.writerDone)
 	batch := make([]*request, 0, s.maxBatch)
@@ -178,8 +170,8 @@ func (s *Store) run() {
 		if batch, ok = groupcommit.Gather(s.reqs, s.closing, batch, s.maxBatch); !ok {
 			return
 		}
-		if len(batch) >= 2 && len(batch) < lingerBelow && prevBatch >= 2 {
-			batch = groupcommit.Linger(s.reqs, s.closing, linger, min(s.commitDelay, prevCommit), batch, s.maxBatch)
+		if d := lingerFor(len(batch), prevBatch, prevCommit, s.commitDelay); d > 0 {
+			batch = groupcommit.Linger(s.reqs, s.closing, linger, d, batch, s.maxBatch)
 		}
 		prevBatch = len(batch)
 		// Usage rows, then appends, go last, where apply runs them in
@@ -214,8 +206,27 @@ func (s *Store) run() {
 }
 
 // lingerBelow is the batch size from which the writer no longer waits for
-// more writes (see run).
+// more writes (see lingerFor).
 const lingerBelow = 16
+
+// lingerFor is how long the writer waits for more writes before it commits
+// a batch of n, when the previous batch held prevN and its commit took
+// prevCommit, with the commit delay set to delay (0: none).
+//
+// It waits only when both batches held two writes or more: one chat at a
+// time never waits, and two batches in a row say that writers keep
+// coming. It does not wait for a batch of lingerBelow or more, which
+// already spreads a commit's fixed cost thin: waiting then only let the
+// batches snowball (at 25,000 events a second to over 100 writes, with
+// three times the median latency). And it waits no longer than the
+// previous commit took, so a write spends at most about one more commit's
+// time in the store, and a fast disk waits less.
+func lingerFor(n, prevN int, prevCommit, delay time.Duration) time.Duration {
+	if n < 2 || prevN < 2 || n >= lingerBelow {
+		return 0
+	}
+	return max(min(delay, prevCommit), 0)
+}
 
 // errBulk makes commit run the usage rows and appends of a batch one at a
 // time: bulkAppend met a case it cannot attribute to one append (a

@@ -11,15 +11,16 @@ import (
 	"github.com/batonhq/baton/store/storetest"
 )
 
-// TestCommitDelayFollowsTheCommits gives the writer an hour of commit delay
-// and many writers at once: the writer may wait for more writes only as
-// long as its previous commit took, so every write still returns at once
-// (were the hour the bound, the first batch of two would hold its writers
-// until their contexts end). Every chat stays gapless and in order.
 // commitDelayPatience is how long TestCommitDelayFollowsTheCommits waits
 // for its writers; they take milliseconds.
 var commitDelayPatience = time.Minute
 
+// TestCommitDelayFollowsTheCommits gives the writer an hour of commit delay
+// and many writers at once: the writer may wait for more writes only as
+// long as its previous commit took (TestLingerFor has the rule), so every
+// write still returns at once — were the hour the bound, a batch of two
+// would hold its writers until the store closed. Every chat stays gapless
+// and in order.
 func TestCommitDelayFollowsTheCommits(t *testing.T) {
 	s := openTemp(t, sqlite.WithCommitDelay(time.Hour))
 	ctx := context.Background()
