@@ -122,6 +122,11 @@ type Config struct {
 	// StateCache is how many chat states stay in memory between inputs:
 	// 0 means engine.DefaultStateCache, a negative number none.
 	StateCache int
+	// SQLiteCommitDelay is how long a SQLite store opened from StoreURL
+	// waits for more writes before a commit under load (see
+	// sqlite.WithCommitDelay): 0 means sqlite.DefaultCommitDelay, a
+	// negative duration none.
+	SQLiteCommitDelay time.Duration
 
 	// Budget is the token and cost budget of chats whose workflow sets
 	// none, and of each app.
@@ -233,7 +238,11 @@ func Open(ctx context.Context, cfg Config) (_ *Runtime, err error) {
 		return nil, err
 	}
 	if rt.store = cfg.Store; rt.store == nil {
-		if rt.store, err = store.Open(ctx, cfg.StoreURL, store.WithLogger(log)); err != nil {
+		opts := []store.Option{store.WithLogger(log)}
+		if cfg.SQLiteCommitDelay != 0 {
+			opts = append(opts, store.WithSQLiteCommitDelay(max(cfg.SQLiteCommitDelay, 0)))
+		}
+		if rt.store, err = store.Open(ctx, cfg.StoreURL, opts...); err != nil {
 			return nil, fmt.Errorf("open store: %w", err)
 		}
 		rt.ownStore = true

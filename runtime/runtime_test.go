@@ -16,6 +16,7 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/bus"
+	"github.com/batonhq/baton/store/sqlite"
 	"github.com/batonhq/baton/workflow"
 )
 
@@ -245,6 +246,31 @@ func TestOpenRefusesBadConfig(t *testing.T) {
 		}
 		if !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: error %q does not say %q", c.cfg, err, c.want)
+		}
+	}
+}
+
+// TestOpenSQLiteCommitDelay: Config.SQLiteCommitDelay reaches the SQLite
+// store runtime.Open opens (0: the default, negative: none).
+func TestOpenSQLiteCommitDelay(t *testing.T) {
+	for _, tc := range []struct {
+		set, want time.Duration
+	}{
+		{0, sqlite.DefaultCommitDelay},
+		{-1, 0},
+		{5 * time.Millisecond, 5 * time.Millisecond},
+	} {
+		dir := t.TempDir()
+		rt, err := Open(context.Background(), Config{DataDir: dir, Logger: quiet(), SQLiteCommitDelay: tc.set})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := rt.Store().(*sqlite.Store).CommitDelay()
+		if err := rt.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if got != tc.want {
+			t.Errorf("SQLiteCommitDelay %v: the store's commit delay is %v; want %v", tc.set, got, tc.want)
 		}
 	}
 }

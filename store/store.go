@@ -13,6 +13,7 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/store/mem"
@@ -26,10 +27,28 @@ const DefaultURL = "sqlite:" + sqlite.DefaultPath
 // Option configures Open.
 type Option func(*options)
 
-type options struct{ log *slog.Logger }
+type options struct {
+	log         *slog.Logger
+	commitDelay *time.Duration
+}
 
 // WithLogger sets the store's logger.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithSQLiteCommitDelay sets a SQLite store's commit delay (see
+// sqlite.WithCommitDelay; 0 turns it off). Other stores ignore it.
+func WithSQLiteCommitDelay(d time.Duration) Option {
+	return func(o *options) { o.commitDelay = &d }
+}
+
+// sqliteOptions are the sqlite.Open options o describes.
+func (o options) sqliteOptions() []sqlite.Option {
+	opts := []sqlite.Option{sqlite.WithLogger(o.log)}
+	if o.commitDelay != nil {
+		opts = append(opts, sqlite.WithCommitDelay(*o.commitDelay))
+	}
+	return opts
+}
 
 // Open opens the store url names and applies its migrations. The caller
 // closes it.
@@ -40,10 +59,10 @@ func Open(ctx context.Context, url string, opts ...Option) (baton.Store, error) 
 	}
 	switch {
 	case url == "":
-		return sqlite.Open(ctx, sqlite.DefaultPath, sqlite.WithLogger(o.log))
+		return sqlite.Open(ctx, sqlite.DefaultPath, o.sqliteOptions()...)
 	case strings.HasPrefix(url, "sqlite:"):
 		path := strings.TrimPrefix(strings.TrimPrefix(url, "sqlite:"), "//")
-		return sqlite.Open(ctx, path, sqlite.WithLogger(o.log))
+		return sqlite.Open(ctx, path, o.sqliteOptions()...)
 	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
 		return postgres.Open(ctx, url, postgres.WithLogger(o.log))
 	case url == "mem:" || url == "mem://":

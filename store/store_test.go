@@ -6,10 +6,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/internal/testenv"
 	"github.com/batonhq/baton/store"
+	"github.com/batonhq/baton/store/sqlite"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -106,5 +108,30 @@ func TestOpenMem(t *testing.T) {
 	_, err = store.Open(ctx, "mem:/tmp/x")
 	if baton.ErrorCode(err) != baton.EINVALID || !strings.Contains(baton.ErrorMessage(err), "mem:/tmp/x") {
 		t.Fatalf("Open(mem:/tmp/x) = %v, want invalid naming the URL", err)
+	}
+}
+
+// TestOpenSQLiteCommitDelay: the commit delay given to Open reaches the
+// SQLite store; without it the store has its default.
+func TestOpenSQLiteCommitDelay(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []store.Option
+		want time.Duration
+	}{
+		{"default", nil, sqlite.DefaultCommitDelay},
+		{"off", []store.Option{store.WithSQLiteCommitDelay(0)}, 0},
+		{"set", []store.Option{store.WithSQLiteCommitDelay(3 * time.Millisecond)}, 3 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := store.Open(context.Background(), "sqlite:"+filepath.Join(t.TempDir(), "baton.db"), tc.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if got := s.(*sqlite.Store).CommitDelay(); got != tc.want {
+				t.Fatalf("commit delay %v; want %v", got, tc.want)
+			}
+		})
 	}
 }

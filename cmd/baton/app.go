@@ -14,6 +14,7 @@ import (
 	"github.com/batonhq/baton/engine"
 	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/runtime"
+	"github.com/batonhq/baton/store/sqlite"
 )
 
 // runtimeConfig says where a runtime's parts come from; `baton serve` and
@@ -30,6 +31,7 @@ type runtimeConfig struct {
 	leaseTTL     time.Duration // how long a chat's lease lasts without renewal
 	maxChats     int           // chats the metrics (and the tracer) keep in memory at most
 	stateCache   int           // chat states the engine keeps in memory between inputs
+	commitDelay  time.Duration // SQLite: the longest the writer waits for more writes under load
 	log          *slog.Logger
 }
 
@@ -45,6 +47,7 @@ func (c *runtimeConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.leaseTTL, "lease-ttl", engine.DefaultLeaseTTL, "with --instance-id: how long a chat's lease lasts without renewal")
 	fs.IntVar(&c.maxChats, "max-chats-in-memory", envIntOr("BATON_MAX_CHATS_IN_MEMORY", metrics.DefaultMaxChats), "chats whose metrics (and trace spans) stay in memory; beyond it the least recently active is forgotten, its figures kept in the store (env BATON_MAX_CHATS_IN_MEMORY)")
 	fs.IntVar(&c.stateCache, "state-cache", envIntOr("BATON_STATE_CACHE", engine.DefaultStateCache), "chat states kept in memory between inputs, least recently used out first; 0: none, every input rebuilds from the store (env BATON_STATE_CACHE)")
+	fs.DurationVar(&c.commitDelay, "sqlite-commit-delay", envDurationOr("BATON_SQLITE_COMMIT_DELAY", sqlite.DefaultCommitDelay), "SQLite: the longest the writer waits for more writes before a commit under load, at most one commit's time; 0: never (lower latency per write, more CPU) (env BATON_SQLITE_COMMIT_DELAY)")
 	fs.Int64Var(&c.budget.Chat.MaxTokens, "chat-max-tokens", envInt("BATON_CHAT_MAX_TOKENS"), "token budget of a chat whose workflow sets none (env BATON_CHAT_MAX_TOKENS; 0: none)")
 	fs.Float64Var(&c.budget.Chat.MaxCostUSD, "chat-max-cost-usd", envFloat("BATON_CHAT_MAX_COST_USD"), "cost budget in USD of a chat whose workflow sets none (env BATON_CHAT_MAX_COST_USD; 0: none)")
 	fs.Int64Var(&c.budget.App.MaxTokens, "app-max-tokens", envInt("BATON_APP_MAX_TOKENS"), "token budget of each app over all its chats (env BATON_APP_MAX_TOKENS; 0: none)")
@@ -60,6 +63,9 @@ func openRuntime(ctx context.Context, cfg runtimeConfig) (*runtime.Runtime, erro
 	if cfg.stateCache < 0 {
 		return nil, fmt.Errorf("--state-cache (BATON_STATE_CACHE): must be a whole number of at least 0")
 	}
+	if cfg.commitDelay < 0 {
+		return nil, fmt.Errorf("--sqlite-commit-delay (BATON_SQLITE_COMMIT_DELAY): must be a duration of 0 or more, such as 1ms")
+	}
 	if cfg.instanceID != "" && strings.HasPrefix(cfg.storeURL, "mem:") {
 		return nil, fmt.Errorf("--instance-id needs a store the instances share (postgres://…); --store %s is in this process's memory", cfg.storeURL)
 	}
@@ -69,7 +75,7 @@ func openRuntime(ctx context.Context, cfg runtimeConfig) (*runtime.Runtime, erro
 	return runtime.Open(ctx, runtime.Config{
 		StoreURL: cfg.storeURL, WorkflowsDir: cfg.workflowsDir, DataDir: cfg.dataDir, RulesFile: cfg.rulesFile,
 		BusURL: cfg.busURL, BusNamespace: cfg.busNamespace, InstanceID: cfg.instanceID, LeaseTTL: cfg.leaseTTL,
-		StateCache: stateCacheOf(cfg.stateCache), Budget: cfg.budget, MaxChats: cfg.maxChats,
+		StateCache: stateCacheOf(cfg.stateCache), SQLiteCommitDelay: commitDelayOf(cfg.commitDelay), Budget: cfg.budget, MaxChats: cfg.maxChats,
 		TracesFromEnv: true, Logger: cfg.log,
 	})
 }
@@ -93,6 +99,30 @@ func envIntOr(key string, def int) int {
 		return -1
 	}
 	return n
+}
+
+// envDurationOr returns the duration in the environment variable key, def
+// when it is unset, or -1 when it is not a duration (which the flag's check
+// then refuses, naming the variable).
+func envDurationOr(key string, def time.Duration) time.Duration {
+	v, ok := os.LookupEnv(key)
+	if !ok || strings.TrimSpace(v) == "" {
+		return def
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(v))
+	if err != nil {
+		return -1
+	}
+	return d
+}
+
+// commitDelayOf maps --sqlite-commit-delay to runtime.Config.SQLiteCommitDelay,
+// where 0 means the default and a negative duration none.
+func commitDelayOf(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // envFloat returns the number in the environment variable key, or 0.

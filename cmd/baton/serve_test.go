@@ -95,8 +95,9 @@ func TestServe_DevSmoke(t *testing.T) {
 }
 
 // TestServe_MemoryCapsMustBeNumbers: a cap that is not a whole number of
-// at least 1 (0 for the state cache) stops the server with an error naming
-// the flag and its variable.
+// at least 1 (0 for the state cache), or a commit delay that is not a
+// duration of 0 or more, stops the server with an error naming the flag
+// and its variable.
 func TestServe_MemoryCapsMustBeNumbers(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -106,6 +107,8 @@ func TestServe_MemoryCapsMustBeNumbers(t *testing.T) {
 		{args: []string{"--max-chats-in-memory", "0"}, want: "--max-chats-in-memory (BATON_MAX_CHATS_IN_MEMORY)"},
 		{env: [2]string{"BATON_MAX_CHATS_IN_MEMORY", "lots"}, want: "--max-chats-in-memory (BATON_MAX_CHATS_IN_MEMORY)"},
 		{args: []string{"--state-cache", "-2"}, want: "--state-cache (BATON_STATE_CACHE)"},
+		{args: []string{"--sqlite-commit-delay", "-1ms"}, want: "--sqlite-commit-delay (BATON_SQLITE_COMMIT_DELAY)"},
+		{env: [2]string{"BATON_SQLITE_COMMIT_DELAY", "soon"}, want: "--sqlite-commit-delay (BATON_SQLITE_COMMIT_DELAY)"},
 	} {
 		if tc.env[0] != "" {
 			t.Setenv(tc.env[0], tc.env[1])

@@ -275,6 +275,10 @@ type Stats struct {
 	Writes  int64 // writes committed; Writes/Commits is the mean batch
 }
 
+// CommitDelay returns the longest the writer waits for more writes under
+// load (WithCommitDelay).
+func (s *Store) CommitDelay() time.Duration { return s.commitDelay }
+
 // Stats returns the writer's counters.
 func (s *Store) Stats() Stats { return Stats{Commits: s.commits.Load(), Writes: s.ops.Load()} }
 
