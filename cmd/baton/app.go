@@ -89,31 +89,25 @@ func envInt(key string) int64 {
 // envIntOr returns the number in the environment variable key, def when it
 // is unset, or -1 when it is not a number (which the flag's check then
 // refuses, naming the variable).
-func envIntOr(key string, def int) int {
+func envIntOr(key string, def int) int { return envParsedOr(key, def, strconv.Atoi) }
+
+// envDurationOr is envIntOr for a duration ("1ms").
+func envDurationOr(key string, def time.Duration) time.Duration {
+	return envParsedOr(key, def, time.ParseDuration)
+}
+
+// envParsedOr returns the environment variable key parsed by parse, def when it
+// is unset or blank, or -1 when parse refuses it.
+func envParsedOr[T ~int | ~int64](key string, def T, parse func(string) (T, error)) T {
 	v, ok := os.LookupEnv(key)
 	if !ok || strings.TrimSpace(v) == "" {
 		return def
 	}
-	n, err := strconv.Atoi(strings.TrimSpace(v))
+	n, err := parse(strings.TrimSpace(v))
 	if err != nil {
 		return -1
 	}
 	return n
-}
-
-// envDurationOr returns the duration in the environment variable key, def
-// when it is unset, or -1 when it is not a duration (which the flag's check
-// then refuses, naming the variable).
-func envDurationOr(key string, def time.Duration) time.Duration {
-	v, ok := os.LookupEnv(key)
-	if !ok || strings.TrimSpace(v) == "" {
-		return def
-	}
-	d, err := time.ParseDuration(strings.TrimSpace(v))
-	if err != nil {
-		return -1
-	}
-	return d
 }
 
 // commitDelayOf maps --sqlite-commit-delay to runtime.Config.SQLiteCommitDelay,
