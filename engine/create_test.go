@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/workflow"
@@ -180,4 +181,50 @@ func TestStart_AfterAMessageToItsIDWasRefused(t *testing.T) {
 		t.Fatalf("Start: %v", err)
 	}
 	h.waitStatus(c.ID, baton.ChatCompleted)
+}
+
+// refuseHandOver is a bus router that refuses the run.wake of a hand-over
+// (a run.wake without a payload) and routes nothing.
+type refuseHandOver struct{}
+
+func (refuseHandOver) Route(_ context.Context, ev baton.Event) (bool, error) {
+	if ev.Type == baton.TypeRunWake && len(ev.Payload) == 0 {
+		return false, errors.New("the test's bus refuses the hand-over")
+	}
+	return false, nil
+}
+
+// When the hand-over cannot be published, the run goes on in the handling
+// of its run.start; Start is still answered once the chat is created, not
+// after the turn: here the model call waits until Start has returned.
+func TestStart_AFailedHandOverStillAnswersStart(t *testing.T) {
+	release := make(chan struct{})
+	h := newHarness(t, withWorkflows(loopDir), fake(func(req *baton.Request) ([]baton.Delta, error) {
+		<-release
+		return reply("ok"), nil
+	}))
+	h.bus.SetRouter(refuseHandOver{})
+	defer h.bus.SetRouter(nil)
+	type result struct {
+		chat baton.Chat
+		err  error
+	}
+	got := make(chan result, 1)
+	go func() {
+		c, err := h.eng.Start(context.Background(), testScope, "loop", baton.StartOptions{Message: "hi"})
+		got <- result{c, err}
+	}()
+	var res result
+	select {
+	case res = <-got:
+	case <-time.After(20 * time.Second):
+		close(release)
+		t.Fatal("Start has not returned after 20 s while the run's first model call waits: it waits for the whole turn")
+	}
+	close(release)
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	h.waitStatus(res.chat.ID, baton.ChatWaitingInput, baton.ChatCompleted)
+	checkSequences(t, h.events(res.chat.ID))
 }

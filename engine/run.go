@@ -68,14 +68,16 @@ func (e *Engine) handle(ctx context.Context, ev baton.Event) (err error) {
 	}
 	defer end(&err)
 	var r *run
+	var cr *creation // the Start waiting for this run, until it is told
 	if ev.Type == baton.TypeRunStart {
-		if cr := e.takeCreation(chatID, ev.ID); cr != nil {
+		if cr = e.takeCreation(chatID, ev.ID); cr != nil {
 			if r, err = e.creatingRun(cr); err != nil {
 				e.finishCreation(cr, baton.Chat{}, err)
 				return fmt.Errorf("%s for chat %s: %w", ev.Type, chatID, err)
 			}
 			defer func() {
 				switch {
+				case cr == nil: // told already
 				case r.created != nil: // Start returns the chat (after the hand-over, if any)
 					e.finishCreation(cr, *r.created, nil)
 				case r.creation != nil: // the run ended before its first append
@@ -154,9 +156,13 @@ func (e *Engine) handle(ctx context.Context, ev baton.Event) (err error) {
 			done()
 			return nil
 		}
-		// The chat is created: its run goes on here rather than stay put
-		// (Start is told once it pauses).
+		// The chat is created: its run goes on here rather than stay put,
+		// and Start is told now, not once the turn is over.
 		r.logger().Warn("engine: could not hand the run over; it goes on in this handling", "err", herr)
+		if cr != nil && r.created != nil {
+			e.finishCreation(cr, *r.created, nil)
+			cr = nil
+		}
 		err = r.driveOrStop(runCtx)
 	}
 	done()
