@@ -520,6 +520,15 @@ func testExpectNext(t *testing.T, s baton.Store) {
 	if _, err := s.Append(ctx, scope, c.ID, []baton.Event{TextEvent("A", "late")}, &baton.ChatUpdate{ExpectNext: 2}); !errors.Is(err, baton.ErrStale) || errors.Is(err, baton.ErrFenced) {
 		t.Fatalf("append behind the chat: %v, want baton.ErrStale", err)
 	}
+	// Another tenant learns nothing of the chat, stale or not: not found,
+	// never ErrStale (which would say the chat exists, and its error its
+	// last sequence).
+	for _, expect := range []int64{2, 3} { // behind the chat, and its very next sequence
+		_, err := s.Append(ctx, NewScope(), c.ID, []baton.Event{TextEvent("A", "other tenant")}, &baton.ChatUpdate{ExpectNext: expect})
+		if baton.ErrorCode(err) != baton.ENOTFOUND || errors.Is(err, baton.ErrStale) || strings.Contains(err.Error(), "sequence") {
+			t.Fatalf("another tenant's append expecting %d: %v, want ENOTFOUND", expect, err)
+		}
+	}
 	// UpdateChat does not check it.
 	if _, err := s.UpdateChat(ctx, scope, c.ID, baton.ChatUpdate{ExpectNext: 99, TurnAgent: ptr("B")}); err != nil {
 		t.Fatalf("UpdateChat with expect_next: %v", err)
