@@ -72,9 +72,12 @@ func (e *Engine) creator() (baton.ChatCreator, bool) {
 }
 
 // startInRun is Start's path through the run (see above): chat is prepared
-// (baton.Chat.PrepareCreate), ev is its run.start.
-func (e *Engine) startInRun(ctx context.Context, scope baton.Scope, chat baton.Chat, ev baton.Event, message string, again bool) (baton.Chat, error) {
-	if again {
+// (baton.Chat.PrepareCreate), ev is its run.start. keepID, when set (a
+// StartOnce), is the id the first message is kept under, which a retry of
+// the start keeps again (StartOnce) and so finds kept, while ev has an id
+// of its own.
+func (e *Engine) startInRun(ctx context.Context, scope baton.Scope, chat baton.Chat, ev baton.Event, message, keepID string) (baton.Chat, error) {
+	if keepID != "" {
 		// The run.start's id is a retry's (StartOnce): the bus drops it if
 		// it saw it, so a chat made already is found here, not by a run.
 		if _, err := e.store.GetChat(ctx, scope, chat.ID); err == nil {
@@ -85,8 +88,13 @@ func (e *Engine) startInRun(ctx context.Context, scope baton.Scope, chat baton.C
 	}
 	cr := &creation{scope: scope, chat: chat, message: message, startID: ev.ID, done: make(chan creationResult, 1)}
 	if message != "" {
-		ev = inboxed(ev)
-		cr.keep = &ev
+		keep := inboxed(ev)
+		if keepID != "" {
+			keep.ID = keepID
+		} else {
+			ev = keep // the run.start says it is kept: it is the same event
+		}
+		cr.keep = &keep
 	}
 	e.creatingMu.Lock()
 	if e.creating == nil {

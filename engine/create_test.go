@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/tool"
 	"github.com/batonhq/baton/workflow"
 )
 
@@ -227,4 +228,68 @@ func TestStart_AFailedHandOverStillAnswersStart(t *testing.T) {
 	}
 	h.waitStatus(res.chat.ID, baton.ChatWaitingInput, baton.ChatCompleted)
 	checkSequences(t, h.events(res.chat.ID))
+}
+
+// A StartOnce retried while its chat's before_chat tool runs (the chat is
+// stored, with no event yet) finds the first request's message kept and
+// keeps it no second time: the person's message is recorded once.
+func TestStartOnce_ARetryDuringTheBeforeChatToolKeepsTheMessageOnce(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once atomic.Bool
+	blocking := tool.WithFuncs(tool.MustFunc("bump", "Count a bump.", func(ctx context.Context, _ *baton.CallContext, _ struct{}) (string, error) {
+		if once.CompareAndSwap(false, true) {
+			close(entered)
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return "", ctx.Err()
+			}
+		}
+		return "bumped", nil
+	}))
+	h := newHarness(t, withWorkflows(preludeDir(t)), withTools(blocking))
+	ctx := context.Background()
+	opts := baton.StartOptions{ChatID: "once-" + baton.NewID(), Message: "hello", Context: map[string]json.RawMessage{"stop": json.RawMessage("true")}}
+	type result struct {
+		chat baton.Chat
+		err  error
+	}
+	first := make(chan result, 1)
+	go func() {
+		c, _, err := h.eng.StartOnce(ctx, testScope, "prelude", "key-1", opts)
+		first <- result{c, err}
+	}()
+	select {
+	case <-entered:
+	case <-time.After(20 * time.Second):
+		close(release)
+		t.Fatal("the before_chat tool did not run within 20 s")
+	}
+	// Start returns once the chat is stored, before the tool ends; then
+	// the client's connection drops and it sends the request again.
+	select {
+	case r := <-first:
+		if r.err != nil {
+			close(release)
+			t.Fatal(r.err)
+		}
+	case <-time.After(5 * time.Second):
+		close(release)
+		t.Fatal("the first StartOnce has not returned while the before_chat tool runs")
+	}
+	if _, created, err := h.eng.StartOnce(ctx, testScope, "prelude", "key-1", opts); err != nil || created {
+		close(release)
+		t.Fatalf("the retry: created %v, %v; want the first's chat", created, err)
+	}
+	close(release)
+	h.waitStatus(opts.ChatID, baton.ChatCompleted)
+	if users, _ := texts(h.events(opts.ChatID), "user"); len(users) != 1 || users[0] != "hello" {
+		t.Fatalf("the person's message in history: %q, want it once", users)
+	}
+	if ins, err := h.store.Inputs(ctx, testScope, opts.ChatID); err != nil || len(ins) != 0 {
+		for _, in := range ins {
+			t.Logf("waiting: %s %s %s", in.Event.ID, in.Event.Type, in.Event.Payload)
+		}
+		t.Fatalf("inputs still waiting: %d, %v; want none", len(ins), err)
+	}
 }

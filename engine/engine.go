@@ -34,6 +34,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -430,10 +431,11 @@ func (e *Engine) start(ctx context.Context, scope baton.Scope, workflowName stri
 		if startID != "" {
 			// A retry's run.start id is one the bus may have seen: it would
 			// drop the event, and no run would create the chat. The store
-			// refuses an id in use when the run creates it.
+			// refuses an id in use when the run creates it. The message is
+			// still kept under startID, so that a retry finds it kept.
 			ev.ID = baton.NewID()
 		}
-		chat, err := e.startInRun(ctx, scope, c, ev, opts.Message, startID != "")
+		chat, err := e.startInRun(ctx, scope, c, ev, opts.Message, startID)
 		if err != nil {
 			return baton.Chat{}, fmt.Errorf("start %s: %w", workflowName, err)
 		}
@@ -751,9 +753,9 @@ func (e *Engine) keep(ctx context.Context, scope baton.Scope, ev baton.Event) (b
 // inboxed marks ev as an input kept in its chat's inbox (baton.InboxKey):
 // the run that takes it consumes it in the append that records it.
 func inboxed(ev baton.Event) baton.Event {
-	if ev.Metadata.Extra == nil {
-		ev.Metadata.Extra = map[string]json.RawMessage{}
-	}
+	extra := make(map[string]json.RawMessage, len(ev.Metadata.Extra)+1) // the caller's event keeps its map
+	maps.Copy(extra, ev.Metadata.Extra)
+	ev.Metadata.Extra = extra
 	ev.Metadata.Extra[baton.InboxKey] = json.RawMessage("true")
 	return ev
 }

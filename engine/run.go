@@ -114,7 +114,9 @@ func (e *Engine) handle(ctx context.Context, ev baton.Event) (err error) {
 		var p baton.RunStartPayload
 		_ = json.Unmarshal(ev.Payload, &p)
 		r.startMessage = p.Message
-		if _, kept := ev.Metadata.Extra[baton.InboxKey]; kept {
+		if cr := r.creation; cr != nil && cr.keep != nil {
+			r.startInput = cr.keep.ID // kept by the creating append, under StartOnce's id if any
+		} else if _, kept := ev.Metadata.Extra[baton.InboxKey]; kept {
 			r.startInput = ev.ID // taken from the inbox in the start's append
 		}
 	case baton.TypeRunResume:
