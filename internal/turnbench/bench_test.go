@@ -154,12 +154,14 @@ func BenchmarkProductionTurn(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.ReportAllocs()
+				conns := m.Conns()
 				b.ResetTimer()
 				r, err := Run(b.Context(), t, b.N, c, nil)
 				b.StopTimer()
 				if err != nil {
 					b.Fatal(err)
 				}
+				b.ReportMetric(float64(m.Conns()-conns)/float64(b.N), "model-conns/turn")
 				if v.name == "floor" {
 					floors.Lock()
 					floors.cpu[c] = r.CPUPerTurn()

@@ -42,6 +42,7 @@ type Model struct {
 	ln       net.Listener
 	done     chan struct{}
 	requests atomic.Int64
+	conns    atomic.Int64 // connections accepted
 	toolCall [][]byte // the chunks of the tool-call reply, SSE-framed
 	text     [][]byte // the chunks of the text reply, SSE-framed
 }
@@ -56,7 +57,11 @@ func StartModel() (*Model, error) {
 	m.toolCall, m.text = toolCallChunks(), textChunks()
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", m.complete)
-	m.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	m.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ConnState: func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			m.conns.Add(1)
+		}
+	}}
 	go func() {
 		defer close(m.done)
 		_ = m.srv.Serve(ln) // ErrServerClosed after Close
@@ -66,6 +71,11 @@ func StartModel() (*Model, error) {
 
 // Requests returns how many completions the model has answered.
 func (m *Model) Requests() int64 { return m.requests.Load() }
+
+// Conns returns how many connections the model has accepted: a client
+// that keeps its connections alive opens one per request in flight, not
+// one per request.
+func (m *Model) Conns() int64 { return m.conns.Load() }
 
 // Close stops the server and closes its connections.
 func (m *Model) Close() error {

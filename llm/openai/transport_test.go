@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"net"
@@ -78,5 +79,86 @@ func TestConcurrentCallsReuseConnections(t *testing.T) {
 	// yet gone back to the pool when the next round began.
 	if n := dials.Load(); n > inFlight+inFlight/2 {
 		t.Fatalf("%d calls in rounds of %d dialled %d connections: want about %d, reused", inFlight*rounds, inFlight, n, inFlight)
+	}
+}
+
+// doneSpy is a client connection that reports when a read brings [DONE].
+type doneSpy struct {
+	net.Conn
+	done chan<- struct{}
+}
+
+func (c *doneSpy) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if bytes.Contains(p[:n], []byte("[DONE]")) {
+		select {
+		case c.done <- struct{}{}:
+		default:
+		}
+	}
+	return n, err
+}
+
+// TestSequentialCallsReuseTheirConnection: the server ends each body only
+// once the client has read its [DONE] (the end of a chunked body often
+// comes in a packet of its own). A stream that closed the body at [DONE],
+// before its end, cost the connection, and each call dialled anew; one
+// that reads to the end keeps one connection for every call.
+func TestSequentialCallsReuseTheirConnection(t *testing.T) {
+	const calls = 3
+	var dials atomic.Int32
+	sawDone := make(chan struct{}, 1)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sse(textChunk("hello"), chunk(`{}`, "stop"), usageChunk)(w, r)
+		w.(http.Flusher).Flush()
+		select { // return, ending the body, once the client has read [DONE]
+		case <-sawDone:
+		case <-r.Context().Done():
+		}
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			dials.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	dialer := &net.Dialer{}
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dialer.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &doneSpy{Conn: c, done: sawDone}, nil
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	p := New(WithBaseURL(srv.URL+"/v1"), WithAPIKey("sk-test"), WithHTTPClient(&http.Client{Transport: tr}),
+		WithLogger(slog.New(slog.DiscardHandler)))
+	for i := range calls {
+		_, acc, err := collect(t, t.Context(), p, request())
+		if err != nil || acc.Text() != "hello" {
+			t.Fatalf("call %d: text %q, err %v", i, acc.Text(), err)
+		}
+	}
+	if n := dials.Load(); n != 1 {
+		t.Fatalf("%d calls one after another dialled %d connections, want 1", calls, n)
+	}
+}
+
+// TestStreamOpenAfterDoneEnds: a server that keeps the stream open after
+// [DONE] does not hold the call: the reply is whole, the call ends after
+// drainWait.
+func TestStreamOpenAfterDoneEnds(t *testing.T) {
+	f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+		sse(textChunk("whole"), chunk(`{}`, "stop"))(w, r)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	_, acc, err := collect(t, ctx, f.provider(), request())
+	if err != nil || acc.Text() != "whole" || f.calls.Load() != 1 {
+		t.Fatalf("err %v, text %q, calls %d", err, acc.Text(), f.calls.Load())
 	}
 }
