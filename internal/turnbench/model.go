@@ -43,8 +43,8 @@ type Model struct {
 	done     chan struct{}
 	requests atomic.Int64
 	conns    atomic.Int64 // connections accepted
-	toolCall [][]byte // the chunks of the tool-call reply, SSE-framed
-	text     [][]byte // the chunks of the text reply, SSE-framed
+	toolCall [][]byte     // the chunks of the tool-call reply, SSE-framed
+	text     [][]byte     // the chunks of the text reply, SSE-framed
 }
 
 // StartModel starts a fake model on 127.0.0.1 on a free port. Close stops it.
