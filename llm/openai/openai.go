@@ -157,8 +157,23 @@ func New(opts ...Option) *Provider {
 		// The SDK's own retries would re-send a call whose stream failed
 		// after it started; baton retries itself, only before the first delta.
 		option.WithMaxRetries(0),
+		option.WithMiddleware(inMemoryBody),
 	)
 	return p
+}
+
+// inMemoryBody gives the transport the request's body as the in-memory
+// reader it is. The SDK wraps each attempt's body in a type of its own,
+// which net/http cannot tell from a body that may block, so it sent the
+// headers in one write and the body in another: two packets, and two
+// system calls on each side, for every model call.
+func inMemoryBody(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+	if req.GetBody != nil && req.ContentLength > 0 {
+		if b, err := req.GetBody(); err == nil {
+			req.Body = b
+		}
+	}
+	return next(req)
 }
 
 // maxIdleConnsPerHost is how many idle keep-alive connections the shared

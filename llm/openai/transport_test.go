@@ -162,3 +162,41 @@ func TestStreamOpenAfterDoneEnds(t *testing.T) {
 		t.Fatalf("err %v, text %q, calls %d", err, acc.Text(), f.calls.Load())
 	}
 }
+
+// writeCounter is a client connection that counts its writes.
+type writeCounter struct {
+	net.Conn
+	writes *atomic.Int32
+}
+
+func (c *writeCounter) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+// TestRequestIsOneWrite: a model call's request — its headers and its
+// body — leaves in one write, not the headers first and the body after.
+func TestRequestIsOneWrite(t *testing.T) {
+	f := newFake(t, sse(textChunk("hi"), chunk(`{}`, "stop"), usageChunk))
+	var writes atomic.Int32
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	dialer := &net.Dialer{}
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dialer.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &writeCounter{Conn: c, writes: &writes}, nil
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	p := f.provider(WithHTTPClient(&http.Client{Transport: tr}))
+	if _, acc, err := collect(t, t.Context(), p, request()); err != nil || acc.Text() != "hi" {
+		t.Fatalf("text %q, err %v", acc.Text(), err)
+	}
+	if n := f.calls.Load(); n != 1 || len(f.body(t, 0)) == 0 {
+		t.Fatalf("the server got %d requests, want one with a body", n)
+	}
+	if n := writes.Load(); n != 1 {
+		t.Fatalf("the request took %d writes, want 1", n)
+	}
+}
