@@ -27,8 +27,9 @@ import (
 // by a run that took it, so a client that retries should send an
 // Idempotency-Key).
 
-// createWait bounds how long Start waits for the run to create the chat.
-const createWait = 30 * time.Second
+// createWait bounds how long Start waits for the run to create the chat
+// (a variable for the tests).
+var createWait = 30 * time.Second
 
 // creation is a chat Start prepared and its run.start's run creates.
 type creation struct {

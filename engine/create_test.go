@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/engine"
 	"github.com/batonhq/baton/tool"
 	"github.com/batonhq/baton/workflow"
 )
@@ -292,4 +293,167 @@ func TestStartOnce_ARetryDuringTheBeforeChatToolKeepsTheMessageOnce(t *testing.T
 		}
 		t.Fatalf("inputs still waiting: %d, %v; want none", len(ins), err)
 	}
+}
+
+// holdRunStart takes every run.start off the bus and hands it to the test,
+// which delivers it (PublishLocal) when it chooses: until then Start waits
+// for a run that has not taken its chat.
+type holdRunStart struct{ held chan baton.Event }
+
+func newHoldRunStart() holdRunStart { return holdRunStart{held: make(chan baton.Event, 4)} }
+
+func (r holdRunStart) Route(_ context.Context, ev baton.Event) (bool, error) {
+	if ev.Type != baton.TypeRunStart {
+		return false, nil
+	}
+	r.held <- ev
+	return true, nil
+}
+
+// next returns the run.start the router took next.
+func (r holdRunStart) next(t *testing.T) baton.Event {
+	t.Helper()
+	select {
+	case ev := <-r.held:
+		return ev
+	case <-time.After(10 * time.Second):
+		t.Fatal("no run.start was published within 10 s")
+		return baton.Event{}
+	}
+}
+
+// deliver hands the held run.start to the bus, as it would have been, and
+// waits until it is handled.
+func (h *harness) deliver(ev baton.Event) {
+	h.t.Helper()
+	h.bus.SetRouter(nil)
+	if ok, err := h.bus.PublishLocal(context.Background(), ev); err != nil || !ok {
+		h.t.Fatalf("deliver %s: accepted %v, %v", ev.Type, ok, err)
+	}
+	h.settle()
+}
+
+type startResult struct {
+	chat baton.Chat
+	err  error
+}
+
+// startAsync runs Start in a goroutine and returns where its result comes.
+func (h *harness) startAsync(ctx context.Context, opts baton.StartOptions) <-chan startResult {
+	got := make(chan startResult, 1)
+	go func() {
+		c, err := h.eng.Start(ctx, testScope, "queue", opts)
+		got <- startResult{c, err}
+	}()
+	return got
+}
+
+func awaitStart(t *testing.T, got <-chan startResult) startResult {
+	t.Helper()
+	select {
+	case res := <-got:
+		return res
+	case <-time.After(10 * time.Second):
+		t.Fatal("Start has not returned within 10 s")
+		return startResult{}
+	}
+}
+
+// noChat checks that chat id was not created.
+func (h *harness) noChat(id string) {
+	h.t.Helper()
+	if c, err := h.store.GetChat(context.Background(), testScope, id); !errors.Is(err, baton.ErrNotFound) {
+		h.t.Fatalf("chat %s: %+v, %v; want none", id, c, err)
+	}
+}
+
+// A Start whose context ends before a run took its chat writes nothing:
+// it returns the context's error, the run.start delivered afterwards
+// creates nothing, and the id is free for the next Start.
+func TestStart_CancelledBeforeItsRunTakesTheChat(t *testing.T) {
+	h, _ := newCountingHarness(t, &historyModel{})
+	hold := newHoldRunStart()
+	h.bus.SetRouter(hold)
+	ctx, cancel := context.WithCancel(context.Background())
+	got := h.startAsync(ctx, baton.StartOptions{ChatID: "cancelled", Message: "m0"})
+	ev := hold.next(t)
+	cancel()
+	res := awaitStart(t, got)
+	if !errors.Is(res.err, context.Canceled) || strings.Contains(res.err.Error(), "may still") {
+		t.Fatalf("Start: %v; want the context's error, nothing created", res.err)
+	}
+	h.deliver(ev)
+	h.noChat("cancelled")
+	c, err := h.eng.Start(context.Background(), testScope, "queue", baton.StartOptions{ChatID: "cancelled", Message: "m1"})
+	if err != nil {
+		t.Fatalf("Start again: %v", err)
+	}
+	h.waitAnswers(c.ID, 1)
+	if users, _ := texts(h.events(c.ID), "user"); len(users) != 1 || users[0] != "m1" {
+		t.Fatalf("the chat holds %q; want only the second Start's message", users)
+	}
+}
+
+// A Start whose run does not take the chat within the wait answers
+// EUNAVAILABLE, saying nothing was created, and nothing is.
+func TestStart_NoRunWithinTheWaitIsUnavailable(t *testing.T) {
+	h, _ := newCountingHarness(t, &historyModel{})
+	defer engine.SetCreateWait(50 * time.Millisecond)()
+	hold := newHoldRunStart()
+	h.bus.SetRouter(hold)
+	got := h.startAsync(context.Background(), baton.StartOptions{ChatID: "late", Message: "m0"})
+	ev := hold.next(t)
+	res := awaitStart(t, got)
+	if baton.ErrorCode(res.err) != baton.EUNAVAILABLE || !strings.Contains(res.err.Error(), "nothing was created") {
+		t.Fatalf("Start: %v; want EUNAVAILABLE, nothing created", res.err)
+	}
+	h.deliver(ev)
+	h.noChat("late")
+}
+
+// Two Starts of one chat id at once: the second is told to retry while the
+// first is on its way (EUNAVAILABLE), the first creates the chat, and a
+// third finds it made (ECONFLICT). The chat holds the first's message only.
+func TestStart_TwoStartsOfOneIDAtOnce(t *testing.T) {
+	h, _ := newCountingHarness(t, &historyModel{})
+	hold := newHoldRunStart()
+	h.bus.SetRouter(hold)
+	got := h.startAsync(context.Background(), baton.StartOptions{ChatID: "twin", Message: "first"})
+	ev := hold.next(t)
+	if _, err := h.eng.Start(context.Background(), testScope, "queue", baton.StartOptions{ChatID: "twin", Message: "second"}); baton.ErrorCode(err) != baton.EUNAVAILABLE {
+		t.Fatalf("a second Start while the first waits: %v; want EUNAVAILABLE", err)
+	}
+	h.deliver(ev)
+	if res := awaitStart(t, got); res.err != nil || res.chat.ID != "twin" {
+		t.Fatalf("the first Start: %+v, %v", res.chat, res.err)
+	}
+	if _, err := h.eng.Start(context.Background(), testScope, "queue", baton.StartOptions{ChatID: "twin", Message: "third"}); !errors.Is(err, baton.ErrConflict) {
+		t.Fatalf("a Start once the chat exists: %v; want ECONFLICT", err)
+	}
+	h.waitAnswers("twin", 1)
+	h.settle()
+	if users, _ := texts(h.events("twin"), "user"); len(users) != 1 || users[0] != "first" {
+		t.Fatalf("the chat holds %q; want the first Start's message only", users)
+	}
+}
+
+// Closing the engine answers a Start still waiting for its run (ErrClosed,
+// nothing created) and refuses the next at once.
+func TestStart_CloseAnswersAWaitingStart(t *testing.T) {
+	h, _ := newCountingHarness(t, &historyModel{})
+	hold := newHoldRunStart()
+	h.bus.SetRouter(hold)
+	got := h.startAsync(context.Background(), baton.StartOptions{ChatID: "closing", Message: "m0"})
+	hold.next(t)
+	if err := h.eng.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if res := awaitStart(t, got); !errors.Is(res.err, baton.ErrClosed) {
+		t.Fatalf("the waiting Start: %v; want ErrClosed", res.err)
+	}
+	if _, err := h.eng.Start(context.Background(), testScope, "queue", baton.StartOptions{ChatID: "after", Message: "m1"}); !errors.Is(err, baton.ErrClosed) {
+		t.Fatalf("a Start after Close: %v; want ErrClosed", err)
+	}
+	h.noChat("closing")
+	h.noChat("after")
 }

@@ -1,5 +1,7 @@
 package engine
 
+import "time"
+
 // PerChatEntries names the engine's per-chat maps that hold an entry for
 // chatID, leaving out the bounded state cache: what a paused chat still
 // costs beyond it.
@@ -29,4 +31,12 @@ func (e *Engine) PerChatEntries(chatID string) []string {
 	}
 	e.cancels.mu.Unlock()
 	return held
+}
+
+// SetCreateWait sets how long Start waits for its run to take the chat,
+// until restore is called.
+func SetCreateWait(d time.Duration) (restore func()) {
+	old := createWait
+	createWait = d
+	return func() { createWait = old }
 }

@@ -130,7 +130,9 @@ func spawnServed(tb testing.TB, m *Model, storeURL string, concurrency int) *Ser
 // this process), turns/s, x-floor (CPU per turn over the floor's at the
 // same concurrency, measured in the same run: reported when the floor's
 // sub-benchmark ran first, as it does unless -bench leaves it out),
-// allocs/op (one op is one turn; this process), heap-B/idle-chat.
+// allocs/op (one op is one turn; this process), model-conns/turn (the
+// connections the fake model accepted), commits/turn (SQLite's
+// transactions), heap-B/idle-chat.
 //
 //	go test -run '^$' -bench BenchmarkProductionTurn ./internal/turnbench
 //	go test -run '^$' -bench 'ProductionTurn/sqlite/par50' -benchtime 3000x -cpuprofile cpu.out ./internal/turnbench
@@ -162,6 +164,9 @@ func BenchmarkProductionTurn(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.ReportMetric(float64(m.Conns()-conns)/float64(b.N), "model-conns/turn")
+				if r.Commits > 0 {
+					b.ReportMetric(float64(r.Commits)/float64(b.N), "commits/turn")
+				}
 				if v.name == "floor" {
 					floors.Lock()
 					floors.cpu[c] = r.CPUPerTurn()

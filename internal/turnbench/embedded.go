@@ -189,6 +189,13 @@ func (e *Embedded) Turn(ctx context.Context) (Timing, error) {
 	}
 }
 
+// Commits returns how many transactions the runtime's store has committed
+// (0 for a store that does not count them).
+func (e *Embedded) Commits(context.Context) (uint64, error) {
+	n, _ := storeCommits(e.rt.Store())
+	return n, nil
+}
+
 // Close stops the consumer and closes the runtime.
 func (e *Embedded) Close(ctx context.Context) error {
 	e.stop()

@@ -159,6 +159,10 @@ func (p *ServerProcess) CPU(ctx context.Context) (time.Duration, error) {
 // Heap returns the server process's live heap after a full collection.
 func (p *ServerProcess) Heap(ctx context.Context) (uint64, error) { return p.ask(ctx, "heap") }
 
+// Commits returns how many transactions the server's store has committed
+// (0 for a store that does not count them).
+func (p *ServerProcess) Commits(ctx context.Context) (uint64, error) { return p.ask(ctx, "commits") }
+
 // Close asks the server to shut down (its input closes) and waits for it,
 // killing it when ctx ends first. It is safe to call more than once.
 func (p *ServerProcess) Close(ctx context.Context) error {
@@ -279,6 +283,9 @@ func serveChild(in io.Reader, out io.Writer) error {
 		case "heap":
 			h, _ := localHeap(ctx)
 			fmt.Fprintf(out, "heap %d\n", h)
+		case "commits":
+			n, _ := storeCommits(rt.Store())
+			fmt.Fprintf(out, "commits %d\n", n)
 		default:
 			fmt.Fprintf(out, "unknown %q\n", cmd)
 		}

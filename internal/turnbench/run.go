@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/batonhq/baton/store/sqlite"
 )
 
 // Timing is what one turn took, as its client saw it.
@@ -42,6 +44,21 @@ type heapReader interface {
 	ServerHeap(ctx context.Context) (uint64, error)
 }
 
+// commitCounter is a Turner whose store counts its commits.
+type commitCounter interface {
+	Commits(ctx context.Context) (uint64, error)
+}
+
+// storeCommits returns the commits of a store that counts them (SQLite's
+// writer does).
+func storeCommits(st any) (uint64, bool) {
+	c, ok := st.(interface{ Stats() sqlite.Stats })
+	if !ok {
+		return 0, false
+	}
+	return uint64(c.Stats().Commits), true
+}
+
 // Result is what Run measured.
 type Result struct {
 	Variant     string
@@ -54,6 +71,9 @@ type Result struct {
 	// ServerCPU is the server process's CPU time over the run, for a
 	// served variant whose server this process spawned; 0 otherwise.
 	ServerCPU time.Duration
+	// Commits is how many transactions the store committed over the run,
+	// for a store that counts them (SQLite); 0 otherwise.
+	Commits uint64
 	// Allocs and AllocBytes are this process's heap allocations over the run.
 	Allocs, AllocBytes uint64
 	// Latency and FirstToken hold every turn's timing, sorted.
@@ -131,6 +151,17 @@ func Run(ctx context.Context, t Turner, turns, concurrency int, progress func(do
 			return res, err
 		}
 	}
+	commits, _ := t.(commitCounter)
+	var commits0 uint64
+	if commits != nil {
+		var err error
+		switch commits0, err = commits.Commits(ctx); {
+		case errors.Is(err, ErrNoProcess):
+			commits = nil
+		case err != nil:
+			return res, err
+		}
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var ms0, ms1 runtime.MemStats
@@ -177,6 +208,13 @@ func Run(ctx context.Context, t Turner, turns, concurrency int, progress func(do
 			return res, err
 		}
 		res.ServerCPU = srv1 - srv0
+	}
+	if commits != nil {
+		n, err := commits.Commits(ctx)
+		if err != nil {
+			return res, err
+		}
+		res.Commits = n - commits0
 	}
 	for _, tm := range timings {
 		res.Latency = append(res.Latency, tm.Total)
