@@ -25,10 +25,12 @@ import (
 const MaxFast = 8 << 10
 
 // Unmarshal decodes data into v (a non-nil pointer) as encoding/json.Unmarshal
-// does into a zero value. Unlike encoding/json it does not merge into what
-// *v held: a document segmentio refuses is decoded again into a zeroed *v,
-// so that the answer is encoding/json's whatever segmentio left there.
-// Every caller decodes into a value it has just emptied.
+// does into a zero value; v must point to one. Into a value that holds
+// something the result depends on the path: a document either decoder
+// takes is merged into it, as encoding/json merges, but one segmentio
+// refuses is decoded again into a zeroed *v, so that the answer is
+// encoding/json's, whatever segmentio left there. Every caller decodes
+// into a value it has just emptied.
 func Unmarshal(data []byte, v any) error {
 	if len(data) > MaxFast {
 		return json.Unmarshal(data, v)

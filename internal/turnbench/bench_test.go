@@ -151,8 +151,10 @@ func BenchmarkProductionTurn(b *testing.B) {
 			b.Run(v.name+"/"+name, func(b *testing.B) {
 				t := v.open(b, m, c)
 				defer closeTurner(b, t)
-				// Warm up: connections, pools, the store's first pages.
-				if _, err := Run(b.Context(), t, min(c, 10), c, nil); err != nil {
+				// Warm up: connections (as many as turns in flight, so that
+				// model-conns/turn counts the run's dials, not the ramp-up),
+				// pools, the store's first pages.
+				if _, err := Run(b.Context(), t, max(c, 10), c, nil); err != nil {
 					b.Fatal(err)
 				}
 				b.ReportAllocs()

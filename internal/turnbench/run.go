@@ -44,7 +44,8 @@ type heapReader interface {
 	ServerHeap(ctx context.Context) (uint64, error)
 }
 
-// commitCounter is a Turner whose store counts its commits.
+// commitCounter is a Turner that reads its store's commits (0 for a store
+// that does not count them).
 type commitCounter interface {
 	Commits(ctx context.Context) (uint64, error)
 }
@@ -151,13 +152,13 @@ func Run(ctx context.Context, t Turner, turns, concurrency int, progress func(do
 			return res, err
 		}
 	}
-	commits, _ := t.(commitCounter)
+	counter, _ := t.(commitCounter)
 	var commits0 uint64
-	if commits != nil {
+	if counter != nil {
 		var err error
-		switch commits0, err = commits.Commits(ctx); {
+		switch commits0, err = counter.Commits(ctx); {
 		case errors.Is(err, ErrNoProcess):
-			commits = nil
+			counter = nil
 		case err != nil:
 			return res, err
 		}
@@ -209,8 +210,8 @@ func Run(ctx context.Context, t Turner, turns, concurrency int, progress func(do
 		}
 		res.ServerCPU = srv1 - srv0
 	}
-	if commits != nil {
-		n, err := commits.Commits(ctx)
+	if counter != nil {
+		n, err := counter.Commits(ctx)
 		if err != nil {
 			return res, err
 		}

@@ -166,7 +166,9 @@ func New(opts ...Option) *Provider {
 // reader it is. The SDK wraps each attempt's body in a type of its own,
 // which net/http cannot tell from a body that may block, so it sent the
 // headers in one write and the body in another: two packets, and two
-// system calls on each side, for every model call.
+// system calls on each side, for a model call whose request fits the
+// transport's write buffer (4 KiB) — one write now. A longer request takes
+// as many writes as before.
 func inMemoryBody(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
 	if req.GetBody != nil && req.ContentLength > 0 {
 		if b, err := req.GetBody(); err == nil {
@@ -384,7 +386,10 @@ func (c *call) attempt(ctx context.Context, body []byte, reqOpts []option.Reques
 func (p *Provider) newStream(ctx context.Context, body []byte, reqOpts []option.RequestOption) *chunkStream {
 	var raw *http.Response
 	err := p.client.Post(ctx, "chat/completions", body, &raw, reqOpts...)
-	return &chunkStream{dec: ssestream.NewDecoder(raw), err: err}
+	// Over HTTP/1.1 the connection is kept only for a body read to its end
+	// (drain); over HTTP/2 closing the body resets its stream alone.
+	drain := raw != nil && raw.ProtoMajor < 2 && !raw.Close
+	return &chunkStream{dec: ssestream.NewDecoder(raw), err: err, drain: drain}
 }
 
 // chunkStream is the SDK's ssestream.Stream for streamChunk — the SDK's
@@ -397,10 +402,11 @@ func (p *Provider) newStream(ctx context.Context, body []byte, reqOpts []option.
 // encoding/json's answer wherever the two could differ: half the time per
 // chunk), into one chunk reused from one to the next.
 type chunkStream struct {
-	dec  ssestream.Decoder
-	err  error
-	cur  streamChunk
-	done bool
+	dec   ssestream.Decoder
+	err   error
+	cur   streamChunk
+	done  bool
+	drain bool // read to the end of the body after [DONE] (drain)
 }
 
 // Next decodes the next chunk; false at the end of the stream or on an
@@ -414,7 +420,7 @@ func (s *chunkStream) Next() bool {
 	}
 	ev := s.dec.Event()
 	if bytes.HasPrefix(ev.Data, []byte("[DONE]")) {
-		s.drain()
+		s.drainRest()
 		return s.finish(nil)
 	}
 	if e := gjson.GetBytes(ev.Data, "error"); e.Exists() {
@@ -453,22 +459,25 @@ func (s *chunkStream) Close() error {
 }
 
 // drainWait bounds how long a stream waits, after [DONE], for its body's
-// end. A server sends it at once (the end of the chunked body, or of the
-// HTTP/2 stream); one that keeps the stream open after [DONE] costs a call
-// this much, and its connection.
+// end. A server sends it at once (the end of the chunked body); one that
+// keeps the stream open after [DONE] costs a call this much, and its
+// connection.
 const drainWait = 100 * time.Millisecond
 
-// drain reads what follows [DONE] up to the end of the body, for at most
-// drainWait. Over HTTP/1.1 — the wire of most self-hosted and proxied
-// endpoints — a body closed before its end costs its connection (the
-// transport cannot tell what is left on the wire, so it closes it), and the
-// next call dials anew: a TCP handshake, over TLS a TLS one too, both in
-// the next call's latency. The end of the body usually comes in its own
-// packet just after [DONE]: BenchmarkProductionTurn saw a new connection
-// for about one call in seven, one turn at a time, before this. (Over
-// HTTP/2 an early close resets only the stream; the drain costs nothing
-// there, the end of the stream following [DONE] at once.)
-func (s *chunkStream) drain() {
+// drainRest reads what follows [DONE] up to the end of the body, for at
+// most drainWait, when the reply came over HTTP/1.1 on a connection the
+// server keeps (chunkStream.drain) — the wire of most self-hosted and
+// proxied endpoints. There a body closed before its end costs its
+// connection (the transport cannot tell what is left on the wire, so it
+// closes it), and the next call dials anew: a TCP handshake, over TLS a TLS
+// one too, both in the next call's latency. The end of the body usually
+// comes in its own packet just after [DONE]: BenchmarkProductionTurn saw a
+// new connection for about one call in seven, one turn at a time, before
+// this. Over HTTP/2 closing the body resets its stream only: no drain.
+func (s *chunkStream) drainRest() {
+	if !s.drain {
+		return
+	}
 	d := s.dec
 	t := time.AfterFunc(drainWait, func() { _ = d.Close() }) // a Close unblocks the read
 	defer t.Stop()

@@ -103,9 +103,11 @@ func (c *doneSpy) Read(p []byte) (int, error) {
 // once the client has read its [DONE] (the end of a chunked body often
 // comes in a packet of its own). A stream that closed the body at [DONE],
 // before its end, cost the connection, and each call dialled anew; one
-// that reads to the end keeps one connection for every call.
+// that reads to the end keeps its connection. (A few dials are allowed:
+// net/http drops a connection whose request it has not seen written within
+// 50 ms, which a loaded machine can make happen.)
 func TestSequentialCallsReuseTheirConnection(t *testing.T) {
-	const calls = 3
+	const calls, maxDials = 10, 3
 	var dials atomic.Int32
 	sawDone := make(chan struct{}, 1)
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -141,25 +143,63 @@ func TestSequentialCallsReuseTheirConnection(t *testing.T) {
 			t.Fatalf("call %d: text %q, err %v", i, acc.Text(), err)
 		}
 	}
-	if n := dials.Load(); n != 1 {
-		t.Fatalf("%d calls one after another dialled %d connections, want 1", calls, n)
+	if n := dials.Load(); n > maxDials {
+		t.Fatalf("%d calls one after another dialled %d connections, want at most %d", calls, n, maxDials)
 	}
 }
 
 // TestStreamOpenAfterDoneEnds: a server that keeps the stream open after
-// [DONE] does not hold the call: the reply is whole, the call ends after
-// drainWait.
+// [DONE] does not hold the call: the reply is whole, and the call ends
+// after drainWait, long before the context's deadline (no stall timeout
+// would end it either).
 func TestStreamOpenAfterDoneEnds(t *testing.T) {
 	f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
 		sse(textChunk("whole"), chunk(`{}`, "stop"))(w, r)
 		w.(http.Flusher).Flush()
 		<-r.Context().Done()
 	})
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	_, acc, err := collect(t, ctx, f.provider(), request())
+	start := time.Now()
+	_, acc, err := collect(t, ctx, f.provider(WithStallTimeouts(-1, -1)), request())
 	if err != nil || acc.Text() != "whole" || f.calls.Load() != 1 {
 		t.Fatalf("err %v, text %q, calls %d", err, acc.Text(), f.calls.Load())
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("the call took %v: it waited for the stream's end, not drainWait (%v)", d, drainWait)
+	}
+}
+
+// TestDrainOnlyOverHTTP1: a reply over HTTP/1.1 is read to its end after
+// [DONE]; one over HTTP/2, where closing the body resets its stream only,
+// is not.
+func TestDrainOnlyOverHTTP1(t *testing.T) {
+	reply := sse(textChunk("hi"), chunk(`{}`, "stop"))
+	h1 := httptest.NewServer(reply)
+	t.Cleanup(h1.Close)
+	h2 := httptest.NewUnstartedServer(reply)
+	h2.EnableHTTP2 = true
+	h2.StartTLS()
+	t.Cleanup(h2.Close)
+	for _, tc := range []struct {
+		srv   *httptest.Server
+		proto int
+		drain bool
+	}{{h1, 1, true}, {h2, 2, false}} {
+		p := New(WithBaseURL(tc.srv.URL+"/v1"), WithAPIKey("sk-test"), WithHTTPClient(tc.srv.Client()),
+			WithLogger(slog.New(slog.DiscardHandler)))
+		s := p.newStream(t.Context(), []byte(`{"model":"m","stream":true}`), nil)
+		if s.err != nil {
+			t.Fatalf("HTTP/%d: %v", tc.proto, s.err)
+		}
+		if s.drain != tc.drain {
+			t.Errorf("HTTP/%d: drain %v, want %v", tc.proto, s.drain, tc.drain)
+		}
+		for s.Next() {
+		}
+		if err := s.Err(); err != nil {
+			t.Errorf("HTTP/%d: %v", tc.proto, err)
+		}
 	}
 }
 
