@@ -158,10 +158,17 @@ type benchResult struct {
 	ClientCPUMsPerTurn float64 `json:"client_cpu_ms_per_turn"`
 	// XFloor is CPUMsPerTurn over the floor's at the same concurrency (0
 	// when the floor did not run).
-	XFloor        float64      `json:"x_floor,omitempty"`
-	AllocsPerTurn float64      `json:"allocs_per_turn"`
-	LatencyMs     benchPercent `json:"latency_ms"`
-	FirstTokenMs  benchPercent `json:"first_token_ms"`
+	XFloor        float64 `json:"x_floor,omitempty"`
+	AllocsPerTurn float64 `json:"allocs_per_turn"`
+	// CommitsPerTurn is the store's transactions per turn, for a store
+	// that counts them (SQLite; served, the server's).
+	CommitsPerTurn float64 `json:"commits_per_turn,omitempty"`
+	// ModelConnsPerTurn is the connections the fake model accepted per
+	// turn (absent with a real model): a client that keeps its connections
+	// opens one per model call in flight, not one per call.
+	ModelConnsPerTurn *float64     `json:"model_conns_per_turn,omitempty"`
+	LatencyMs         benchPercent `json:"latency_ms"`
+	FirstTokenMs      benchPercent `json:"first_token_ms"`
 }
 
 type benchPercent struct {
@@ -204,9 +211,10 @@ func runBench(ctx context.Context, cfg benchConfig, stdout, stderr io.Writer) er
 		if model == "" {
 			model = turnbench.ModelName
 		}
-	} else {
-		fake, err := turnbench.StartModel()
-		if err != nil {
+	}
+	var fake *turnbench.Model
+	if rep.Mode == "overhead" {
+		if fake, err = turnbench.StartModel(); err != nil {
 			return err
 		}
 		defer fake.Close()
@@ -232,9 +240,14 @@ func runBench(ctx context.Context, cfg benchConfig, stdout, stderr io.Writer) er
 		for _, c := range phases {
 			n := turnsAt(c)
 			label := fmt.Sprintf("%s, %d in flight", t.Name(), c)
-			// Warm-up: connections, pools, the store's first pages.
-			if _, err := turnbench.Run(ctx, t, min(c, 10), c, nil); err != nil {
+			// Warm-up: connections (one per turn in flight), pools, the
+			// store's first pages.
+			if _, err := turnbench.Run(ctx, t, max(c, 10), c, nil); err != nil {
 				return fmt.Errorf("%s: warm-up: %w", label, err)
+			}
+			var conns0 int64
+			if fake != nil {
+				conns0 = fake.Conns()
 			}
 			prog.begin(label, n)
 			r, err := turnbench.Run(ctx, t, n, c, prog.step)
@@ -245,7 +258,12 @@ func runBench(ctx context.Context, cfg benchConfig, stdout, stderr io.Writer) er
 			res := benchResult{
 				Variant: t.Name(), Concurrency: c, Turns: r.Turns, Seconds: r.Elapsed.Seconds(), TurnsPerSec: r.TurnsPerSec(),
 				CPUMsPerTurn: msOf(r.CPUPerTurn()), ClientCPUMsPerTurn: msOf(r.ClientCPUPerTurn()), AllocsPerTurn: r.AllocsPerTurn(),
-				LatencyMs: percentiles(r.Latency), FirstTokenMs: percentiles(r.FirstToken),
+				CommitsPerTurn: float64(r.Commits) / float64(r.Turns),
+				LatencyMs:      percentiles(r.Latency), FirstTokenMs: percentiles(r.FirstToken),
+			}
+			if fake != nil {
+				per := float64(fake.Conns()-conns0) / float64(r.Turns)
+				res.ModelConnsPerTurn = &per
 			}
 			if t.Name() == "floor" {
 				floors[c] = r.CPUPerTurn()
@@ -366,14 +384,20 @@ func spawnBenchServer(ctx context.Context, store, storeLabel, baseURL, modelKey,
 func writeBenchTable(w io.Writer, rep *benchReport) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	if rep.Mode == "overhead" {
-		fmt.Fprintln(tw, "variant\tin flight\tturns\tturns/s\tCPU ms/turn\tx floor\tallocs/turn\tp50 ms\tp99 ms\t")
+		fmt.Fprintln(tw, "variant\tin flight\tturns\tturns/s\tCPU ms/turn\tx floor\tallocs/turn\tcommits/turn\tmodel conns/turn\tp50 ms\tp99 ms\t")
 		for _, r := range rep.Results {
-			x := "-"
+			x, commits, conns := "-", "-", "-"
 			if r.XFloor > 0 {
 				x = fmt.Sprintf("%.2f", r.XFloor)
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.2f\t%s\t%.0f\t%.2f\t%.2f\t\n", r.Variant, r.Concurrency, r.Turns, r.TurnsPerSec,
-				r.CPUMsPerTurn, x, r.AllocsPerTurn, r.LatencyMs.P50, r.LatencyMs.P99)
+			if r.CommitsPerTurn > 0 {
+				commits = fmt.Sprintf("%.2f", r.CommitsPerTurn)
+			}
+			if r.ModelConnsPerTurn != nil {
+				conns = fmt.Sprintf("%.3f", *r.ModelConnsPerTurn)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.2f\t%s\t%.0f\t%s\t%s\t%.2f\t%.2f\t\n", r.Variant, r.Concurrency, r.Turns, r.TurnsPerSec,
+				r.CPUMsPerTurn, x, r.AllocsPerTurn, commits, conns, r.LatencyMs.P50, r.LatencyMs.P99)
 		}
 	} else {
 		fmt.Fprintln(tw, "variant\tin flight\tturns\tturns/s\tfirst token p50\tp95\tp99\tturn p50\tp95\tp99 ms\t")

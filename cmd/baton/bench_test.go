@@ -61,6 +61,16 @@ func TestBench_SQLiteJSON(t *testing.T) {
 	checkResult(t, rep.Results[1], "floor", 4, 8, false)
 	checkResult(t, rep.Results[2], "baton sqlite", 1, 3, true)
 	checkResult(t, rep.Results[3], "baton sqlite", 4, 8, true)
+	for _, r := range rep.Results {
+		if r.ModelConnsPerTurn == nil || *r.ModelConnsPerTurn < 0 {
+			t.Fatalf("%s: model_conns_per_turn %v; want the fake model's count", r.Variant, r.ModelConnsPerTurn)
+		}
+		// SQLite counts its commits; the floor keeps nothing. One at a
+		// time a turn commits at least twice (its start, its reply).
+		if want := r.Variant == "baton sqlite"; want != (r.CommitsPerTurn > 0) || r.Concurrency == 1 && want && r.CommitsPerTurn < 2 {
+			t.Fatalf("%s, %d in flight: commits_per_turn %v", r.Variant, r.Concurrency, r.CommitsPerTurn)
+		}
+	}
 	if rep.Idle == nil || rep.Idle.Chats != 5 {
 		t.Fatalf("idle %+v; want 5 chats", rep.Idle)
 	}
@@ -83,7 +93,7 @@ func TestBench_Table(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 	out := stdout.String()
-	for _, want := range []string{"variant", "CPU ms/turn", "x floor", "floor", "baton mem", "Fake model in this process"} {
+	for _, want := range []string{"variant", "CPU ms/turn", "x floor", "commits/turn", "model conns/turn", "floor", "baton mem", "Fake model in this process"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("no %q in the table:\n%s", want, out)
 		}
@@ -147,7 +157,8 @@ func TestBench_ServerElsewhere(t *testing.T) {
 		t.Fatalf("report %+v", rep)
 	}
 	for _, r := range rep.Results {
-		if r.Variant != "baton served" || r.XFloor != 0 || r.LatencyMs.P50 <= 0 || r.FirstTokenMs.P50 <= 0 || r.FirstTokenMs.P50 > r.LatencyMs.P99 {
+		if r.Variant != "baton served" || r.XFloor != 0 || r.ModelConnsPerTurn != nil || r.CommitsPerTurn != 0 ||
+			r.LatencyMs.P50 <= 0 || r.FirstTokenMs.P50 <= 0 || r.FirstTokenMs.P50 > r.LatencyMs.P99 {
 			t.Fatalf("result %+v", r)
 		}
 	}
