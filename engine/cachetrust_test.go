@@ -100,8 +100,9 @@ func (h *harness) waitAnswers(chatID string, n int) {
 
 // Without leases the engine runs its chats from the state it holds: a
 // chat's first turn reads nothing back of what Start wrote, and each next
-// turn reads the inbox once (for the message) and the chat row never. The
-// reads were a fifth of a production turn's CPU on SQLite.
+// turn reads neither the chat row nor the inbox, whose only waiting input
+// is the message the turn handles (onlyInHand). The reads were a fifth of
+// a production turn's CPU on SQLite.
 func TestCachedState_ATurnReadsNoChatRow(t *testing.T) {
 	h, rc := newCountingHarness(t, &historyModel{})
 	ctx := context.Background()
@@ -117,8 +118,8 @@ func TestCachedState_ATurnReadsNoChatRow(t *testing.T) {
 			t.Fatal(err)
 		}
 		h.waitAnswers(id, i+1)
-		if g, in := rc.getChat.Load(), rc.inputs.Load(); g != 0 || in != 1 {
-			t.Errorf("turn %d read the chat %d times and its inbox %d times, want 0 and 1", i+1, g, in)
+		if g, in := rc.getChat.Load(), rc.inputs.Load(); g != 0 || in != 0 {
+			t.Errorf("turn %d read the chat %d times and its inbox %d times, want neither", i+1, g, in)
 		}
 	}
 	evs := h.events(id)
@@ -130,8 +131,8 @@ func TestCachedState_ATurnReadsNoChatRow(t *testing.T) {
 		t.Errorf("%d stale states, want 0", n)
 	}
 
-	// A chat started without a message waits for it; the message is read
-	// from the inbox once, and nothing else is read.
+	// A chat started without a message waits for it; the message is taken
+	// as it comes, and nothing is read.
 	rc.getChat.Store(0)
 	rc.inputs.Store(0)
 	c, err := h.eng.Start(ctx, testScope, "queue", baton.StartOptions{})
@@ -143,8 +144,8 @@ func TestCachedState_ATurnReadsNoChatRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.waitAnswers(c.ID, 1)
-	if g, in := rc.getChat.Load(), rc.inputs.Load(); g != 0 || in != 1 {
-		t.Errorf("a chat started without a message read the chat %d times and its inbox %d times over its first turn, want 0 and 1", g, in)
+	if g, in := rc.getChat.Load(), rc.inputs.Load(); g != 0 || in != 0 {
+		t.Errorf("a chat started without a message read the chat %d times and its inbox %d times over its first turn, want neither", g, in)
 	}
 
 	// With leases (instances sharing a store) the chat row is read at every
@@ -239,4 +240,94 @@ func TestCachedState_AnotherTenantsInputLeavesItAlone(t *testing.T) {
 	if users, _ := texts(h.events(id), "user"); !slices.Equal(users, []string{"m0", "m1"}) {
 		t.Fatalf("person's texts %q, want [m0 m1]", users)
 	}
+}
+
+// holdQueries takes the user_query events whose content it names off the
+// bus and hands them to the test, which delivers them when it chooses:
+// their messages are kept, their handling waits.
+type holdQueries struct {
+	contents map[string]bool
+	held     chan baton.Event
+}
+
+func (r holdQueries) Route(_ context.Context, ev baton.Event) (bool, error) {
+	if ev.Type != baton.TypeUserQuery {
+		return false, nil
+	}
+	var q baton.UserQueryPayload
+	if err := json.Unmarshal(ev.Payload, &q); err != nil || !r.contents[q.Content] {
+		return false, nil
+	}
+	r.held <- ev
+	return true, nil
+}
+
+// A message in hand is taken without reading the inbox only when it is
+// the one input kept since the inbox was last found clear. Here an empty
+// message is kept, its handling held back; the next message's run reads
+// the inbox, finds the empty one first and drops it (taken, recorded
+// nowhere), and answers its own; a third message is kept, its handling
+// held back too. When the empty message's handling comes, one input is
+// counted — the third's, not its own — so it must read: taking itself
+// "from its hand" again would leave the third message waiting in an inbox
+// the engine believes clear, never answered.
+func TestInHand_AnotherMessageKeptMeanwhileIsRead(t *testing.T) {
+	h, rc := newCountingHarness(t, &historyModel{})
+	ctx := context.Background()
+	id := startWith(t, h, "queue", "m0")
+	h.waitAnswers(id, 1)
+	h.settle()
+	hold := holdQueries{contents: map[string]bool{" ": true, "third": true}, held: make(chan baton.Event, 4)}
+	h.bus.SetRouter(hold)
+	defer h.bus.SetRouter(nil)
+	next := func() baton.Event {
+		t.Helper()
+		select {
+		case ev := <-hold.held:
+			return ev
+		case <-time.After(10 * time.Second):
+			t.Fatal("no held user_query within 10 s")
+			return baton.Event{}
+		}
+	}
+	if err := h.eng.Submit(ctx, testScope, id, " ", "http"); err != nil {
+		t.Fatal(err)
+	}
+	empty := next()
+	if err := h.eng.Submit(ctx, testScope, id, "second", "http"); err != nil {
+		t.Fatal(err)
+	}
+	h.waitAnswers(id, 2)
+	h.settle()
+	if n := rc.inputs.Load(); n == 0 {
+		t.Fatal("the second message's run did not read the inbox, where the empty one waited")
+	}
+	if err := h.eng.Submit(ctx, testScope, id, "third", "http"); err != nil {
+		t.Fatal(err)
+	}
+	third := next()
+	for _, ev := range []baton.Event{empty, third} {
+		if ok, err := h.bus.PublishLocal(ctx, ev); err != nil || !ok {
+			t.Fatalf("deliver: %v %v", ok, err)
+		}
+	}
+	h.waitAnswers(id, 3)
+	h.settle()
+	if users, _ := texts(h.events(id), "user"); !slices.Equal(users, []string{"m0", "second", "third"}) {
+		t.Fatalf("person's texts %q", users)
+	}
+	if ins, err := h.store.Inputs(ctx, testScope, id); err != nil || len(ins) != 0 {
+		t.Fatalf("inputs still waiting: %+v, %v", ins, err)
+	}
+	// Taking the dropped message again fails its run (the store refuses
+	// to take an input twice) and the chat errs before it recovers.
+	for _, ev := range h.events(id) {
+		if ev.Type == baton.TypeChatError {
+			t.Fatalf("the chat recorded an error: %s", ev.Payload)
+		}
+	}
+	if strings.Contains(h.logs.String(), "engine: run failed") {
+		t.Fatalf("a run failed:\n%s", h.logs.String())
+	}
+	checkSequences(t, h.events(id))
 }
