@@ -742,8 +742,8 @@ func (e *Engine) modelCall(ctx context.Context, chatID string) (context.Context,
 // returns the event to publish: ev, or the input kept before under its id
 // (a retry). When keep returns nil the input survives kill -9.
 func (e *Engine) keep(ctx context.Context, scope baton.Scope, ev baton.Event) (baton.Event, error) {
-	in, added, err := e.store.AddInput(ctx, scope, inboxed(ev))
-	e.inputKept(ev.ChatID(), ev.ID, added, err)
+	in, _, err := e.store.AddInput(ctx, scope, inboxed(ev))
+	e.inputKept(ev.ChatID(), err)
 	if err != nil {
 		return baton.Event{}, fmt.Errorf("keep %s for chat %s: %w", ev.Type, ev.ChatID(), err)
 	}

@@ -112,8 +112,8 @@ func (r *run) queueInput(ctx context.Context, ev baton.Event) error {
 	case r.st.done:
 		return fmt.Errorf("%w: the chat has ended", errIgnored)
 	}
-	_, added, err := r.e.store.AddInput(ctx, r.scope, ev)
-	r.e.inputKept(r.st.chat.ID, ev.ID, added, err)
+	_, _, err := r.e.store.AddInput(ctx, r.scope, ev)
+	r.e.inputKept(r.st.chat.ID, err)
 	if err != nil {
 		return fmt.Errorf("keep the message in the inbox: %w", err)
 	}
@@ -128,22 +128,17 @@ func (r *run) queueInput(ctx context.Context, ev baton.Event) error {
 //
 // Without leases the read is skipped when nothing can be waiting: the
 // state's last read found the inbox clear and no input was kept since
-// (inboxCount); and when only the message in hand can be (onlyInHand).
+// (inboxCount).
 func (r *run) takeInput(ctx context.Context) (bool, error) {
 	id := r.st.chat.ID
-	kept, sole := r.e.inbox.since(id)
+	kept := r.e.inbox.count(id)
 	if r.e.instance == "" && r.st.inboxClear && kept == 0 || r.creation != nil {
 		return false, nil // a chat not stored yet has no inbox but the start's message (takeStart)
 	}
-	in, only := r.onlyInHand(kept, sole)
-	r.inHand = nil // for the first input point only: later ones read
 	r.st.inboxClear = false
-	ins := []baton.Input{in}
-	if !only {
-		var err error
-		if ins, err = r.e.store.Inputs(ctx, r.scope, id); err != nil {
-			return false, fmt.Errorf("read the inbox: %w", err)
-		}
+	ins, err := r.e.store.Inputs(ctx, r.scope, id)
+	if err != nil {
+		return false, fmt.Errorf("read the inbox: %w", err)
 	}
 	r.e.inbox.read(id, kept)
 	left := false // an input stays waiting after this read
@@ -189,25 +184,6 @@ func (r *run) takeInput(ctx context.Context) (bool, error) {
 	}
 	r.st.inboxClear = !left
 	return false, nil
-}
-
-// onlyInHand returns the inbox as a read would find it when it can hold
-// nothing but the user_query this handling is for (run.inHand), so that a
-// person's message to a paused chat costs no read of the inbox. Without
-// leases that is so when the state's last read found the inbox clear and
-// the one input kept since is that message, new to the inbox when it was
-// kept (inboxCount): no read has taken it since, for a read takes off the
-// count it sees. The event in hand is the one the store keeps (Submit
-// publishes what AddInput returns; queueInput stores the event as it came).
-// A tool that asked the person needs the time the store accepted the
-// message (baton.AnswersToolInput): it reads.
-func (r *run) onlyInHand(kept int64, sole string) (baton.Input, bool) {
-	ev := r.inHand
-	if ev == nil || r.e.instance != "" || !r.st.inboxClear || kept != 1 || sole != ev.ID ||
-		ev.Type != baton.TypeUserQuery || r.st.toolAsking() != nil || r.st.inputs[ev.ID] || r.staged.consumes(ev.ID) {
-		return baton.Input{}, false
-	}
-	return baton.Input{Event: *ev}, true
 }
 
 // takeUIResponse records a ui.tool.response waiting in the inbox that

@@ -35,16 +35,15 @@ type run struct {
 	prov  baton.Provider
 	reg   *tool.Registry
 
-	startMessage string       // run.start's message, if any
-	startInput   string       // the inbox input startMessage came from, if any
-	inHand       *baton.Event // the user_query this handling is for, kept in the inbox (onlyInHand)
-	retry        bool         // go on after a recorded error (run.resume, or the person wrote)
-	fence        int64        // the chat's lease token, stamped on every append (0: no leases)
-	expectNext   int64        // > 0: st was taken from the cache on trust and not yet checked against the store (load)
-	creation     *creation    // the chat is not stored yet: the first flush creates it (create.go)
-	created      *baton.Chat  // the chat the first flush created, for Start
-	createFailed bool         // the creation failed: nothing more is recorded
-	finalFlush   bool         // drive's last flush: no step follows it
+	startMessage string      // run.start's message, if any
+	startInput   string      // the inbox input startMessage came from, if any
+	retry        bool        // go on after a recorded error (run.resume, or the person wrote)
+	fence        int64       // the chat's lease token, stamped on every append (0: no leases)
+	expectNext   int64       // > 0: st was taken from the cache on trust and not yet checked against the store (load)
+	creation     *creation   // the chat is not stored yet: the first flush creates it (create.go)
+	created      *baton.Chat // the chat the first flush created, for Start
+	createFailed bool        // the creation failed: nothing more is recorded
+	finalFlush   bool        // drive's last flush: no step follows it
 
 	staged staged // applied to st, not yet recorded (see stage)
 
@@ -138,7 +137,6 @@ func (e *Engine) handle(ctx context.Context, ev baton.Event) (err error) {
 			clean = errors.Is(err, errIgnored)
 			return r.ignored(ev, err)
 		}
-		r.inHand = &ev
 	case baton.TypeUIToolResponse:
 		if err := r.uiResponse(ctx, ev); err != nil {
 			if errors.Is(err, errIgnored) {
