@@ -278,13 +278,7 @@ func TestInbox_ADroppedMessageHandledLateErrsNothing(t *testing.T) {
 	defer h.bus.SetRouter(nil)
 	next := func() baton.Event {
 		t.Helper()
-		select {
-		case ev := <-hold.held:
-			return ev
-		case <-time.After(10 * time.Second):
-			t.Fatal("no held user_query within 10 s")
-			return baton.Event{}
-		}
+		return nextHeld(t, hold.held, "held user_query")
 	}
 	if err := h.eng.Submit(ctx, testScope, id, " ", "http"); err != nil {
 		t.Fatal(err)

@@ -313,11 +313,17 @@ func (r holdRunStart) Route(_ context.Context, ev baton.Event) (bool, error) {
 // next returns the run.start the router took next.
 func (r holdRunStart) next(t *testing.T) baton.Event {
 	t.Helper()
+	return nextHeld(t, r.held, "run.start")
+}
+
+// nextHeld returns the next event a test's router took off the bus.
+func nextHeld(t *testing.T, held <-chan baton.Event, what string) baton.Event {
+	t.Helper()
 	select {
-	case ev := <-r.held:
+	case ev := <-held:
 		return ev
 	case <-time.After(10 * time.Second):
-		t.Fatal("no run.start was published within 10 s")
+		t.Fatalf("no %s was published within 10 s", what)
 		return baton.Event{}
 	}
 }

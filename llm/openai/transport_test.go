@@ -82,6 +82,21 @@ func TestConcurrentCallsReuseConnections(t *testing.T) {
 	}
 }
 
+// wrappingTransport returns a transport whose connections wrap wraps.
+func wrappingTransport(t *testing.T, wrap func(net.Conn) net.Conn) *http.Transport {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	dialer := &net.Dialer{}
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dialer.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return wrap(c), nil
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	return tr
+}
+
 // doneSpy is a client connection that reports when a read brings [DONE].
 type doneSpy struct {
 	net.Conn
@@ -125,16 +140,7 @@ func TestSequentialCallsReuseTheirConnection(t *testing.T) {
 	}
 	srv.Start()
 	t.Cleanup(srv.Close)
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	dialer := &net.Dialer{}
-	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := dialer.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return &doneSpy{Conn: c, done: sawDone}, nil
-	}
-	t.Cleanup(tr.CloseIdleConnections)
+	tr := wrappingTransport(t, func(c net.Conn) net.Conn { return &doneSpy{Conn: c, done: sawDone} })
 	p := New(WithBaseURL(srv.URL+"/v1"), WithAPIKey("sk-test"), WithHTTPClient(&http.Client{Transport: tr}),
 		WithLogger(slog.New(slog.DiscardHandler)))
 	for i := range calls {
@@ -219,16 +225,7 @@ func (c *writeCounter) Write(p []byte) (int, error) {
 func TestRequestIsOneWrite(t *testing.T) {
 	f := newFake(t, sse(textChunk("hi"), chunk(`{}`, "stop"), usageChunk))
 	var writes atomic.Int32
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	dialer := &net.Dialer{}
-	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := dialer.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return &writeCounter{Conn: c, writes: &writes}, nil
-	}
-	t.Cleanup(tr.CloseIdleConnections)
+	tr := wrappingTransport(t, func(c net.Conn) net.Conn { return &writeCounter{Conn: c, writes: &writes} })
 	p := f.provider(WithHTTPClient(&http.Client{Transport: tr}))
 	if _, acc, err := collect(t, t.Context(), p, request()); err != nil || acc.Text() != "hi" {
 		t.Fatalf("text %q, err %v", acc.Text(), err)
