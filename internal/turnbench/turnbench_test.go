@@ -59,7 +59,9 @@ func TestEmbeddedTurnIsRecorded(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	checkTurns(t, m, e, 6, 3)
+	if r := checkTurns(t, m, e, 6, 3); r.Commits == 0 {
+		t.Error("SQLite's commits were not counted")
+	}
 	chats, err := e.Runtime().Store().ListChats(t.Context(), Scope, baton.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -117,6 +119,9 @@ func TestServed(t *testing.T) {
 	r := checkTurns(t, m, s, 6, 3)
 	if r.ServerCPU <= 0 {
 		t.Fatalf("server CPU %v; want the child's", r.ServerCPU)
+	}
+	if r.Commits == 0 {
+		t.Error("the server's SQLite commits were not counted")
 	}
 	if h, err := s.ServerHeap(t.Context()); err != nil || h == 0 {
 		t.Fatalf("server heap: %d, %v", h, err)
