@@ -160,14 +160,7 @@ func TestMixedUsage(t *testing.T) {
 	ctx := context.Background()
 	scope, other := storetest.NewScope(), storetest.NewScope()
 	const chats, good = 20, 5
-	ids := make([]string, chats)
-	for i := range ids {
-		c, err := s.CreateChat(ctx, scope, baton.Chat{Workflow: "usage"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids[i] = c.ID
-	}
+	ids := createChats(t, s, scope, "usage", chats)
 	gone, err := s.CreateChat(ctx, scope, baton.Chat{Workflow: "usage"})
 	if err != nil {
 		t.Fatal(err)

@@ -24,6 +24,20 @@ func openTemp(t testing.TB, opts ...sqlite.Option) *sqlite.Store {
 	return s
 }
 
+// createChats creates n chats of workflow in scope and returns their ids.
+func createChats(t testing.TB, s *sqlite.Store, scope baton.Scope, workflow string, n int) []string {
+	t.Helper()
+	ids := make([]string, n)
+	for i := range ids {
+		c, err := s.CreateChat(context.Background(), scope, baton.Chat{Workflow: workflow})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = c.ID
+	}
+	return ids
+}
+
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) baton.Store { return openTemp(t) })
 }

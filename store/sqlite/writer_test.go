@@ -26,14 +26,7 @@ func TestCommitDelayFollowsTheCommits(t *testing.T) {
 	ctx := context.Background()
 	scope := storetest.NewScope()
 	const writers, each = 8, 25
-	ids := make([]string, writers)
-	for i := range ids {
-		c, err := s.CreateChat(ctx, scope, baton.Chat{Workflow: "delay"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids[i] = c.ID
-	}
+	ids := createChats(t, s, scope, "delay", writers)
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)
 	for _, id := range ids {
