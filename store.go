@@ -180,7 +180,9 @@ type EventStore interface {
 	// events and the update are durable; on an error nothing was written.
 	Append(ctx context.Context, scope Scope, chatID string, events []Event, u *ChatUpdate) ([]Event, error)
 	// Events returns up to limit events with sequence > after, ascending.
-	// limit <= 0 means all.
+	// limit <= 0 means all. A chat that is not in scope, or was deleted,
+	// is ENOTFOUND whatever after is, never an empty result: a stream's
+	// replay is its check that the chat is still there.
 	Events(ctx context.Context, scope Scope, chatID string, after int64, limit int) ([]Event, error)
 }
 

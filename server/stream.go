@@ -130,7 +130,8 @@ func (s *Server) subscribeLive(scope baton.Scope, chat baton.Chat, last int64) (
 // checkChat reports whether the chat is still in the stream's scope: a
 // delete that landed between the caller's scope check and subscribe kicked
 // the chat's streams before this one was among them; the store knows. (A
-// delete after this check kicks this subscriber.)
+// delete after this check kicks this subscriber.) A WebSocket needs no
+// such check: its replay's read says ENOTFOUND (serveWS).
 func (l *liveStream) checkChat(ctx context.Context) error {
 	_, err := l.s.chatIn(ctx, l.cur.scope, l.cur.chatID)
 	return err
@@ -467,10 +468,13 @@ func (s *Server) serveWS(ctx context.Context, cancel context.CancelFunc, ws *wsC
 		return
 	}
 	defer live.close()
-	if err := live.checkChat(ctx); err != nil {
-		s.closeWS(conn, err)
-		return
-	}
+	// No checkChat here: the replay below, before any other write, is a
+	// read of the chat in the stream's scope, and a chat deleted between
+	// the scope check and the subscription fails it with ENOTFOUND
+	// (baton.EventStore.Events), which closes the socket 4404 — one store
+	// read a connection fewer. (An SSE stream checks before its replay:
+	// its status line goes out with the first write, and a deleted chat
+	// must still answer 404.)
 	if m := s.cfg.Metrics; m != nil {
 		m.WSConnected(1)
 		defer m.WSConnected(-1)

@@ -676,8 +676,9 @@ func TestWS_WriteTimeoutPerWrite(t *testing.T) {
 	}
 }
 
-// emptyWhenDeleted answers a deleted chat's events with none, as the
-// PostgreSQL store does, instead of ENOTFOUND.
+// emptyWhenDeleted answers a deleted chat's events with none instead of
+// ENOTFOUND, which baton.EventStore.Events forbids: an SSE stream must
+// answer 404 even so, since its check before the replay is what says so.
 type emptyWhenDeleted struct{ baton.Store }
 
 func (s emptyWhenDeleted) Events(ctx context.Context, scope baton.Scope, chatID string, after int64, limit int) ([]baton.Event, error) {
@@ -691,43 +692,55 @@ func (s emptyWhenDeleted) Events(ctx context.Context, scope baton.Scope, chatID 
 // TestStream_ChatDeletedWhileConnecting: a chat deleted between a stream's
 // scope check and its subscription (its delete kicked the streams it had,
 // not this one yet) closes the WebSocket with 4404 and answers SSE 404,
-// rather than leaving them open on a chat that is gone.
+// rather than leaving them open on a chat that is gone. The WebSocket
+// learns it from its replay's read (the real store, which says ENOTFOUND
+// after any sequence); SSE from its check before the replay, with a store
+// whose replay would not tell.
 func TestStream_ChatDeletedWhileConnecting(t *testing.T) {
-	var e *env
-	e = newEnv(t, withWorkflows(benchDir),
-		withServerStore(func(s baton.Store) baton.Store { return emptyWhenDeleted{s} }),
-		withConfig(func(c *Config) {
-			c.Watch = func(chatID string) func() {
-				// The delete lands while the stream subscribes.
-				_ = e.store.DeleteChat(context.Background(), scopeAda, chatID)
-				return func() {}
-			}
-		}))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	for _, kind := range []string{"ws", "sse"} {
-		chat, err := e.store.CreateChat(ctx, scopeAda, baton.Chat{Workflow: "bench", Status: baton.ChatWaitingInput})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if kind == "sse" {
-			req, _ := http.NewRequestWithContext(ctx, "GET", e.ts.URL+"/api/chats/acme/"+chat.ID+"/stream", nil)
-			req.Header.Set("Authorization", "Bearer "+e.keys[scopeAda])
-			resp, err := e.ts.Client().Do(req) // returns with the headers: a stream would go on
+		t.Run(kind, func(t *testing.T) {
+			var e *env
+			opts := []envOption{withWorkflows(benchDir), withConfig(func(c *Config) {
+				c.Watch = func(chatID string) func() {
+					// The delete lands while the stream subscribes.
+					_ = e.store.DeleteChat(context.Background(), scopeAda, chatID)
+					return func() {}
+				}
+			})}
+			if kind == "sse" {
+				opts = append(opts, withServerStore(func(s baton.Store) baton.Store { return emptyWhenDeleted{s} }))
+			}
+			e = newEnv(t, opts...)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			chat, err := e.store.CreateChat(ctx, scopeAda, baton.Chat{Workflow: "bench", Status: baton.ChatWaitingInput})
 			if err != nil {
 				t.Fatal(err)
 			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusNotFound {
-				t.Fatalf("SSE of a chat deleted while it subscribed: %d", resp.StatusCode)
+			if _, err := e.store.Append(ctx, scopeAda, chat.ID, []baton.Event{baton.NewChatEvent(baton.TypeChatText, chat.ID, "user", baton.TextPayload{Kind: "text", Agent: "user", Content: "hi"})}, nil); err != nil {
+				t.Fatal(err)
 			}
-			continue
-		}
-		c := e.dial(ctx, t, chat.ID, 0, e.keys[scopeAda])
-		defer c.CloseNow()
-		if _, _, err := c.Read(ctx); websocket.CloseStatus(err) != CloseNotFound {
-			t.Fatalf("WebSocket of a chat deleted while it subscribed: %v, want 4404", err)
-		}
+			if kind == "sse" {
+				req, _ := http.NewRequestWithContext(ctx, "GET", e.ts.URL+"/api/chats/acme/"+chat.ID+"/stream", nil)
+				req.Header.Set("Authorization", "Bearer "+e.keys[scopeAda])
+				resp, err := e.ts.Client().Do(req) // returns with the headers: a stream would go on
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusNotFound {
+					t.Fatalf("SSE of a chat deleted while it subscribed: %d", resp.StatusCode)
+				}
+				return
+			}
+			// From its last sequence: the replay has nothing newer to send,
+			// and still finds the chat gone.
+			c := e.dial(ctx, t, chat.ID, 1, e.keys[scopeAda])
+			defer c.CloseNow()
+			if _, _, err := c.Read(ctx); websocket.CloseStatus(err) != CloseNotFound {
+				t.Fatalf("WebSocket of a chat deleted while it subscribed: %v, want 4404", err)
+			}
+		})
 	}
 }
 

@@ -50,10 +50,13 @@ func testDeletedChat(t *testing.T, s baton.Store) {
 			_, err := s.Append(ctx, scope, c.ID, nil, &baton.ChatUpdate{TurnAgent: ptr("B")})
 			return err
 		},
-		"Events":              func() error { _, err := s.Events(ctx, scope, c.ID, 0, 0); return err },
-		"ClaimEffect (new)":   func() error { _, err := s.ClaimEffect(ctx, scope, c.ID, "new", baton.EffectHolder{}); return err },
-		"ClaimEffect (known)": func() error { _, err := s.ClaimEffect(ctx, scope, c.ID, "claimed", baton.EffectHolder{}); return err },
-		"RecordEffect":        func() error { return s.RecordEffect(ctx, scope, c.ID, "claimed", json.RawMessage(`1`)) },
+		"Events": func() error { _, err := s.Events(ctx, scope, c.ID, 0, 0); return err },
+		// A stream's replay asks after the last sequence it has: nothing
+		// is newer, and still the store says the chat is gone.
+		"Events (after the last)": func() error { _, err := s.Events(ctx, scope, c.ID, 1000, 0); return err },
+		"ClaimEffect (new)":       func() error { _, err := s.ClaimEffect(ctx, scope, c.ID, "new", baton.EffectHolder{}); return err },
+		"ClaimEffect (known)":     func() error { _, err := s.ClaimEffect(ctx, scope, c.ID, "claimed", baton.EffectHolder{}); return err },
+		"RecordEffect":            func() error { return s.RecordEffect(ctx, scope, c.ID, "claimed", json.RawMessage(`1`)) },
 		"TakeOverEffect": func() error {
 			_, err := s.TakeOverEffect(ctx, scope, c.ID, baton.Effect{Key: "claimed"}, baton.EffectHolder{Boot: "b"})
 			return err

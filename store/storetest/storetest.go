@@ -707,7 +707,11 @@ func testTenantIsolation(t *testing.T, s baton.Store) {
 					_, err := s.Append(ctx, sc, c.ID, []baton.Event{TextEvent("A", "intruder")}, nil)
 					return err
 				},
-				"Events":       func() error { _, err := s.Events(ctx, sc, c.ID, 0, 0); return err },
+				"Events": func() error { _, err := s.Events(ctx, sc, c.ID, 0, 0); return err },
+				"Events (after the last)": func() error {
+					_, err := s.Events(ctx, sc, c.ID, 1000, 0)
+					return err
+				},
 				"ClaimEffect":  func() error { _, err := s.ClaimEffect(ctx, sc, c.ID, "k2", baton.EffectHolder{}); return err },
 				"RecordEffect": func() error { return s.RecordEffect(ctx, sc, c.ID, "k", json.RawMessage(`1`)) },
 				"RecordUsage": func() error {
