@@ -163,6 +163,9 @@ type benchResult struct {
 	// CommitsPerTurn is the store's transactions per turn, for a store
 	// that counts them (SQLite; served, the server's).
 	CommitsPerTurn float64 `json:"commits_per_turn,omitempty"`
+	// ReadsPerTurn is the store's read queries per turn, for a store that
+	// counts them (SQLite; served, the server's).
+	ReadsPerTurn float64 `json:"reads_per_turn,omitempty"`
 	// ModelConnsPerTurn is the connections the fake model accepted per
 	// turn (absent with a real model): a client that keeps its connections
 	// opens one per model call in flight, not one per call.
@@ -258,8 +261,8 @@ func runBench(ctx context.Context, cfg benchConfig, stdout, stderr io.Writer) er
 			res := benchResult{
 				Variant: t.Name(), Concurrency: c, Turns: r.Turns, Seconds: r.Elapsed.Seconds(), TurnsPerSec: r.TurnsPerSec(),
 				CPUMsPerTurn: msOf(r.CPUPerTurn()), ClientCPUMsPerTurn: msOf(r.ClientCPUPerTurn()), AllocsPerTurn: r.AllocsPerTurn(),
-				CommitsPerTurn: float64(r.Commits) / float64(r.Turns),
-				LatencyMs:      percentiles(r.Latency), FirstTokenMs: percentiles(r.FirstToken),
+				CommitsPerTurn: float64(r.Commits) / float64(r.Turns), ReadsPerTurn: float64(r.Reads) / float64(r.Turns),
+				LatencyMs: percentiles(r.Latency), FirstTokenMs: percentiles(r.FirstToken),
 			}
 			if fake != nil {
 				per := float64(fake.Conns()-conns0) / float64(r.Turns)
@@ -384,20 +387,23 @@ func spawnBenchServer(ctx context.Context, store, storeLabel, baseURL, modelKey,
 func writeBenchTable(w io.Writer, rep *benchReport) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	if rep.Mode == "overhead" {
-		fmt.Fprintln(tw, "variant\tin flight\tturns\tturns/s\tCPU ms/turn\tx floor\tallocs/turn\tcommits/turn\tmodel conns/turn\tp50 ms\tp99 ms\t")
+		fmt.Fprintln(tw, "variant\tin flight\tturns\tturns/s\tCPU ms/turn\tx floor\tallocs/turn\tcommits/turn\treads/turn\tmodel conns/turn\tp50 ms\tp99 ms\t")
 		for _, r := range rep.Results {
-			x, commits, conns := "-", "-", "-"
+			x, commits, reads, conns := "-", "-", "-", "-"
 			if r.XFloor > 0 {
 				x = fmt.Sprintf("%.2f", r.XFloor)
 			}
 			if r.CommitsPerTurn > 0 {
 				commits = fmt.Sprintf("%.2f", r.CommitsPerTurn)
 			}
+			if r.ReadsPerTurn > 0 || r.CommitsPerTurn > 0 {
+				reads = fmt.Sprintf("%.2f", r.ReadsPerTurn) // a store that counts its commits counts its reads
+			}
 			if r.ModelConnsPerTurn != nil {
 				conns = fmt.Sprintf("%.3f", *r.ModelConnsPerTurn)
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.2f\t%s\t%.0f\t%s\t%s\t%.2f\t%.2f\t\n", r.Variant, r.Concurrency, r.Turns, r.TurnsPerSec,
-				r.CPUMsPerTurn, x, r.AllocsPerTurn, commits, conns, r.LatencyMs.P50, r.LatencyMs.P99)
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.2f\t%s\t%.0f\t%s\t%s\t%s\t%.2f\t%.2f\t\n", r.Variant, r.Concurrency, r.Turns, r.TurnsPerSec,
+				r.CPUMsPerTurn, x, r.AllocsPerTurn, commits, reads, conns, r.LatencyMs.P50, r.LatencyMs.P99)
 		}
 	} else {
 		fmt.Fprintln(tw, "variant\tin flight\tturns\tturns/s\tfirst token p50\tp95\tp99\tturn p50\tp95\tp99 ms\t")

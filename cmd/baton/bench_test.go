@@ -93,7 +93,7 @@ func TestBench_Table(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 	out := stdout.String()
-	for _, want := range []string{"variant", "CPU ms/turn", "x floor", "commits/turn", "model conns/turn", "floor", "baton mem", "Fake model in this process"} {
+	for _, want := range []string{"variant", "CPU ms/turn", "x floor", "commits/turn", "reads/turn", "model conns/turn", "floor", "baton mem", "Fake model in this process"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("no %q in the table:\n%s", want, out)
 		}

@@ -166,6 +166,9 @@ func BenchmarkProductionTurn(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.ReportMetric(float64(m.Conns()-conns)/float64(b.N), "model-conns/turn")
+				if r.Reads > 0 {
+					b.ReportMetric(float64(r.Reads)/float64(b.N), "reads/turn")
+				}
 				if r.Commits > 0 {
 					b.ReportMetric(float64(r.Commits)/float64(b.N), "commits/turn")
 				}

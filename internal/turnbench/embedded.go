@@ -192,8 +192,13 @@ func (e *Embedded) Turn(ctx context.Context) (Timing, error) {
 // Commits returns how many transactions the runtime's store has committed
 // (0 for a store that does not count them).
 func (e *Embedded) Commits(context.Context) (uint64, error) {
-	n, _ := storeCommits(e.rt.Store())
-	return n, nil
+	return uint64(storeStats(e.rt.Store()).Commits), nil
+}
+
+// Reads returns how many queries the runtime's store has run on its read
+// connections (0 for a store that does not count them).
+func (e *Embedded) Reads(context.Context) (uint64, error) {
+	return uint64(storeStats(e.rt.Store()).Reads), nil
 }
 
 // Close stops the consumer and closes the runtime.

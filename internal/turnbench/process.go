@@ -163,6 +163,10 @@ func (p *ServerProcess) Heap(ctx context.Context) (uint64, error) { return p.ask
 // (0 for a store that does not count them).
 func (p *ServerProcess) Commits(ctx context.Context) (uint64, error) { return p.ask(ctx, "commits") }
 
+// Reads returns how many queries the server's store has run on its read
+// connections (0 for a store that does not count them).
+func (p *ServerProcess) Reads(ctx context.Context) (uint64, error) { return p.ask(ctx, "reads") }
+
 // Close asks the server to shut down (its input closes) and waits for it,
 // killing it when ctx ends first. It is safe to call more than once.
 func (p *ServerProcess) Close(ctx context.Context) error {
@@ -284,8 +288,9 @@ func serveChild(in io.Reader, out io.Writer) error {
 			h, _ := localHeap(ctx)
 			fmt.Fprintf(out, "heap %d\n", h)
 		case "commits":
-			n, _ := storeCommits(rt.Store())
-			fmt.Fprintf(out, "commits %d\n", n)
+			fmt.Fprintf(out, "commits %d\n", storeStats(rt.Store()).Commits)
+		case "reads":
+			fmt.Fprintf(out, "reads %d\n", storeStats(rt.Store()).Reads)
 		default:
 			fmt.Fprintf(out, "unknown %q\n", cmd)
 		}

@@ -44,20 +44,21 @@ type heapReader interface {
 	ServerHeap(ctx context.Context) (uint64, error)
 }
 
-// commitCounter is a Turner that reads its store's commits (0 for a store
-// that does not count them).
-type commitCounter interface {
+// storeCounter is a Turner that reads its store's commits and read
+// queries (0 for a store that does not count them).
+type storeCounter interface {
 	Commits(ctx context.Context) (uint64, error)
+	Reads(ctx context.Context) (uint64, error)
 }
 
-// storeCommits returns the commits of a store that counts them (SQLite's
-// writer does).
-func storeCommits(st any) (uint64, bool) {
+// storeStats returns the counters of a store that keeps them (SQLite's
+// does): zero for any other.
+func storeStats(st any) sqlite.Stats {
 	c, ok := st.(interface{ Stats() sqlite.Stats })
 	if !ok {
-		return 0, false
+		return sqlite.Stats{}
 	}
-	return uint64(c.Stats().Commits), true
+	return c.Stats()
 }
 
 // Result is what Run measured.
@@ -75,6 +76,9 @@ type Result struct {
 	// Commits is how many transactions the store committed over the run,
 	// for a store that counts them (SQLite); 0 otherwise.
 	Commits uint64
+	// Reads is how many queries the store ran on its read connections
+	// over the run (SQLite; 0 otherwise).
+	Reads uint64
 	// Allocs and AllocBytes are this process's heap allocations over the run.
 	Allocs, AllocBytes uint64
 	// Latency and FirstToken hold every turn's timing, sorted.
@@ -152,8 +156,8 @@ func Run(ctx context.Context, t Turner, turns, concurrency int, progress func(do
 			return res, err
 		}
 	}
-	counter, _ := t.(commitCounter)
-	var commits0 uint64
+	counter, _ := t.(storeCounter)
+	var commits0, reads0 uint64
 	if counter != nil {
 		var err error
 		switch commits0, err = counter.Commits(ctx); {
@@ -161,6 +165,11 @@ func Run(ctx context.Context, t Turner, turns, concurrency int, progress func(do
 			counter = nil
 		case err != nil:
 			return res, err
+		}
+		if counter != nil {
+			if reads0, err = counter.Reads(ctx); err != nil {
+				return res, err
+			}
 		}
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -216,6 +225,10 @@ func Run(ctx context.Context, t Turner, turns, concurrency int, progress func(do
 			return res, err
 		}
 		res.Commits = n - commits0
+		if n, err = counter.Reads(ctx); err != nil {
+			return res, err
+		}
+		res.Reads = n - reads0
 	}
 	for _, tm := range timings {
 		res.Latency = append(res.Latency, tm.Total)

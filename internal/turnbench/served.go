@@ -94,6 +94,15 @@ func (s *Served) Commits(ctx context.Context) (uint64, error) {
 	return s.cfg.Server.Commits(ctx)
 }
 
+// Reads returns how many queries the spawned server's store has run on
+// its read connections.
+func (s *Served) Reads(ctx context.Context) (uint64, error) {
+	if s.cfg.Server == nil {
+		return 0, ErrNoProcess
+	}
+	return s.cfg.Server.Reads(ctx)
+}
+
 // ErrNoProcess is what ServerCPU and ServerHeap return for a server this
 // process did not spawn.
 var ErrNoProcess = errors.New("served: the server is not a process this one spawned: its CPU and heap are not readable here")

@@ -123,6 +123,9 @@ func TestServed(t *testing.T) {
 	if r.Commits == 0 {
 		t.Error("the server's SQLite commits were not counted")
 	}
+	if r.Reads == 0 {
+		t.Error("the server's SQLite reads were not counted")
+	}
 	if h, err := s.ServerHeap(t.Context()); err != nil || h == 0 {
 		t.Fatalf("server heap: %d, %v", h, err)
 	}

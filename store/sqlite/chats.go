@@ -132,6 +132,7 @@ func (s *Store) GetChat(ctx context.Context, scope baton.Scope, id string) (bato
 	if s.closed.Load() {
 		return baton.Chat{}, baton.ErrClosed
 	}
+	s.reads.Add(1)
 	rows, err := s.r.getChat.QueryContext(ctx, id, scope.App, scope.User)
 	if err != nil {
 		return baton.Chat{}, s.readErr("get chat", err)
@@ -215,6 +216,7 @@ func (s *Store) listChats(ctx context.Context, q string, args ...any) ([]baton.C
 	if s.closed.Load() {
 		return nil, baton.ErrClosed
 	}
+	s.reads.Add(1)
 	rows, err := s.rdb.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, s.readErr("list chats", err)

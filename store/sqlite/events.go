@@ -142,6 +142,7 @@ func (s *Store) Events(ctx context.Context, scope baton.Scope, chatID string, af
 	}
 	// The chat's last sequence checks the scope and sizes the result.
 	var last int64
+	s.reads.Add(1)
 	err := s.r.chatSeq.QueryRowContext(ctx, chatID, scope.App, scope.User).Scan(&last)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, notFound(chatID)
@@ -162,6 +163,7 @@ func (s *Store) Events(ctx context.Context, scope baton.Scope, chatID string, af
 		to := min(from+eventsBlock, after+n)
 		var packed sql.NullString
 		var count int64
+		s.reads.Add(1)
 		if err := s.r.events.QueryRowContext(ctx, bigEvent, chatID, scope.App, scope.User, from, to).Scan(&packed, &count); err != nil {
 			return nil, s.readErr("events", err)
 		}
@@ -176,6 +178,7 @@ func (s *Store) Events(ctx context.Context, scope baton.Scope, chatID string, af
 		}
 		if int64(len(out)-start) < count {
 			// The block's large events, which the packed string left out.
+			s.reads.Add(1)
 			rows, err := s.r.bigEvents.QueryContext(ctx, chatID, scope.App, scope.User, from, to, bigEvent)
 			if err != nil {
 				return nil, s.readErr("events", err)

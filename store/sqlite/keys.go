@@ -39,6 +39,7 @@ func (s *Store) LookupKey(ctx context.Context, hash string) (baton.APIKey, error
 	}
 	k := baton.APIKey{Hash: hash}
 	var created int64
+	s.reads.Add(1)
 	err := s.r.lookupKey.QueryRowContext(ctx, hash).
 		Scan(&k.App, &k.User, &k.Name, &created)
 	if errors.Is(err, sql.ErrNoRows) {

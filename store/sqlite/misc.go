@@ -160,6 +160,7 @@ func (s *Store) ChatUsage(ctx context.Context, scope baton.Scope, chatID string)
 	}
 	// The chat row tells an unknown chat from one with no usage.
 	var last int64
+	s.reads.Add(1)
 	err := s.r.chatSeq.QueryRowContext(ctx, chatID, scope.App, scope.User).Scan(&last)
 	if errors.Is(err, sql.ErrNoRows) {
 		return baton.UsageTotal{}, nil, notFound(chatID)
@@ -167,6 +168,7 @@ func (s *Store) ChatUsage(ctx context.Context, scope baton.Scope, chatID string)
 	if err != nil {
 		return baton.UsageTotal{}, nil, s.readErr("chat usage", err)
 	}
+	s.reads.Add(1)
 	rows, err := s.r.chatUsage.QueryContext(ctx, chatID, scope.App, scope.User)
 	if err != nil {
 		return baton.UsageTotal{}, nil, s.readErr("chat usage", err)
@@ -201,6 +203,7 @@ func (s *Store) AppUsage(ctx context.Context, scope baton.Scope) (baton.UsageTot
 		args = append(args, scope.App)
 	}
 	var t baton.UsageTotal
+	s.reads.Add(1)
 	err := s.rdb.QueryRowContext(ctx, q, args...).Scan(&t.Calls, &t.PromptTokens, &t.CompletionTokens, &t.CachedTokens, &t.ReasoningTokens, &t.Cost)
 	if err != nil {
 		return baton.UsageTotal{}, s.readErr("app usage", err)
@@ -280,6 +283,7 @@ func (s *Store) GetTask(ctx context.Context, scope baton.Scope, id string) (bato
 	if s.closed.Load() {
 		return baton.Task{}, baton.ErrClosed
 	}
+	s.reads.Add(1)
 	t, err := scanTask(s.r.getTask.QueryRowContext(ctx, id, scope.App, scope.User))
 	if errors.Is(err, sql.ErrNoRows) {
 		return baton.Task{}, baton.Errorf(baton.ENOTFOUND, "task %q not found", id)
@@ -339,6 +343,7 @@ func (s *Store) TasksByStatus(ctx context.Context, status baton.TaskStatus, limi
 	// A deleted chat's tasks are left out: nothing may act on them (every
 	// scoped method says ENOTFOUND), so recovery would find them again and
 	// again and fail to report them each time.
+	s.reads.Add(1)
 	rows, err := s.rdb.QueryContext(ctx, `SELECT `+taskCols+` FROM tasks t JOIN chats c ON c.id = t.chat_id
 		WHERE t.status = ? AND c.deleted = 0 ORDER BY t.created_at, t.id LIMIT ?`, string(status), limit)
 	if err != nil {
@@ -380,6 +385,7 @@ func (s *Store) GetLease(ctx context.Context, chatID string) (baton.Lease, error
 	}
 	var l baton.Lease
 	var expires int64
+	s.reads.Add(1)
 	err := s.r.getLease.QueryRowContext(ctx, chatID).Scan(&l.Owner, &l.Token, &expires)
 	if errors.Is(err, sql.ErrNoRows) {
 		return baton.Lease{}, nil

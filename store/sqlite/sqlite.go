@@ -80,6 +80,7 @@ type Store struct {
 	closeOnce  sync.Once
 
 	commits, ops atomic.Int64
+	reads        atomic.Int64 // queries run on the read pool (Stats.Reads)
 }
 
 var _ baton.Store = (*Store)(nil)
@@ -269,18 +270,25 @@ func (s *Store) migrate(ctx context.Context) error {
 // Path returns the database file's path.
 func (s *Store) Path() string { return s.path }
 
-// Stats counts the writer's work since Open.
+// Stats counts the store's work since Open.
 type Stats struct {
 	Commits int64 // transactions committed
 	Writes  int64 // writes committed; Writes/Commits is the mean batch
+	// Reads counts the queries run on the read pool (one Events call may
+	// run several). Each costs a read connection its page cache whenever
+	// a commit came between, so reads a turn is a cost tracked like
+	// commits a turn.
+	Reads int64
 }
 
 // CommitDelay returns the longest the writer waits for more writes under
 // load (WithCommitDelay).
 func (s *Store) CommitDelay() time.Duration { return s.commitDelay }
 
-// Stats returns the writer's counters.
-func (s *Store) Stats() Stats { return Stats{Commits: s.commits.Load(), Writes: s.ops.Load()} }
+// Stats returns the store's counters.
+func (s *Store) Stats() Stats {
+	return Stats{Commits: s.commits.Load(), Writes: s.ops.Load(), Reads: s.reads.Load()}
+}
 
 // Ping checks that the database answers.
 func (s *Store) Ping(ctx context.Context) error {

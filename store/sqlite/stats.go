@@ -48,6 +48,7 @@ func (s *Store) WorkflowStats(ctx context.Context, app, workflow string, limit i
 	if limit <= 0 {
 		limit = 100
 	}
+	s.reads.Add(1)
 	rows, err := s.rdb.QueryContext(ctx, `SELECT t.workflow, t.chat_id, t.agent, t.turns, t.tool_calls, t.calls, t.prompt_tokens,
 			t.completion_tokens, t.cached_tokens, t.reasoning_tokens, t.cost, t.updated_at
 		FROM (SELECT workflow, chat_id, updated_at FROM workflow_stats
@@ -86,6 +87,7 @@ func (s *Store) AppStats(ctx context.Context, app string) (baton.ChatStats, erro
 	}
 	t := baton.ChatStats{App: app}
 	var updated int64
+	s.reads.Add(1)
 	err := s.rdb.QueryRowContext(ctx, `SELECT coalesce(sum(turns), 0), coalesce(sum(tool_calls), 0), coalesce(sum(calls), 0),
 			coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0), coalesce(sum(cached_tokens), 0),
 			coalesce(sum(reasoning_tokens), 0), coalesce(sum(cost), 0), coalesce(max(updated_at), 0)
