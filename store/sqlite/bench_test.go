@@ -107,3 +107,34 @@ func BenchmarkInputsEmpty(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkEventsNew reads the whole of chats of five events each, as a
+// stream does when it opens on a new chat (its replay), one at a time.
+func BenchmarkEventsNew(b *testing.B) {
+	s := openTemp(b)
+	ctx := context.Background()
+	scope := baton.Scope{App: "app", User: "u"}
+	ids := make([]string, 1000)
+	for i := range ids {
+		c, err := s.CreateChat(ctx, scope, baton.Chat{Workflow: "w"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		evs := make([]baton.Event, 5)
+		for j := range evs {
+			evs[j] = storetest.TextEvent("user", "hi")
+		}
+		if _, err := s.Append(ctx, scope, c.ID, evs, nil); err != nil {
+			b.Fatal(err)
+		}
+		ids[i] = c.ID
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if evs, err := s.Events(ctx, scope, ids[i%len(ids)], 0, 0); err != nil || len(evs) != 5 {
+			b.Fatal(len(evs), err)
+		}
+		i++
+	}
+}

@@ -140,32 +140,40 @@ func (s *Store) Events(ctx context.Context, scope baton.Scope, chatID string, af
 	if s.closed.Load() {
 		return nil, baton.ErrClosed
 	}
-	// The chat's last sequence checks the scope and sizes the result.
-	var last int64
-	s.reads.Add(1)
-	err := s.r.chatSeq.QueryRowContext(ctx, chatID, scope.App, scope.User).Scan(&last)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, notFound(chatID)
+	// The first query reads the chat's last sequence, which checks the
+	// scope and sizes the result, with the first block of events: the
+	// events of a chat have the sequences 1 … last, no gap, so the block
+	// (after, after+eventsBlock] holds the first min(eventsBlock, last-after)
+	// of them.
+	after = max(after, 0)
+	to := after + eventsBlock
+	if limit > 0 {
+		to = after + min(eventsBlock, int64(limit))
 	}
-	if err != nil {
+	var last sql.NullInt64
+	var packed sql.NullString
+	var count int64
+	s.reads.Add(1)
+	if err := s.r.firstEvents.QueryRowContext(ctx, bigEvent, after, to, chatID, scope.App, scope.User).Scan(&last, &packed, &count); err != nil {
 		return nil, s.readErr("events", err)
 	}
-	after = max(after, 0)
-	n := max(0, last-after)
+	if !last.Valid {
+		return nil, notFound(chatID)
+	}
+	n := max(0, last.Int64-after)
 	if limit > 0 {
 		n = min(n, int64(limit))
 	}
 	out := make([]baton.Event, 0, n)
-	for len(out) < int(n) {
-		// A block of eventsBlock events at a time: the events of a chat
-		// have the sequences 1 … last, no gap.
+	for first := true; len(out) < int(n); first = false {
+		// A block of eventsBlock events at a time.
 		from := after + int64(len(out))
 		to := min(from+eventsBlock, after+n)
-		var packed sql.NullString
-		var count int64
-		s.reads.Add(1)
-		if err := s.r.events.QueryRowContext(ctx, bigEvent, chatID, scope.App, scope.User, from, to).Scan(&packed, &count); err != nil {
-			return nil, s.readErr("events", err)
+		if !first {
+			s.reads.Add(1)
+			if err := s.r.events.QueryRowContext(ctx, bigEvent, chatID, scope.App, scope.User, from, to).Scan(&packed, &count); err != nil {
+				return nil, s.readErr("events", err)
+			}
 		}
 		if count != to-from {
 			// Deleted since the read of its last sequence: all or nothing.

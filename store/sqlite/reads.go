@@ -21,15 +21,19 @@ import (
 // connection of the pool it runs on. Queries built at run time (ListChats
 // with its filters, the stats reads) are not here.
 type readStmts struct {
-	getChat   *sql.Stmt // the chat row and its pending requests, one query
-	chatSeq   *sql.Stmt // the chat's last sequence, in scope
-	events    *sql.Stmt
-	bigEvents *sql.Stmt
-	chatUsage *sql.Stmt
-	lookupKey *sql.Stmt
-	getTask   *sql.Stmt
-	getLease  *sql.Stmt
-	inputs    *sql.Stmt // the chat's waiting inputs, in scope (a run reads them at every pause)
+	getChat *sql.Stmt // the chat row and its pending requests, one query
+	chatSeq *sql.Stmt // the chat's last sequence, in scope
+	// firstEvents is the chat's last sequence, in scope, with the first
+	// block of events after a sequence: a replay that has nothing to page
+	// through is one query.
+	firstEvents *sql.Stmt
+	events      *sql.Stmt
+	bigEvents   *sql.Stmt
+	chatUsage   *sql.Stmt
+	lookupKey   *sql.Stmt
+	getTask     *sql.Stmt
+	getLease    *sql.Stmt
+	inputs      *sql.Stmt // the chat's waiting inputs, in scope (a run reads them at every pause)
 }
 
 const (
@@ -50,6 +54,12 @@ const (
 		FROM chats c LEFT JOIN pending p ON p.chat_id = c.id AND p.resolved_at IS NULL
 		WHERE c.id = ? AND c.app = ? AND c.user_id = ? AND c.deleted = 0`
 	chatSeqSQL = `SELECT last_sequence FROM chats WHERE id = ? AND app = ? AND user_id = ? AND deleted = 0`
+	// firstEventsSQL is eventsSQL with the chat's last sequence first:
+	// one row always (an aggregate), whose last sequence is NULL when the
+	// chat is not in scope.
+	firstEventsSQL = `SELECT c.last_sequence, group_concat(` + packedEventCols + `, '') FILTER (WHERE e.sequence IS NOT NULL AND ` + eventSize + ` <= ?), count(e.sequence)
+		FROM chats c LEFT JOIN events e ON e.chat_id = c.id AND e.sequence > ? AND e.sequence <= ?
+		WHERE c.id = ? AND c.app = ? AND c.user_id = ? AND c.deleted = 0`
 	// eventsSQL packs the small events of a range of sequences into one
 	// string, and counts all the range's events (0 when the chat is gone);
 	// bigEventsSQL returns the others, one row each. See Events.
@@ -85,6 +95,7 @@ func (s *Store) prepareReads(ctx context.Context) error {
 	}{
 		{&r.getChat, getChatSQL},
 		{&r.chatSeq, chatSeqSQL},
+		{&r.firstEvents, firstEventsSQL},
 		{&r.events, eventsSQL},
 		{&r.bigEvents, bigEventsSQL},
 		{&r.chatUsage, chatUsageSQL},
@@ -105,7 +116,7 @@ func (s *Store) prepareReads(ctx context.Context) error {
 // close closes the prepared statements.
 func (r *readStmts) close() error {
 	var errs []error
-	for _, st := range []*sql.Stmt{r.getChat, r.chatSeq, r.events, r.bigEvents, r.chatUsage, r.lookupKey, r.getTask, r.getLease, r.inputs} {
+	for _, st := range []*sql.Stmt{r.getChat, r.chatSeq, r.firstEvents, r.events, r.bigEvents, r.chatUsage, r.lookupKey, r.getTask, r.getLease, r.inputs} {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}
