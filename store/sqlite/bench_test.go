@@ -3,6 +3,7 @@ package sqlite_test
 import (
 	"context"
 	"fmt"
+	"syscall"
 	"testing"
 	"time"
 
@@ -137,4 +138,53 @@ func BenchmarkEventsNew(b *testing.B) {
 		}
 		i++
 	}
+}
+
+// BenchmarkReadAfterCommit is what a read costs right after a commit, as
+// the reads of a served turn come: each iteration appends to a chat (a
+// commit) and then reads it. read-cpu-µs/op is the process's CPU time
+// (getrusage) around the read alone.
+func BenchmarkReadAfterCommit(b *testing.B) {
+	for _, read := range []string{"GetChat", "Inputs", "Events"} {
+		b.Run(read, func(b *testing.B) {
+			s := openTemp(b)
+			ctx := context.Background()
+			scope := baton.Scope{App: "app", User: "u"}
+			c, err := s.CreateChat(ctx, scope, baton.Chat{Workflow: "w"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			var cpu time.Duration
+			for b.Loop() {
+				last, err := s.Append(ctx, scope, c.ID, []baton.Event{storetest.TextEvent("user", "hi")}, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				cpu0 := cpuTime()
+				switch read {
+				case "GetChat":
+					_, err = s.GetChat(ctx, scope, c.ID)
+				case "Inputs":
+					_, err = s.Inputs(ctx, scope, c.ID)
+				case "Events":
+					_, err = s.Events(ctx, scope, c.ID, last[0].Sequence-1, 0)
+				}
+				cpu += cpuTime() - cpu0
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(cpu.Nanoseconds())/1e3/float64(b.N), "read-cpu-µs/op")
+		})
+	}
+}
+
+// cpuTime is the process's CPU time so far, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -133,7 +133,9 @@ func (s *Store) GetChat(ctx context.Context, scope baton.Scope, id string) (bato
 		return baton.Chat{}, baton.ErrClosed
 	}
 	s.reads.Add(1)
-	rows, err := s.r.getChat.QueryContext(ctx, id, scope.App, scope.User)
+	st, release := s.pointRead(ctx, s.r.getChat, getChatSQL)
+	defer release()
+	rows, err := st.QueryContext(ctx, id, scope.App, scope.User)
 	if err != nil {
 		return baton.Chat{}, s.readErr("get chat", err)
 	}

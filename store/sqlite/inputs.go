@@ -55,7 +55,9 @@ func (s *Store) Inputs(ctx context.Context, scope baton.Scope, chatID string) ([
 	// One prepared query checks the scope and reads the waiting inputs: a
 	// run reads the inbox at every pause.
 	s.reads.Add(1)
-	rows, err := s.r.inputs.QueryContext(ctx, chatID, scope.App, scope.User)
+	st, release := s.pointRead(ctx, s.r.inputs, inputsSQL)
+	defer release()
+	rows, err := st.QueryContext(ctx, chatID, scope.App, scope.User)
 	if err != nil {
 		return nil, s.readErr("inputs", err)
 	}

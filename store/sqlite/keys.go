@@ -40,8 +40,9 @@ func (s *Store) LookupKey(ctx context.Context, hash string) (baton.APIKey, error
 	k := baton.APIKey{Hash: hash}
 	var created int64
 	s.reads.Add(1)
-	err := s.r.lookupKey.QueryRowContext(ctx, hash).
-		Scan(&k.App, &k.User, &k.Name, &created)
+	st, release := s.pointRead(ctx, s.r.lookupKey, lookupKeySQL)
+	err := st.QueryRowContext(ctx, hash).Scan(&k.App, &k.User, &k.Name, &created)
+	release()
 	if errors.Is(err, sql.ErrNoRows) {
 		return baton.APIKey{}, baton.Errorf(baton.ENOTFOUND, "api key not found")
 	}

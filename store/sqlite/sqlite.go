@@ -65,6 +65,9 @@ type Store struct {
 	wdb *sql.DB // the writer's single connection
 	cdb *sql.DB // the checkpointer's single connection
 	w   *wconn
+	// wmu is held by the writer for each batch (and checkpoint) it runs
+	// on w, and by a point read that borrows w meanwhile (pointRead).
+	wmu sync.Mutex
 	r   readStmts // prepared on rdb
 
 	reqs       chan *request
@@ -80,7 +83,8 @@ type Store struct {
 	closeOnce  sync.Once
 
 	commits, ops atomic.Int64
-	reads        atomic.Int64 // queries run on the read pool (Stats.Reads)
+	reads        atomic.Int64 // read queries (Stats.Reads)
+	writerReads  atomic.Int64 // read queries run on the writer's connection (Stats.WriterReads)
 }
 
 var _ baton.Store = (*Store)(nil)
@@ -274,11 +278,13 @@ func (s *Store) Path() string { return s.path }
 type Stats struct {
 	Commits int64 // transactions committed
 	Writes  int64 // writes committed; Writes/Commits is the mean batch
-	// Reads counts the queries run on the read pool (one Events call may
-	// run several). Each costs a read connection its page cache whenever
-	// a commit came between, so reads a turn is a cost tracked like
-	// commits a turn.
+	// Reads counts the read queries (one Events call may run several).
+	// Each costs a read connection its page cache whenever a commit came
+	// between, so reads a turn is a cost tracked like commits a turn.
 	Reads int64
+	// WriterReads counts the reads among them that ran on the writer's
+	// connection, whose cache the commits keep (see pointRead).
+	WriterReads int64
 }
 
 // CommitDelay returns the longest the writer waits for more writes under
@@ -287,7 +293,7 @@ func (s *Store) CommitDelay() time.Duration { return s.commitDelay }
 
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
-	return Stats{Commits: s.commits.Load(), Writes: s.ops.Load(), Reads: s.reads.Load()}
+	return Stats{Commits: s.commits.Load(), Writes: s.ops.Load(), Reads: s.reads.Load(), WriterReads: s.writerReads.Load()}
 }
 
 // Ping checks that the database answers.
@@ -311,6 +317,7 @@ func (s *Store) Close() error {
 		close(s.closing)
 		<-s.writerDone
 		<-s.ckptDone
+		s.wmu.Lock() // after a borrowed read, and for good: none borrows a closed connection
 		for _, st := range s.w.stmts {
 			st.Close()
 		}

@@ -40,6 +40,10 @@ type wconn struct {
 	conn  *sql.Conn
 	stmts map[string]*sql.Stmt
 	args  []any // reused by bulkAppend for its statements' arguments
+	// inTx: a transaction of the writer's is open, from its BEGIN until
+	// its COMMIT or ROLLBACK succeeds; a point read never borrows the
+	// connection then, where it would see writes not committed.
+	inTx bool
 }
 
 // stmt returns the statement for query, prepared once on the writer
@@ -194,7 +198,9 @@ func (s *Store) run() {
 		}
 		live = append(append(live, uses...), apps...)
 		start := time.Now()
+		s.wmu.Lock() // waits for a point read that borrowed the connection, if one did
 		s.commit(live, len(uses)+len(apps))
+		s.wmu.Unlock()
 		prevCommit = time.Since(start)
 		s.deliverAcks()
 		clear(batch)
@@ -282,12 +288,15 @@ func (s *Store) apply(batch []*request, nbulk int) (failed int, opErr, err error
 	if _, err := w.exec(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return 0, nil, storeErr("begin", err)
 	}
+	w.inTx = true
 	rollback := func() {
 		// A failed OR ROLLBACK statement of bulkAppend has already ended
 		// the transaction.
 		if _, rbErr := w.exec(ctx, "ROLLBACK"); rbErr != nil && !strings.Contains(rbErr.Error(), "no transaction is active") {
 			s.log.Error("sqlite: rollback failed", "err", rbErr)
+			return
 		}
+		w.inTx = false
 	}
 	one := batch[:len(batch)-nbulk]
 	for i, r := range one {
@@ -317,8 +326,14 @@ func (s *Store) apply(batch []*request, nbulk int) (failed int, opErr, err error
 	if _, err := w.exec(ctx, "COMMIT"); err != nil {
 		if _, rbErr := w.conn.ExecContext(ctx, "ROLLBACK"); rbErr != nil && !errors.Is(rbErr, sql.ErrTxDone) {
 			s.log.Debug("sqlite: rollback after failed commit", "err", rbErr)
+			if strings.Contains(rbErr.Error(), "no transaction is active") {
+				w.inTx = false // the failed COMMIT ended it
+			}
+		} else {
+			w.inTx = false
 		}
 		return len(batch), nil, storeErr("commit", err)
 	}
+	w.inTx = false
 	return len(batch), nil, nil
 }

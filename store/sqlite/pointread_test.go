@@ -1,0 +1,101 @@
+package sqlite
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton"
+)
+
+// TestPointReadsBorrowTheIdleWriter: a read of a chat right after a commit
+// runs on the writer's connection when the writer is idle, and finds what
+// was committed.
+func TestPointReadsBorrowTheIdleWriter(t *testing.T) {
+	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "baton.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := t.Context()
+	scope := baton.Scope{App: "app", User: "u"}
+	c, err := s.CreateChat(ctx, scope, baton.Chat{Workflow: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := s.Stats()
+	for i := range 5 {
+		if _, err := s.Append(ctx, scope, c.ID, []baton.Event{baton.NewChatEvent(baton.TypeChatText, c.ID, "user", baton.TextPayload{Kind: "text", Content: "hi"})}, nil); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.GetChat(ctx, scope, c.ID)
+		if err != nil || got.LastSequence != int64(i+1) {
+			t.Fatalf("GetChat after append %d: %+v, %v", i+1, got, err)
+		}
+		if ins, err := s.Inputs(ctx, scope, c.ID); err != nil || len(ins) != 0 {
+			t.Fatalf("Inputs: %v, %v", ins, err)
+		}
+	}
+	// The writer is idle between the appends: allow for the odd read that
+	// came while it still held its connection (delivering, checkpointing).
+	if st := s.Stats(); st.WriterReads-before.WriterReads < 5 {
+		t.Fatalf("%d of %d reads on the writer's connection; want most", st.WriterReads-before.WriterReads, st.Reads-before.Reads)
+	}
+}
+
+// TestPointReadsNeverSeeAnOpenBatch: while the writer's transaction is open,
+// a read neither waits for it nor sees what it wrote: the read runs on the
+// pool and finds the chat as last committed.
+func TestPointReadsNeverSeeAnOpenBatch(t *testing.T) {
+	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "baton.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := t.Context()
+	scope := baton.Scope{App: "app", User: "u"}
+	c, err := s.CreateChat(ctx, scope, baton.Chat{Workflow: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inBatch, release := make(chan struct{}), make(chan struct{})
+	wrote := make(chan error, 1)
+	go func() {
+		wrote <- s.write(ctx, func(ctx context.Context, w *wconn) error {
+			if _, err := w.exec(ctx, `UPDATE chats SET last_sequence = 99 WHERE id = ?`, c.ID); err != nil {
+				return err
+			}
+			close(inBatch)
+			<-release
+			return errTestRollback // nothing of it is committed
+		})
+	}()
+	select {
+	case <-inBatch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the write did not start")
+	}
+	before := s.Stats()
+	got, err := s.GetChat(ctx, scope, c.ID)
+	close(release)
+	if err != nil || got.LastSequence != 0 {
+		t.Fatalf("GetChat during the writer's batch: %+v, %v; want the committed chat (sequence 0)", got, err)
+	}
+	if n := s.Stats().WriterReads - before.WriterReads; n != 0 {
+		t.Fatalf("%d reads borrowed the writer's connection mid-batch", n)
+	}
+	if err := <-wrote; err != errTestRollback {
+		t.Fatalf("write: %v", err)
+	}
+	// And the connection is lent again once the batch is rolled back.
+	before = s.Stats()
+	if got, err := s.GetChat(ctx, scope, c.ID); err != nil || got.LastSequence != 0 {
+		t.Fatalf("GetChat after the rollback: %+v, %v", got, err)
+	}
+	if n := s.Stats().WriterReads - before.WriterReads; n != 1 {
+		t.Fatalf("%d reads on the writer's connection after the rollback; want 1", n)
+	}
+}
+
+var errTestRollback = baton.Errorf(baton.ECONFLICT, "test: roll back")
