@@ -136,7 +136,7 @@ func (s *Store) checkpointIfAsked() {
 		return
 	}
 	var busy, frames, copied int
-	s.wmu.Lock()
+	s.lockConn()
 	defer s.wmu.Unlock()
 	if err := s.w.conn.QueryRowContext(context.Background(), `PRAGMA wal_checkpoint(PASSIVE)`).Scan(&busy, &frames, &copied); err != nil {
 		s.log.Warn("sqlite: checkpoint failed", "err", err)

@@ -143,8 +143,7 @@ func (s *Store) Events(ctx context.Context, scope baton.Scope, chatID string, af
 	// The first query reads the chat's last sequence, which checks the
 	// scope and sizes the result, with the first block of events: the
 	// events of a chat have the sequences 1 … last, no gap, so the block
-	// (after, after+eventsBlock] holds the first min(eventsBlock, last-after)
-	// of them.
+	// (after, after+min(eventsBlock, limit)] holds the first of them.
 	after = max(after, 0)
 	to := after + eventsBlock
 	if limit > 0 {

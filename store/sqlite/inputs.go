@@ -55,38 +55,49 @@ func (s *Store) Inputs(ctx context.Context, scope baton.Scope, chatID string) ([
 	// One prepared query checks the scope and reads the waiting inputs: a
 	// run reads the inbox at every pause.
 	s.reads.Add(1)
+	found, out, raws, err := s.readInputs(ctx, scope, chatID)
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, notFound(chatID)
+	}
+	// Decoded once the connection is given back (pointRead).
+	for i := range out {
+		if err := json.Unmarshal([]byte(raws[i]), &out[i].Event); err != nil {
+			return nil, storeErr("input event", err)
+		}
+	}
+	return out, nil
+}
+
+// readInputs reads the chat's waiting inputs, their events still encoded
+// (raws), and whether the chat is in scope.
+func (s *Store) readInputs(ctx context.Context, scope baton.Scope, chatID string) (found bool, out []baton.Input, raws []string, err error) {
 	st, release := s.pointRead(ctx, s.r.inputs, inputsSQL)
 	defer release()
 	rows, err := st.QueryContext(ctx, chatID, scope.App, scope.User)
 	if err != nil {
-		return nil, s.readErr("inputs", err)
+		return false, nil, nil, s.readErr("inputs", err)
 	}
 	defer rows.Close()
-	var out []baton.Input
-	found := false
 	for rows.Next() {
 		found = true
 		var seq, accepted sql.NullInt64
 		var raw sql.NullString
 		if err := rows.Scan(&seq, &raw, &accepted); err != nil {
-			return nil, s.readErr("inputs", err)
+			return false, nil, nil, s.readErr("inputs", err)
 		}
 		if !seq.Valid {
 			continue // the chat, with no input waiting
 		}
-		in := baton.Input{Seq: seq.Int64, AcceptedAt: fromMicros(accepted.Int64)}
-		if err := json.Unmarshal([]byte(raw.String), &in.Event); err != nil {
-			return nil, storeErr("input event", err)
-		}
-		out = append(out, in)
+		out = append(out, baton.Input{Seq: seq.Int64, AcceptedAt: fromMicros(accepted.Int64)})
+		raws = append(raws, raw.String)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, s.readErr("inputs", err)
+		return false, nil, nil, s.readErr("inputs", err)
 	}
-	if !found {
-		return nil, notFound(chatID)
-	}
-	return out, nil
+	return found, out, raws, nil
 }
 
 // ChatsWithInputs lists the chats with inputs not taken yet; see

@@ -41,8 +41,8 @@ func (s *Store) LookupKey(ctx context.Context, hash string) (baton.APIKey, error
 	var created int64
 	s.reads.Add(1)
 	st, release := s.pointRead(ctx, s.r.lookupKey, lookupKeySQL)
+	defer release()
 	err := st.QueryRowContext(ctx, hash).Scan(&k.App, &k.User, &k.Name, &created)
-	release()
 	if errors.Is(err, sql.ErrNoRows) {
 		return baton.APIKey{}, baton.Errorf(baton.ENOTFOUND, "api key not found")
 	}

@@ -2,11 +2,13 @@ package sqlite
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/internal/testenv"
 )
 
 // TestPointReadsBorrowTheIdleWriter: a read of a chat right after a commit
@@ -38,7 +40,7 @@ func TestPointReadsBorrowTheIdleWriter(t *testing.T) {
 		}
 	}
 	// The writer is idle between the appends: allow for the odd read that
-	// came while it still held its connection (delivering, checkpointing).
+	// came while it still held its connection (a checkpoint).
 	if st := s.Stats(); st.WriterReads-before.WriterReads < 5 {
 		t.Fatalf("%d of %d reads on the writer's connection; want most", st.WriterReads-before.WriterReads, st.Reads-before.Reads)
 	}
@@ -99,3 +101,47 @@ func TestPointReadsNeverSeeAnOpenBatch(t *testing.T) {
 }
 
 var errTestRollback = baton.Errorf(baton.ECONFLICT, "test: roll back")
+
+// TestPointReadsGiveWayToTheWriter: once the writer waits for its
+// connection, no read borrows it, even in the moment between a borrowed
+// read's end and the writer's taking it (TryLock could take the mutex ahead
+// of the waiting writer, again and again).
+func TestPointReadsGiveWayToTheWriter(t *testing.T) {
+	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "baton.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := t.Context()
+	scope := baton.Scope{App: "app", User: "u"}
+	c, err := s.CreateChat(ctx, scope, baton.Chat{Workflow: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		_, release := s.pointRead(ctx, s.r.getChat, getChatSQL) // a borrowed read in progress
+		if !s.writerWaits.Load() && s.wmu.TryLock() {
+			t.Fatal("the connection was not borrowed")
+		}
+		wrote := make(chan error, 1)
+		go func() {
+			_, err := s.Append(ctx, scope, c.ID, []baton.Event{baton.NewChatEvent(baton.TypeChatText, c.ID, "user", baton.TextPayload{Kind: "text", Content: "hi"})}, nil)
+			wrote <- err
+		}()
+		testenv.Eventually(t, 10*time.Second, "the writer waiting for its connection", func() error {
+			if !s.writerWaits.Load() {
+				return errors.New("not waiting")
+			}
+			return nil
+		})
+		release()
+		st, release2 := s.pointRead(ctx, s.r.getChat, getChatSQL)
+		release2()
+		if st != s.r.getChat {
+			t.Fatalf("round %d: a read borrowed the connection the writer was waiting for", i)
+		}
+		if err := <-wrote; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

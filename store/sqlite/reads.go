@@ -88,19 +88,23 @@ const (
 // pointRead returns the statement a point read (one chat's row, its inbox,
 // a key) runs: query prepared on the writer's connection when the writer is
 // between batches, else pooled, prepared on the read pool. release ends the
-// borrow; call it once the statement's rows are closed.
+// borrow; call it once the statement's rows are closed, and do no more
+// than read the rows before it (decode after).
 //
 // A read connection drops its whole page cache at its first read after a
 // commit it did not make (SQLite's WAL: any change to the WAL's header), and
-// reads its pages again: a read of a chat right after a commit cost 30–70 µs
-// of CPU against 8–12 without one (BenchmarkReadAfterCommit), and every read
-// of a served turn comes after one. The writer made the last commit, so its
-// connection's cache is current. A read never waits for the writer: it
-// borrows the connection only if it is free at once (TryLock). The writer
-// waits for a borrowed read (one point read, tens of µs) before its next
-// batch. Reads that may be long (a replay, a list) stay on the pool.
+// reads its pages again: a read of a chat right after a commit cost 59–70 µs
+// of CPU here against 12 without one, and 37–49 on the writer's connection
+// (BenchmarkReadAfterCommit, BenchmarkGetChat); every read of a served turn
+// comes after a commit. The writer made the last commit, so its connection's
+// cache is current. A read never waits for the writer: it borrows the
+// connection only when it is free at once (TryLock) and the writer is not
+// waiting for it (writerWaits), so the writer waits for one borrowed read at
+// most before its next batch, and never lends its connection while a
+// transaction of its is open. Reads that may be long (a replay, a list)
+// stay on the pool.
 func (s *Store) pointRead(ctx context.Context, pooled *sql.Stmt, query string) (st *sql.Stmt, release func()) {
-	if s.wmu.TryLock() {
+	if !s.writerWaits.Load() && s.wmu.TryLock() {
 		if !s.w.inTx {
 			if st, err := s.w.stmt(ctx, query); err == nil {
 				s.writerReads.Add(1)

@@ -7,7 +7,9 @@
 // and usage rows of a batch run as a few multi-row statements (bulk.go)
 // rather than a few statements each. Reads use a separate pool of read-only
 // connections, which WAL lets run while the writer writes; the reads with a
-// fixed text are prepared once, at Open (reads.go). A goroutine with a connection of its
+// fixed text are prepared once, at Open (reads.go). A point read (a chat, its
+// inbox, a key) runs on the writer's connection instead when the writer is
+// idle, as its page cache is current (pointRead). A goroutine with a connection of its
 // own copies the WAL into the database file in the background, so that no
 // commit waits for a checkpoint (checkpoint.go). The schema is created and
 // upgraded on Open by versioned migrations embedded in the binary.
@@ -67,8 +69,12 @@ type Store struct {
 	w   *wconn
 	// wmu is held by the writer for each batch (and checkpoint) it runs
 	// on w, and by a point read that borrows w meanwhile (pointRead).
-	wmu sync.Mutex
-	r   readStmts // prepared on rdb
+	// writerWaits is set while the writer waits for wmu: no new read
+	// borrows w then, or reads one after another could keep it out
+	// (TryLock may take a mutex ahead of a goroutine waiting in Lock).
+	wmu         sync.Mutex
+	writerWaits atomic.Bool
+	r           readStmts // prepared on rdb
 
 	reqs       chan *request
 	apps       []*request // the writer's scratch: a batch's appends
@@ -279,8 +285,9 @@ type Stats struct {
 	Commits int64 // transactions committed
 	Writes  int64 // writes committed; Writes/Commits is the mean batch
 	// Reads counts the read queries (one Events call may run several).
-	// Each costs a read connection its page cache whenever a commit came
-	// between, so reads a turn is a cost tracked like commits a turn.
+	// A read on a read connection pays for its page cache again whenever
+	// a commit came between, so reads a turn is a cost tracked like
+	// commits a turn.
 	Reads int64
 	// WriterReads counts the reads among them that ran on the writer's
 	// connection, whose cache the commits keep (see pointRead).

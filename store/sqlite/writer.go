@@ -197,11 +197,11 @@ func (s *Store) run() {
 			}
 		}
 		live = append(append(live, uses...), apps...)
+		s.lockConn() // after a point read that borrowed the connection, if one did
 		start := time.Now()
-		s.wmu.Lock() // waits for a point read that borrowed the connection, if one did
 		s.commit(live, len(uses)+len(apps))
-		s.wmu.Unlock()
 		prevCommit = time.Since(start)
+		s.wmu.Unlock()
 		s.deliverAcks()
 		clear(batch)
 		clear(uses)
@@ -209,6 +209,18 @@ func (s *Store) run() {
 		s.uses, s.apps = uses[:0], apps[:0]
 		s.checkpointIfAsked()
 	}
+}
+
+// lockConn takes the writer's connection back from a point read that
+// borrowed it (pointRead), keeping further reads from borrowing it while it
+// waits.
+func (s *Store) lockConn() {
+	if s.wmu.TryLock() {
+		return
+	}
+	s.writerWaits.Store(true)
+	s.wmu.Lock()
+	s.writerWaits.Store(false)
 }
 
 // lingerBelow is the batch size from which the writer no longer waits for
@@ -257,8 +269,10 @@ func (s *Store) commit(batch []*request, nbulk int) {
 					s.acks = append(s.acks, ack{r, err})
 				}
 			}
-			s.commits.Add(1)
-			s.ops.Add(int64(len(batch)))
+			if err == nil {
+				s.commits.Add(1)
+				s.ops.Add(int64(len(batch)))
+			}
 			s.kickCheckpointer()
 			return
 		}
