@@ -69,17 +69,7 @@ func BenchmarkGetChat(b *testing.B) {
 	s := openTemp(b)
 	ctx := context.Background()
 	scope := baton.Scope{App: "app", User: "u"}
-	ids := make([]string, 1000)
-	for i := range ids {
-		c, err := s.CreateChat(ctx, scope, baton.Chat{Workflow: "w"})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := s.Append(ctx, scope, c.ID, []baton.Event{storetest.TextEvent("user", "hi")}, nil); err != nil {
-			b.Fatal(err)
-		}
-		ids[i] = c.ID
-	}
+	ids := chatsWithEvents(b, s, scope, 1000, 1)
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
@@ -88,6 +78,29 @@ func BenchmarkGetChat(b *testing.B) {
 		}
 		i++
 	}
+}
+
+// chatsWithEvents creates n chats in scope, each with events text events,
+// and returns their ids.
+func chatsWithEvents(b *testing.B, s *sqlite.Store, scope baton.Scope, n, events int) []string {
+	b.Helper()
+	ctx := context.Background()
+	ids := make([]string, n)
+	for i := range ids {
+		c, err := s.CreateChat(ctx, scope, baton.Chat{Workflow: "w"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		evs := make([]baton.Event, events)
+		for j := range evs {
+			evs[j] = storetest.TextEvent("user", "hi")
+		}
+		if _, err := s.Append(ctx, scope, c.ID, evs, nil); err != nil {
+			b.Fatal(err)
+		}
+		ids[i] = c.ID
+	}
+	return ids
 }
 
 // BenchmarkInputsEmpty: reading an empty inbox, which a run does at each
@@ -115,21 +128,7 @@ func BenchmarkEventsNew(b *testing.B) {
 	s := openTemp(b)
 	ctx := context.Background()
 	scope := baton.Scope{App: "app", User: "u"}
-	ids := make([]string, 1000)
-	for i := range ids {
-		c, err := s.CreateChat(ctx, scope, baton.Chat{Workflow: "w"})
-		if err != nil {
-			b.Fatal(err)
-		}
-		evs := make([]baton.Event, 5)
-		for j := range evs {
-			evs[j] = storetest.TextEvent("user", "hi")
-		}
-		if _, err := s.Append(ctx, scope, c.ID, evs, nil); err != nil {
-			b.Fatal(err)
-		}
-		ids[i] = c.ID
-	}
+	ids := chatsWithEvents(b, s, scope, 1000, 5)
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {

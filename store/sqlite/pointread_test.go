@@ -15,17 +15,8 @@ import (
 // runs on the writer's connection when the writer is idle, and finds what
 // was committed.
 func TestPointReadsBorrowTheIdleWriter(t *testing.T) {
-	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "baton.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, scope, c := openWithChat(t)
 	ctx := t.Context()
-	scope := baton.Scope{App: "app", User: "u"}
-	c, err := s.CreateChat(ctx, scope, baton.Chat{Workflow: "w"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	before := s.Stats()
 	for i := range 5 {
 		if _, err := s.Append(ctx, scope, c.ID, []baton.Event{baton.NewChatEvent(baton.TypeChatText, c.ID, "user", baton.TextPayload{Kind: "text", Content: "hi"})}, nil); err != nil {
@@ -50,17 +41,8 @@ func TestPointReadsBorrowTheIdleWriter(t *testing.T) {
 // a read neither waits for it nor sees what it wrote: the read runs on the
 // pool and finds the chat as last committed.
 func TestPointReadsNeverSeeAnOpenBatch(t *testing.T) {
-	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "baton.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, scope, c := openWithChat(t)
 	ctx := t.Context()
-	scope := baton.Scope{App: "app", User: "u"}
-	c, err := s.CreateChat(ctx, scope, baton.Chat{Workflow: "w"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	inBatch, release := make(chan struct{}), make(chan struct{})
 	wrote := make(chan error, 1)
 	go func() {
@@ -100,6 +82,23 @@ func TestPointReadsNeverSeeAnOpenBatch(t *testing.T) {
 	}
 }
 
+// openWithChat opens a store in a temporary folder, closed with the test,
+// and creates a chat in it.
+func openWithChat(t *testing.T) (*Store, baton.Scope, baton.Chat) {
+	t.Helper()
+	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "baton.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	scope := baton.Scope{App: "app", User: "u"}
+	c, err := s.CreateChat(t.Context(), scope, baton.Chat{Workflow: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, scope, c
+}
+
 var errTestRollback = baton.Errorf(baton.ECONFLICT, "test: roll back")
 
 // TestPointReadsGiveWayToTheWriter: once the writer waits for its
@@ -107,17 +106,8 @@ var errTestRollback = baton.Errorf(baton.ECONFLICT, "test: roll back")
 // read's end and the writer's taking it (TryLock could take the mutex ahead
 // of the waiting writer, again and again).
 func TestPointReadsGiveWayToTheWriter(t *testing.T) {
-	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "baton.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, scope, c := openWithChat(t)
 	ctx := t.Context()
-	scope := baton.Scope{App: "app", User: "u"}
-	c, err := s.CreateChat(ctx, scope, baton.Chat{Workflow: "w"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	for i := range 50 {
 		_, release := s.pointRead(ctx, s.r.getChat, getChatSQL) // a borrowed read in progress
 		if !s.writerWaits.Load() && s.wmu.TryLock() {
