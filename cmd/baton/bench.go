@@ -164,8 +164,8 @@ type benchResult struct {
 	// that counts them (SQLite; served, the server's).
 	CommitsPerTurn float64 `json:"commits_per_turn,omitempty"`
 	// ReadsPerTurn is the store's read queries per turn, for a store that
-	// counts them (SQLite; served, the server's).
-	ReadsPerTurn float64 `json:"reads_per_turn,omitempty"`
+	// counts them (SQLite; served, the server's); absent for any other.
+	ReadsPerTurn *float64 `json:"reads_per_turn,omitempty"`
 	// ModelConnsPerTurn is the connections the fake model accepted per
 	// turn (absent with a real model): a client that keeps its connections
 	// opens one per model call in flight, not one per call.
@@ -243,8 +243,14 @@ func runBench(ctx context.Context, cfg benchConfig, stdout, stderr io.Writer) er
 		for _, c := range phases {
 			n := turnsAt(c)
 			label := fmt.Sprintf("%s, %d in flight", t.Name(), c)
-			// Warm-up: connections (one per turn in flight), pools, the
-			// store's first pages.
+			// Warm-up: one turn alone first, so that a setup that cannot
+			// work (a wrong key, a model that refuses) fails with its own
+			// error, not with what fifty failing turns at once provoke (the
+			// server's limit on failed keys: 429); then connections (one
+			// per turn in flight), pools, the store's first pages.
+			if _, err := turnbench.Run(ctx, t, 1, 1, nil); err != nil {
+				return fmt.Errorf("%s: warm-up: %w", label, err)
+			}
 			if _, err := turnbench.Run(ctx, t, max(c, 10), c, nil); err != nil {
 				return fmt.Errorf("%s: warm-up: %w", label, err)
 			}
@@ -261,8 +267,12 @@ func runBench(ctx context.Context, cfg benchConfig, stdout, stderr io.Writer) er
 			res := benchResult{
 				Variant: t.Name(), Concurrency: c, Turns: r.Turns, Seconds: r.Elapsed.Seconds(), TurnsPerSec: r.TurnsPerSec(),
 				CPUMsPerTurn: msOf(r.CPUPerTurn()), ClientCPUMsPerTurn: msOf(r.ClientCPUPerTurn()), AllocsPerTurn: r.AllocsPerTurn(),
-				CommitsPerTurn: float64(r.Commits) / float64(r.Turns), ReadsPerTurn: float64(r.Reads) / float64(r.Turns),
-				LatencyMs: percentiles(r.Latency), FirstTokenMs: percentiles(r.FirstToken),
+				CommitsPerTurn: float64(r.Commits) / float64(r.Turns),
+				LatencyMs:      percentiles(r.Latency), FirstTokenMs: percentiles(r.FirstToken),
+			}
+			if r.Commits > 0 { // a store that counts its commits counts its reads
+				per := float64(r.Reads) / float64(r.Turns)
+				res.ReadsPerTurn = &per
 			}
 			if fake != nil {
 				per := float64(fake.Conns()-conns0) / float64(r.Turns)
@@ -396,8 +406,8 @@ func writeBenchTable(w io.Writer, rep *benchReport) {
 			if r.CommitsPerTurn > 0 {
 				commits = fmt.Sprintf("%.2f", r.CommitsPerTurn)
 			}
-			if r.ReadsPerTurn > 0 || r.CommitsPerTurn > 0 {
-				reads = fmt.Sprintf("%.2f", r.ReadsPerTurn) // a store that counts its commits counts its reads
+			if r.ReadsPerTurn != nil {
+				reads = fmt.Sprintf("%.2f", *r.ReadsPerTurn)
 			}
 			if r.ModelConnsPerTurn != nil {
 				conns = fmt.Sprintf("%.3f", *r.ModelConnsPerTurn)

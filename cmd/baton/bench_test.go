@@ -70,6 +70,10 @@ func TestBench_SQLiteJSON(t *testing.T) {
 		if want := r.Variant == "baton sqlite"; want != (r.CommitsPerTurn > 0) || r.Concurrency == 1 && want && r.CommitsPerTurn < 2 {
 			t.Fatalf("%s, %d in flight: commits_per_turn %v", r.Variant, r.Concurrency, r.CommitsPerTurn)
 		}
+		// SQLite counts its reads too (none, embedded); the floor has none to count.
+		if want := r.Variant == "baton sqlite"; want != (r.ReadsPerTurn != nil) || want && *r.ReadsPerTurn != 0 {
+			t.Fatalf("%s, %d in flight: reads_per_turn %v", r.Variant, r.Concurrency, r.ReadsPerTurn)
+		}
 	}
 	if rep.Idle == nil || rep.Idle.Chats != 5 {
 		t.Fatalf("idle %+v; want 5 chats", rep.Idle)
@@ -157,7 +161,7 @@ func TestBench_ServerElsewhere(t *testing.T) {
 		t.Fatalf("report %+v", rep)
 	}
 	for _, r := range rep.Results {
-		if r.Variant != "baton served" || r.XFloor != 0 || r.ModelConnsPerTurn != nil || r.CommitsPerTurn != 0 ||
+		if r.Variant != "baton served" || r.XFloor != 0 || r.ModelConnsPerTurn != nil || r.CommitsPerTurn != 0 || r.ReadsPerTurn != nil ||
 			r.LatencyMs.P50 <= 0 || r.FirstTokenMs.P50 <= 0 || r.FirstTokenMs.P50 > r.LatencyMs.P99 {
 			t.Fatalf("result %+v", r)
 		}

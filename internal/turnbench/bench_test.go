@@ -91,9 +91,12 @@ func openEmbedded(tb testing.TB, m *Model, name, storeURL string) *Embedded {
 
 // spawnServed re-executes this test binary as the server (TestMain runs
 // ServeChild) and returns the served variant against it.
-func spawnServed(tb testing.TB, m *Model, storeURL string, concurrency int) *Served {
+func spawnServed(tb testing.TB, m *Model, storeURL string, concurrency int, opts ...func(*ServerConfig)) *Served {
 	tb.Helper()
 	cfg := ServerConfig{StoreURL: storeURL, BaseURL: m.URL, APIKey: "bench", Model: ModelName}
+	for _, o := range opts {
+		o(&cfg)
+	}
 	if base := os.Getenv("BATON_BENCH_SERVER_CPUPROFILE"); base != "" {
 		// One file per sub-benchmark: served/par50 → BASE.served-par50.
 		name := tb.Name()

@@ -195,8 +195,8 @@ func (e *Embedded) Commits(context.Context) (uint64, error) {
 	return uint64(storeStats(e.rt.Store()).Commits), nil
 }
 
-// Reads returns how many queries the runtime's store has run on its read
-// connections (0 for a store that does not count them).
+// Reads returns how many read queries the runtime's store has run (0 for
+// a store that does not count them).
 func (e *Embedded) Reads(context.Context) (uint64, error) {
 	return uint64(storeStats(e.rt.Store()).Reads), nil
 }

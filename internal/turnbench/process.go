@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton"
+	"github.com/batonhq/baton/metrics"
 	batonrt "github.com/batonhq/baton/runtime"
 	"github.com/batonhq/baton/server"
 	"github.com/batonhq/baton/workflow"
@@ -44,6 +45,10 @@ type ServerConfig struct {
 	// its whole life to (for go tool pprof), from before it listens until
 	// its input closes.
 	CPUProfile string `json:"cpu_profile,omitempty"`
+	// MetricsFlush, when set, is how often the metrics collector writes
+	// its rollups (default metrics.DefaultFlushInterval, a second): a test
+	// that counts the turns' commits sets it past the test's end.
+	MetricsFlush time.Duration `json:"metrics_flush,omitempty"`
 }
 
 // ServerProcess is a benchmark server running in a child process, with a
@@ -163,8 +168,8 @@ func (p *ServerProcess) Heap(ctx context.Context) (uint64, error) { return p.ask
 // (0 for a store that does not count them).
 func (p *ServerProcess) Commits(ctx context.Context) (uint64, error) { return p.ask(ctx, "commits") }
 
-// Reads returns how many queries the server's store has run on its read
-// connections (0 for a store that does not count them).
+// Reads returns how many read queries the server's store has run (0 for a
+// store that does not count them).
 func (p *ServerProcess) Reads(ctx context.Context) (uint64, error) { return p.ask(ctx, "reads") }
 
 // Close asks the server to shut down (its input closes) and waits for it,
@@ -242,6 +247,11 @@ func serveChild(in io.Reader, out io.Writer) error {
 		StoreURL: cfg.StoreURL, Workflows: []*workflow.Workflow{wf}, Funcs: []baton.Tool{Echo},
 		Providers: func(*workflow.Workflow) (baton.Provider, error) { return provider, nil },
 		SecretKey: secret, Logger: log,
+		Metrics: func(o *metrics.Options) {
+			if cfg.MetricsFlush > 0 {
+				o.FlushInterval = cfg.MetricsFlush
+			}
+		},
 	})
 	if err != nil {
 		return err

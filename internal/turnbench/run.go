@@ -76,8 +76,8 @@ type Result struct {
 	// Commits is how many transactions the store committed over the run,
 	// for a store that counts them (SQLite); 0 otherwise.
 	Commits uint64
-	// Reads is how many queries the store ran on its read connections
-	// over the run (SQLite; 0 otherwise).
+	// Reads is how many read queries the store ran over the run (SQLite;
+	// 0 otherwise).
 	Reads uint64
 	// Allocs and AllocBytes are this process's heap allocations over the run.
 	Allocs, AllocBytes uint64

@@ -94,8 +94,7 @@ func (s *Served) Commits(ctx context.Context) (uint64, error) {
 	return s.cfg.Server.Commits(ctx)
 }
 
-// Reads returns how many queries the spawned server's store has run on
-// its read connections.
+// Reads returns how many read queries the spawned server's store has run.
 func (s *Served) Reads(ctx context.Context) (uint64, error) {
 	if s.cfg.Server == nil {
 		return 0, ErrNoProcess

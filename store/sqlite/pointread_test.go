@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,7 +34,7 @@ func TestPointReadsBorrowTheIdleWriter(t *testing.T) {
 	// The writer is idle between the appends: allow for the odd read that
 	// came while it still held its connection (a checkpoint).
 	if st := s.Stats(); st.WriterReads-before.WriterReads < 5 {
-		t.Fatalf("%d of %d reads on the writer's connection; want most", st.WriterReads-before.WriterReads, st.Reads-before.Reads)
+		t.Fatalf("%d of %d reads on the writer's connection; want 5 or more", st.WriterReads-before.WriterReads, st.Reads-before.Reads)
 	}
 }
 
@@ -44,6 +45,8 @@ func TestPointReadsNeverSeeAnOpenBatch(t *testing.T) {
 	s, scope, c := openWithChat(t)
 	ctx := t.Context()
 	inBatch, release := make(chan struct{}), make(chan struct{})
+	let := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(let) // before the store's Close, which would wait for the writer
 	wrote := make(chan error, 1)
 	go func() {
 		wrote <- s.write(ctx, func(ctx context.Context, w *wconn) error {
@@ -62,7 +65,7 @@ func TestPointReadsNeverSeeAnOpenBatch(t *testing.T) {
 	}
 	before := s.Stats()
 	got, err := s.GetChat(ctx, scope, c.ID)
-	close(release)
+	let()
 	if err != nil || got.LastSequence != 0 {
 		t.Fatalf("GetChat during the writer's batch: %+v, %v; want the committed chat (sequence 0)", got, err)
 	}
@@ -109,10 +112,19 @@ func TestPointReadsGiveWayToTheWriter(t *testing.T) {
 	s, scope, c := openWithChat(t)
 	ctx := t.Context()
 	for i := range 50 {
-		_, release := s.pointRead(ctx, s.r.getChat, getChatSQL) // a borrowed read in progress
-		if !s.writerWaits.Load() && s.wmu.TryLock() {
-			t.Fatal("the connection was not borrowed")
-		}
+		// A borrowed read in progress (the writer may hold its connection
+		// for a checkpoint: then borrow again).
+		var release func()
+		testenv.Eventually(t, 10*time.Second, "a read borrowing the idle writer's connection", func() error {
+			st, rel := s.pointRead(ctx, s.r.getChat, getChatSQL)
+			if st == s.r.getChat {
+				rel()
+				return errors.New("the read ran on the pool")
+			}
+			release = sync.OnceFunc(rel)
+			return nil
+		})
+		t.Cleanup(release) // before the store's Close, which would wait for the writer
 		wrote := make(chan error, 1)
 		go func() {
 			_, err := s.Append(ctx, scope, c.ID, []baton.Event{baton.NewChatEvent(baton.TypeChatText, c.ID, "user", baton.TextPayload{Kind: "text", Content: "hi"})}, nil)
@@ -124,10 +136,15 @@ func TestPointReadsGiveWayToTheWriter(t *testing.T) {
 			}
 			return nil
 		})
+		commits := s.Stats().Commits
 		release()
 		st, release2 := s.pointRead(ctx, s.r.getChat, getChatSQL)
+		// A read that borrowed the connection now holds it: the writer
+		// cannot commit meanwhile, so the count says whether it had
+		// committed first (then the connection was free to borrow).
+		tookIt := st != s.r.getChat && s.Stats().Commits == commits
 		release2()
-		if st != s.r.getChat {
+		if tookIt {
 			t.Fatalf("round %d: a read borrowed the connection the writer was waiting for", i)
 		}
 		if err := <-wrote; err != nil {

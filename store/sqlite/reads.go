@@ -88,19 +88,21 @@ const (
 // pointRead returns the statement a point read (one chat's row, its inbox,
 // a key) runs: query prepared on the writer's connection when the writer is
 // between batches, else pooled, prepared on the read pool. release ends the
-// borrow; call it once the statement's rows are closed, and do no more
-// than read the rows before it (decode after).
+// borrow; call it once the statement's rows are closed, and keep the borrow
+// to reading the rows (GetChat's unpacking of its row is cheap; Inputs
+// decodes its events' JSON after).
 //
 // A read connection drops its whole page cache at its first read after a
 // commit it did not make (SQLite's WAL: any change to the WAL's header), and
-// reads its pages again: a read of a chat right after a commit cost 59–70 µs
-// of CPU here against 12 without one, and 37–49 on the writer's connection
-// (BenchmarkReadAfterCommit, BenchmarkGetChat); every read of a served turn
-// comes after a commit. The writer made the last commit, so its connection's
+// reads its pages again: a read of a chat right after a commit cost 57–70 µs
+// of CPU here against 10–12 without one, and 36–49 on the writer's
+// connection (BenchmarkReadAfterCommit, BenchmarkGetChat); every read of a
+// served turn comes after a commit. The writer made the last commit, so its connection's
 // cache is current. A read never waits for the writer: it borrows the
 // connection only when it is free at once (TryLock) and the writer is not
-// waiting for it (writerWaits), so the writer waits for one borrowed read at
-// most before its next batch, and never lends its connection while a
+// waiting for it (writerWaits), so the writer waits for the borrowed read in
+// progress (and, rarely, one that checked writerWaits just before it was
+// set) before its next batch, and never lends its connection while a
 // transaction of its is open. Reads that may be long (a replay, a list)
 // stay on the pool.
 func (s *Store) pointRead(ctx context.Context, pooled *sql.Stmt, query string) (st *sql.Stmt, release func()) {
