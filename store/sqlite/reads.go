@@ -97,14 +97,14 @@ const (
 // reads its pages again: a read of a chat right after a commit cost 57–70 µs
 // of CPU here against 10–12 without one, and 36–49 on the writer's
 // connection (BenchmarkReadAfterCommit, BenchmarkGetChat); every read of a
-// served turn comes after a commit. The writer made the last commit, so its connection's
-// cache is current. A read never waits for the writer: it borrows the
-// connection only when it is free at once (TryLock) and the writer is not
-// waiting for it (writerWaits), so the writer waits for the borrowed read in
-// progress (and, rarely, one that checked writerWaits just before it was
-// set) before its next batch, and never lends its connection while a
-// transaction of its is open. Reads that may be long (a replay, a list)
-// stay on the pool.
+// served turn comes after a commit. The writer made the last commit, so its
+// connection's cache is current. A read never waits for the writer: it
+// borrows the connection only when it is free at once (TryLock) and the
+// writer is not waiting for it (writerWaits), so the writer waits for the
+// borrowed read in progress (and, rarely, one that checked writerWaits just
+// before it was set) before its next batch, and never lends its connection
+// while a transaction of its is open. Reads that may be long (a replay, a
+// list) stay on the pool.
 func (s *Store) pointRead(ctx context.Context, pooled *sql.Stmt, query string) (st *sql.Stmt, release func()) {
 	if !s.writerWaits.Load() && s.wmu.TryLock() {
 		if !s.w.inTx {
