@@ -71,35 +71,27 @@ func (s *Served) Name() string { return s.cfg.Name }
 
 // ServerCPU reads the spawned server's CPU time; it is an error without one.
 func (s *Served) ServerCPU(ctx context.Context) (time.Duration, error) {
-	if s.cfg.Server == nil {
-		return 0, ErrNoProcess
-	}
-	return s.cfg.Server.CPU(ctx)
+	n, err := s.ask(ctx, "cpu")
+	return time.Duration(n), err
 }
 
 // ServerHeap reads the spawned server's live heap; it is an error without one.
-func (s *Served) ServerHeap(ctx context.Context) (uint64, error) {
-	if s.cfg.Server == nil {
-		return 0, ErrNoProcess
-	}
-	return s.cfg.Server.Heap(ctx)
-}
+func (s *Served) ServerHeap(ctx context.Context) (uint64, error) { return s.ask(ctx, "heap") }
 
 // Commits returns how many transactions the spawned server's store has
 // committed.
-func (s *Served) Commits(ctx context.Context) (uint64, error) {
-	if s.cfg.Server == nil {
-		return 0, ErrNoProcess
-	}
-	return s.cfg.Server.Commits(ctx)
-}
+func (s *Served) Commits(ctx context.Context) (uint64, error) { return s.ask(ctx, "commits") }
 
 // Reads returns how many read queries the spawned server's store has run.
-func (s *Served) Reads(ctx context.Context) (uint64, error) {
+func (s *Served) Reads(ctx context.Context) (uint64, error) { return s.ask(ctx, "reads") }
+
+// ask asks the spawned server (ServerProcess's line protocol); it is
+// ErrNoProcess for a server elsewhere.
+func (s *Served) ask(ctx context.Context, cmd string) (uint64, error) {
 	if s.cfg.Server == nil {
 		return 0, ErrNoProcess
 	}
-	return s.cfg.Server.Reads(ctx)
+	return s.cfg.Server.ask(ctx, cmd)
 }
 
 // ErrNoProcess is what ServerCPU and ServerHeap return for a server this

@@ -11,8 +11,9 @@
 // inbox, a key) runs on the writer's connection instead when the writer is
 // idle, as its page cache is current (pointRead). A goroutine with a
 // connection of its own copies the WAL into the database file in the
-// background, so that no commit waits for a checkpoint (checkpoint.go). The schema is created and
-// upgraded on Open by versioned migrations embedded in the binary.
+// background, so that no commit waits for a checkpoint (checkpoint.go). The
+// schema is created and upgraded on Open by versioned migrations embedded in
+// the binary.
 //
 // Durability: the database runs with synchronous=FULL unless Open is given
 // WithSynchronous("NORMAL"), so when a write method returns nil its
