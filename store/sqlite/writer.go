@@ -262,16 +262,22 @@ func (s *Store) commit(batch []*request, nbulk int) {
 	for len(batch) > 0 {
 		failed, opErr, err := s.apply(batch, nbulk)
 		if opErr == nil {
+			written := 0
 			for i, r := range batch {
 				if err == nil && i >= len(batch)-nbulk && r.app != nil && r.app.err != nil {
 					s.acks = append(s.acks, ack{r, r.app.err}) // this append alone failed; bulkAppend wrote nothing of it
-				} else {
-					s.acks = append(s.acks, ack{r, err})
+					continue
 				}
+				s.acks = append(s.acks, ack{r, err})
+				written++
 			}
-			if err == nil {
+			// Only what was written counts: an append bulkAppend refused
+			// (its chat out of scope or deleted) is no write, and a batch of
+			// nothing else commits an empty transaction, which is no commit
+			// either (no WAL frame, no fsync), as on the one-at-a-time path.
+			if err == nil && written > 0 {
 				s.commits.Add(1)
-				s.ops.Add(int64(len(batch)))
+				s.ops.Add(int64(written))
 			}
 			s.kickCheckpointer()
 			return
