@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/json"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -752,8 +753,13 @@ func randomSeed() int64 {
 }
 
 // Validate checks a usage record's text fields, which both stores must be
-// able to keep (ValidateText).
+// able to keep (ValidateText), and its cost: a finite number (SQLite would
+// keep NaN as NULL, which its column refuses, and PostgreSQL would keep
+// it, so that every sum over the chat, the app or the workflow is NaN).
 func (u *UsageRecord) Validate() error {
+	if math.IsNaN(u.Cost) || math.IsInf(u.Cost, 0) {
+		return Errorf(EINVALID, "usage.cost: %v is not a finite number", u.Cost)
+	}
 	return validateTexts("usage.workflow", u.Workflow, "usage.agent", u.Agent, "usage.model", u.Model)
 }
 

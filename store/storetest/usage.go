@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 
@@ -65,6 +66,8 @@ func testUsageWithAppend(t *testing.T, s baton.Store) {
 	dup := TextEvent("A", "dup")
 	dup.ID = first[0].ID
 	bad := row("\xff", 1)
+	nan := row("A", 1)
+	nan.Cost = math.NaN()
 	for _, tc := range []struct {
 		name   string
 		scope  baton.Scope
@@ -77,6 +80,7 @@ func testUsageWithAppend(t *testing.T, s baton.Store) {
 		{"unknown pending", scope, []baton.Event{TextEvent("A", "two")}, baton.ChatUpdate{ResolvePending: []string{"nope"}}, baton.ENOTFOUND},
 		{"another scope", NewScope(), []baton.Event{TextEvent("A", "two")}, baton.ChatUpdate{}, baton.ENOTFOUND},
 		{"invalid row", scope, []baton.Event{TextEvent("A", "two")}, baton.ChatUpdate{Usage: []baton.UsageRecord{row("A", 1), bad}}, baton.EINVALID},
+		{"a cost that is not a number", scope, []baton.Event{TextEvent("A", "two")}, baton.ChatUpdate{Usage: []baton.UsageRecord{nan}}, baton.EINVALID},
 	} {
 		if tc.u.Usage == nil {
 			tc.u.Usage = []baton.UsageRecord{row("A", 1)}
@@ -86,6 +90,11 @@ func testUsageWithAppend(t *testing.T, s baton.Store) {
 		if n := calls(c.ID, scope); n != 4 {
 			t.Fatalf("%s: the failed append wrote usage: %d calls, want 4", tc.name, n)
 		}
+	}
+	nan.ChatID = c.ID
+	wantCode(t, "RecordUsage with a cost that is not a number", s.RecordUsage(ctx, scope, nan), baton.EINVALID)
+	if n := calls(c.ID, scope); n != 4 {
+		t.Fatalf("a refused RecordUsage wrote usage: %d calls, want 4", n)
 	}
 	if _, err := s.UpdateChat(ctx, scope, c.ID, baton.ChatUpdate{Fence: 99, Usage: []baton.UsageRecord{row("A", 1)}}); err == nil {
 		t.Fatal("UpdateChat with a stale fence succeeded")
