@@ -194,7 +194,7 @@ type Engine struct {
 	agentRulesMu sync.Mutex
 	agentRules   map[string]bool // names of the event-handler agent rules made by AgentRule
 	callsMu      sync.Mutex
-	calls        map[string]context.CancelCauseFunc // model calls in progress, by chat, for interrupt
+	calls        map[string]modelCallStop // model calls in progress, by chat, for interrupt
 
 	activeMu sync.Mutex
 	activeBy map[baton.Scope]int64 // runs in progress by tenant (ActiveIn)
@@ -676,7 +676,8 @@ func (e *Engine) Submit(ctx context.Context, scope baton.Scope, chatID, content,
 // does with a message while a run goes is the workflow's double_texting
 // policy: enqueue (above), reject (ECONFLICT while the chat is running,
 // nothing kept) or interrupt (as enqueue, and the model call in progress on
-// this instance is stopped at once).
+// this instance is stopped at once, unless it answers this very message; a
+// retry interrupts nothing).
 func (e *Engine) SubmitOnce(ctx context.Context, scope baton.Scope, chatID, eventID, content, source string) error {
 	return e.submit(ctx, scope, chatID, eventID, baton.NewUserQuery(scope, chatID, content, source))
 }
@@ -695,12 +696,14 @@ func (e *Engine) submit(ctx context.Context, scope baton.Scope, chatID, eventID 
 			return err
 		}
 	}
-	in, err := e.keep(ctx, scope, ev)
+	in, added, err := e.keepInput(ctx, scope, ev)
 	if err != nil {
 		return err
 	}
-	if policy == workflow.DoubleTextingInterrupt {
-		e.interrupt(chatID)
+	if policy == workflow.DoubleTextingInterrupt && added {
+		// Only a new message interrupts: a retry of one the chat has (its
+		// idempotency key) must not cut the answer to itself.
+		e.interrupt(chatID, in.ID)
 	}
 	return e.publishEvent(ctx, in)
 }
@@ -709,26 +712,37 @@ func (e *Engine) submit(ctx context.Context, scope baton.Scope, chatID, eventID 
 // to a workflow whose double_texting is interrupt.
 var errInterrupted = errors.New("interrupted by the person's message")
 
+// modelCallStop is a model call in progress: how to stop it, and the input
+// its run had recorded last when it started, which the call answers.
+type modelCallStop struct {
+	stop      context.CancelCauseFunc
+	answering string
+}
+
 // interrupt stops the model call in progress for the chat on this
-// instance, if any (double_texting: interrupt).
-func (e *Engine) interrupt(chatID string) {
+// instance, if any (double_texting: interrupt), unless it answers inputID:
+// a run takes a message from the inbox as soon as it is kept, so the run
+// may have recorded it, and started the call that answers it, between the
+// message's keep and this interrupt.
+func (e *Engine) interrupt(chatID, inputID string) {
 	e.callsMu.Lock()
-	stop := e.calls[chatID]
+	call, ok := e.calls[chatID]
 	e.callsMu.Unlock()
-	if stop != nil {
-		stop(errInterrupted)
+	if ok && call.answering != inputID {
+		call.stop(errInterrupted)
 	}
 }
 
-// modelCall registers a model call of the chat so that interrupt can stop
-// it, and returns its context and the function that ends it.
-func (e *Engine) modelCall(ctx context.Context, chatID string) (context.Context, func()) {
+// modelCall registers a model call of the chat, which answers the input
+// answering (the run's last recorded one), so that interrupt can stop it,
+// and returns its context and the function that ends it.
+func (e *Engine) modelCall(ctx context.Context, chatID, answering string) (context.Context, func()) {
 	callCtx, stop := context.WithCancelCause(ctx)
 	e.callsMu.Lock()
 	if e.calls == nil {
-		e.calls = map[string]context.CancelCauseFunc{}
+		e.calls = map[string]modelCallStop{}
 	}
-	e.calls[chatID] = stop
+	e.calls[chatID] = modelCallStop{stop: stop, answering: answering}
 	e.callsMu.Unlock()
 	return callCtx, func() {
 		e.callsMu.Lock()
@@ -742,12 +756,19 @@ func (e *Engine) modelCall(ctx context.Context, chatID string) (context.Context,
 // returns the event to publish: ev, or the input kept before under its id
 // (a retry). When keep returns nil the input survives kill -9.
 func (e *Engine) keep(ctx context.Context, scope baton.Scope, ev baton.Event) (baton.Event, error) {
-	in, _, err := e.store.AddInput(ctx, scope, inboxed(ev))
+	kept, _, err := e.keepInput(ctx, scope, ev)
+	return kept, err
+}
+
+// keepInput is keep, and reports whether the input is new: false for a
+// retry, whose id the chat's inbox holds already (waiting or taken).
+func (e *Engine) keepInput(ctx context.Context, scope baton.Scope, ev baton.Event) (baton.Event, bool, error) {
+	in, added, err := e.store.AddInput(ctx, scope, inboxed(ev))
 	e.inputKept(ev.ChatID(), err)
 	if err != nil {
-		return baton.Event{}, fmt.Errorf("keep %s for chat %s: %w", ev.Type, ev.ChatID(), err)
+		return baton.Event{}, false, fmt.Errorf("keep %s for chat %s: %w", ev.Type, ev.ChatID(), err)
 	}
-	return in.Event, nil
+	return in.Event, added, nil
 }
 
 // inboxed marks ev as an input kept in its chat's inbox (baton.InboxKey):

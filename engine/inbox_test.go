@@ -55,6 +55,12 @@ func (g *gate) Stream(ctx context.Context, _ *baton.Request) iter.Seq2[baton.Del
 			return
 		case <-g.open:
 		}
+		if err := ctx.Err(); err != nil {
+			// Cut before the gate opened: so it ends, whichever of the two
+			// the select saw first.
+			yield(baton.Delta{}, err)
+			return
+		}
 		yield(baton.Delta{Kind: baton.DeltaText, Text: "answer."}, nil)
 	}
 }
@@ -252,6 +258,39 @@ func TestDoubleTexting_Interrupt(t *testing.T) {
 	}
 	if ps[0]["interrupted"] != true || ps[1]["interrupted"] != nil {
 		t.Errorf("interrupted marks %v %v, want true on the cut text only", ps[0]["interrupted"], ps[1]["interrupted"])
+	}
+}
+
+// TestDoubleTexting_InterruptRetry: a retry of a message (the same
+// idempotency key) is acknowledged and interrupts nothing: neither the
+// answer to itself nor the answer to a later message.
+func TestDoubleTexting_InterruptRetry(t *testing.T) {
+	g := newGate()
+	h := newInboxHarness(t, g)
+	ctx := context.Background()
+	id := startWith(t, h, "cut", "m0")
+	g.waitStarted(t)
+	submit := func(key, content string) {
+		t.Helper()
+		if err := h.eng.SubmitOnce(ctx, testScope, id, key, content, "http"); err != nil {
+			t.Fatalf("submit %s: %v", content, err)
+		}
+	}
+	submit("id-m1", "m1")
+	g.waitStarted(t) // the answer to m1 has begun: the first call was cut
+	submit("id-m1", "m1")
+	submit("id-m2", "m2")
+	g.waitStarted(t) // the answer to m2 has begun: the answer to m1 was cut
+	submit("id-m1", "m1")
+	g.release() // a call a retry cut ends cut (gate)
+	h.waitStatus(id, baton.ChatWaitingInput)
+	h.waitInboxEmpty(id)
+	evs := h.events(id)
+	if users, _ := texts(evs, "user"); !slices.Equal(users, []string{"m0", "m1", "m2"}) {
+		t.Fatalf("person's texts %q, want [m0 m1 m2]", users)
+	}
+	if answers, _ := texts(evs, "Echo"); !slices.Equal(answers, []string{"partial ", "partial ", "partial answer."}) {
+		t.Fatalf("Echo's texts %q, want two cut texts, then the whole answer to m2", answers)
 	}
 }
 

@@ -70,6 +70,15 @@ type state struct {
 // retried input is recognised if it is among the chat's last this many.
 const maxRememberedInputs = 256
 
+// lastInput returns the id of the input recorded last, "" if none is
+// remembered.
+func (st *state) lastInput() string {
+	if n := len(st.inputOrder); n > 0 {
+		return st.inputOrder[n-1]
+	}
+	return ""
+}
+
 // rememberInput notes that an input was recorded.
 func (st *state) rememberInput(id string) {
 	if id == "" || st.inputs[id] {
