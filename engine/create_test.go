@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -194,6 +195,47 @@ func (refuseHandOver) Route(_ context.Context, ev baton.Event) (bool, error) {
 		return false, errors.New("the test's bus refuses the hand-over")
 	}
 	return false, nil
+}
+
+type refuseRunStart struct{}
+
+func (refuseRunStart) Route(_ context.Context, ev baton.Event) (bool, error) {
+	if ev.Type == baton.TypeRunStart {
+		return false, errors.New("the test's bus refuses run.start")
+	}
+	return false, nil
+}
+
+// TestStart_PublishFailsAfterTheChatIsStored: where Start stores the chat
+// itself (here, a recorder that cannot create chats with their first
+// events), a run.start the bus refuses leaves the chat and its first
+// message committed. Start's error says so and names the chat, rather
+// than look like a start that wrote nothing, and the recovery at the
+// service's next start runs the chat, which takes the message.
+func TestStart_PublishFailsAfterTheChatIsStored(t *testing.T) {
+	h := newHarness(t, withWorkflows(inboxDir), withFaults(func([]baton.Event) error { return nil }))
+	h.bus.SetRouter(refuseRunStart{})
+	ctx := context.Background()
+	c, err := h.eng.Start(ctx, testScope, "queue", baton.StartOptions{ChatID: "orphan", Message: "m0"})
+	if err == nil {
+		t.Fatal("Start succeeded though its run.start was refused")
+	}
+	if c.ID != "orphan" || baton.ErrorCode(err) != baton.EUNAVAILABLE || !strings.Contains(err.Error(), "chat orphan was created") {
+		t.Fatalf("Start: chat %q, %v; want the chat, and an error that says it was created", c.ID, err)
+	}
+	h.bus.SetRouter(nil)
+	stored, err := h.store.GetChat(ctx, testScope, "orphan")
+	if err != nil {
+		t.Fatalf("the chat Start said it created: %v", err)
+	}
+	if n, err := h.eng.Recover(ctx, []baton.Chat{stored}); err != nil || n != 1 {
+		t.Fatalf("recover: %d, %v", n, err)
+	}
+	h.waitStatus("orphan", baton.ChatWaitingInput)
+	h.waitInboxEmpty("orphan")
+	if users, _ := texts(h.events("orphan"), "user"); !slices.Equal(users, []string{"m0"}) {
+		t.Fatalf("person's texts %q, want [m0]", users)
+	}
 }
 
 // When the hand-over cannot be published, the run goes on in the handling

@@ -375,7 +375,10 @@ func (e *Engine) countActive(scope baton.Scope) func() {
 // (opts.Message); the run proceeds on the bus. Without leases the chat's
 // run stores it, with its first events, in one commit, and Start waits for
 // that commit (create.go); otherwise Start stores it, with the message in
-// its inbox, before it publishes the run.start.
+// its inbox, before it publishes the run.start. An error means nothing was
+// created, unless it says the chat was (or may still be) created: a
+// run.start the bus refused after the chat was stored is EUNAVAILABLE and
+// names the chat, which runs when the service next starts.
 func (e *Engine) Start(ctx context.Context, scope baton.Scope, workflowName string, opts baton.StartOptions) (baton.Chat, error) {
 	return e.start(ctx, scope, workflowName, opts, "")
 }
@@ -473,7 +476,12 @@ func (e *Engine) start(ctx context.Context, scope baton.Scope, workflowName stri
 	}
 	e.publishSession(ctx, scope, baton.TypeSessionCreated, chat, "")
 	if err := e.publishEvent(ctx, ev); err != nil {
-		return chat, err
+		// The chat and its first message are committed: the error says so
+		// and names the chat, so that a client does not start another one.
+		// A running chat is resumed when the service starts (Recover), and
+		// with leases an instance takes it over; a StartOnce retry
+		// publishes its run.start again.
+		return chat, baton.Errorf(baton.EUNAVAILABLE, "start %s: chat %s was created, but its run could not be started (%v); it starts when the service restarts", workflowName, chat.ID, err)
 	}
 	return chat, nil
 }
