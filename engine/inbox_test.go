@@ -15,6 +15,7 @@ import (
 
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/recorder"
 	"github.com/batonhq/baton/workflow"
 )
 
@@ -478,5 +479,72 @@ func TestInbox_MessageToACutShortTurn(t *testing.T) {
 	}
 	if answers, _ := texts(evs, "Echo"); len(answers) != 2 {
 		t.Errorf("Echo answered %d times, want 2 (the cut turn, then m1)", len(answers))
+	}
+}
+
+// creatingFaulty fails the appends fail chooses and still creates chats
+// with their first events (the engine's path without leases), where
+// withFaults's recorder cannot.
+type creatingFaulty struct {
+	*recorder.Recorder
+	fail func([]baton.Event) error
+}
+
+func (f *creatingFaulty) Record(ctx context.Context, scope baton.Scope, chatID string, events []baton.Event, u *baton.ChatUpdate) ([]baton.Event, error) {
+	if err := f.fail(events); err != nil {
+		return nil, err
+	}
+	return f.Recorder.Record(ctx, scope, chatID, events, u)
+}
+
+// TestInbox_FirstMessageOfAChatThatFailedBeforeItsStart: a chat whose
+// start was never recorded (a before_chat form answered, then the append
+// that records the start failed, and the chat failed) keeps its first
+// message in the inbox, with its run.start. The person's next message
+// finds the chat failed and not started: the first message is taken
+// first, then this one — on both paths, Start storing the chat itself
+// and the run creating it.
+func TestInbox_FirstMessageOfAChatThatFailedBeforeItsStart(t *testing.T) {
+	for _, creates := range []bool{false, true} {
+		t.Run(fmt.Sprintf("run creates the chat %v", creates), func(t *testing.T) {
+			var failed atomic.Bool
+			fail := func(evs []baton.Event) error {
+				for _, ev := range evs {
+					if ev.Type == baton.TypeChatText && strings.Contains(string(ev.Payload), `"m0"`) && failed.CompareAndSwap(false, true) {
+						return baton.Errorf(baton.EUNAVAILABLE, "the store blinked")
+					}
+				}
+				return nil
+			}
+			opts := []harnessOption{withWorkflows(loopDir), withTools(bumpTool(new(atomic.Int64)))}
+			if creates {
+				opts = append(opts, withRecorder(func(r baton.Recorder) baton.Recorder {
+					return &creatingFaulty{Recorder: r.(*recorder.Recorder), fail: fail}
+				}))
+			} else {
+				opts = append(opts, withFaults(fail))
+			}
+			h := newHarness(t, opts...)
+			ctx := context.Background()
+			c, err := h.eng.Start(ctx, testScope, "consent", baton.StartOptions{Message: "m0", Context: map[string]json.RawMessage{"stop": json.RawMessage("true")}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.waitStatus(c.ID, baton.ChatWaitingUITool)
+			if err := h.eng.RespondUI(ctx, testScope, c.ID, h.pending(c.ID, baton.PendingUITool).UIEventID, "success", json.RawMessage(`{"agree":true}`)); err != nil {
+				t.Fatal(err)
+			}
+			h.waitStatus(c.ID, baton.ChatFailed)
+			if !failed.Load() {
+				t.Fatal("the start's append did not fail")
+			}
+			if err := h.eng.Submit(ctx, testScope, c.ID, "m1", "http"); err != nil {
+				t.Fatal(err)
+			}
+			h.waitInboxEmpty(c.ID) // (the workflow's script answers once: m1's run fails)
+			if users, _ := texts(h.events(c.ID), "user"); !slices.Equal(users, []string{"m0", "m1"}) {
+				t.Fatalf("person's texts %q, want [m0 m1]: the first message Start acknowledged, then the next", users)
+			}
+		})
 	}
 }

@@ -141,6 +141,24 @@ func (r *run) takeInput(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("read the inbox: %w", err)
 	}
 	r.e.inbox.read(id, kept)
+	if st := r.st; !st.started && st.turns == 0 && st.next == "" {
+		// The chat has not started: the start's own message, kept with its
+		// run.start, comes before any message sent since. It waits here
+		// when the start was never recorded (its append failed after a
+		// before_chat step, and the chat failed); it starts the chat now,
+		// and the rest wait for the next input point.
+		for _, in := range ins {
+			if in.Event.Type != baton.TypeRunStart || r.staged.consumes(in.Event.ID) {
+				continue
+			}
+			var p baton.RunStartPayload
+			if json.Unmarshal(in.Event.Payload, &p) != nil || p.Message == "" {
+				continue // kept only with a message
+			}
+			r.startMessage, r.startInput = p.Message, in.Event.ID
+			return true, r.start(ctx)
+		}
+	}
 	left := false // an input stays waiting after this read
 	var asked *baton.PendingRequest
 	if oc := r.st.toolAsking(); oc != nil && len(ins) > 0 {
