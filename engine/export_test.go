@@ -4,7 +4,8 @@ import "time"
 
 // PerChatEntries names the engine's per-chat maps that hold an entry for
 // chatID, leaving out the bounded state cache: what a paused chat still
-// costs beyond it.
+// costs beyond it (the inbox count, the creations and hand-overs Start and
+// its run share included).
 func (e *Engine) PerChatEntries(chatID string) []string {
 	var held []string
 	e.runningMu.Lock()
@@ -30,6 +31,17 @@ func (e *Engine) PerChatEntries(chatID string) []string {
 		held = append(held, "cancels.pending")
 	}
 	e.cancels.mu.Unlock()
+	if e.inbox.count(chatID) > 0 {
+		held = append(held, "inbox")
+	}
+	e.creatingMu.Lock()
+	if _, ok := e.creating[chatID]; ok {
+		held = append(held, "creating")
+	}
+	if _, ok := e.handovers[chatID]; ok {
+		held = append(held, "handovers")
+	}
+	e.creatingMu.Unlock()
 	return held
 }
 

@@ -208,11 +208,19 @@ func (r *run) takeInput(ctx context.Context) (bool, error) {
 // answers one of the chat's pending requests, consuming it in the same
 // append (uiResponse), and reports whether it took one. A kept response that
 // fits no pending request is left to its own event, which drops it.
+//
+// The read counts as a read of the inbox (inboxCount), so that a chat
+// paused here keeps no count; a message it leaves waiting is taken at the
+// next input point, which reads again (inboxClear).
 func (r *run) takeUIResponse(ctx context.Context) (bool, error) {
-	ins, err := r.e.store.Inputs(ctx, r.scope, r.st.chat.ID)
+	id := r.st.chat.ID
+	kept := r.e.inbox.count(id)
+	r.st.inboxClear = false
+	ins, err := r.e.store.Inputs(ctx, r.scope, id)
 	if err != nil {
 		return false, fmt.Errorf("read the inbox: %w", err)
 	}
+	r.e.inbox.read(id, kept)
 	waiting := r.st.waitingUI()
 	for _, in := range ins {
 		ev := in.Event
