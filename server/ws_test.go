@@ -744,6 +744,71 @@ func TestStream_ChatDeletedWhileConnecting(t *testing.T) {
 	}
 }
 
+// pagesHeld holds a replay's reads after its first page until release is
+// closed, and says on entered when one starts.
+type pagesHeld struct {
+	baton.Store
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s pagesHeld) Events(ctx context.Context, scope baton.Scope, chatID string, after int64, limit int) ([]baton.Event, error) {
+	if after > 0 {
+		select {
+		case s.entered <- struct{}{}:
+		default:
+		}
+		select {
+		case <-s.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return s.Store.Events(ctx, scope, chatID, after, limit)
+}
+
+// TestWS_ClientCloseDuringReplay: a client that closes its WebSocket while
+// the server replays a long chat (the writer waiting for the store's next
+// page, with the writes of a batch gathered) gets the server's close frame:
+// its close is clean, not an EOF. (The library's reply goes out while the
+// writer gathers, and the connection closes right after it.)
+func TestWS_ClientCloseDuringReplay(t *testing.T) {
+	held := pagesHeld{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	e := newEnv(t, withWorkflows(benchDir), withServerStore(func(s baton.Store) baton.Store {
+		held.Store = s
+		return held
+	}))
+	defer close(held.release) // before the server closes (its cleanup)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	chat, err := e.store.CreateChat(ctx, scopeAda, baton.Chat{Workflow: "bench", Status: baton.ChatWaitingInput})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 { // more than two replay pages
+		evs := make([]baton.Event, replayPage/2+1)
+		for i := range evs {
+			evs[i] = baton.NewChatEvent(baton.TypeChatText, chat.ID, "user", baton.TextPayload{Kind: "text", Agent: "user", Content: "hi"})
+		}
+		if _, err := e.store.Append(ctx, scopeAda, chat.ID, evs, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := e.dial(ctx, t, chat.ID, 0, e.keys[scopeAda])
+	defer c.CloseNow()
+	if _, _, err := c.Read(ctx); err != nil {
+		t.Fatalf("the replay's first envelope: %v", err)
+	}
+	select {
+	case <-held.entered: // the writer waits for the second page
+	case <-ctx.Done():
+		t.Fatal("the replay never asked for its second page")
+	}
+	if err := c.Close(websocket.StatusNormalClosure, "bye"); err != nil {
+		t.Fatalf("the client's close during the replay: %v, want a clean close", err)
+	}
+}
+
 // collectUntilPong reads a socket's recorded envelopes until the pong that
 // answers the ping sent last: the writer handles client messages in order,
 // so everything a resume sent before it has arrived.

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // batchWriteLimit is how many bytes a batchConn gathers before it writes
@@ -56,6 +57,24 @@ func (c *batchConn) Write(p []byte) (int, error) {
 		}
 	}
 	return len(p), nil
+}
+
+// Close writes what was gathered, then closes the connection. The library
+// closes the connection right after its reply to a client's close frame,
+// which the reader writes while the writer may be gathering a replay (a
+// store read between two pages): without this the reply would be dropped,
+// and the client's clean close end in an EOF. It never waits for the
+// mutex: a flush blocked on a client that reads nothing holds it, and this
+// Close (the stalled timer's) is what ends that write.
+func (c *batchConn) Close() error {
+	if c.mu.TryLock() {
+		if c.buf != nil && len(*c.buf) > 0 {
+			_ = c.Conn.SetWriteDeadline(time.Now().Add(time.Second))
+			_ = c.writeLocked()
+		}
+		c.mu.Unlock()
+	}
+	return c.Conn.Close()
 }
 
 // gather starts gathering writes until flush.
