@@ -36,6 +36,7 @@ import (
 	"log/slog"
 	"maps"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -377,8 +378,9 @@ func (e *Engine) countActive(scope baton.Scope) func() {
 // that commit (create.go); otherwise Start stores it, with the message in
 // its inbox, before it publishes the run.start. An error means nothing was
 // created, unless it says the chat was (or may still be) created: a
-// run.start the bus refused after the chat was stored is EUNAVAILABLE and
-// names the chat, which runs when the service next starts.
+// run.start the bus refused after the chat was stored is EUNAVAILABLE,
+// returned with the chat, which the service's recovery starts when it next
+// starts (Recover) or, with leases, the instance that takes it over.
 func (e *Engine) Start(ctx context.Context, scope baton.Scope, workflowName string, opts baton.StartOptions) (baton.Chat, error) {
 	return e.start(ctx, scope, workflowName, opts, "")
 }
@@ -481,7 +483,7 @@ func (e *Engine) start(ctx context.Context, scope baton.Scope, workflowName stri
 		// A running chat is resumed when the service starts (Recover), and
 		// with leases an instance takes it over; a StartOnce retry
 		// publishes its run.start again.
-		return chat, baton.Errorf(baton.EUNAVAILABLE, "start %s: chat %s was created, but its run could not be started (%v); it starts when the service restarts", workflowName, chat.ID, err)
+		return chat, baton.Errorf(baton.EUNAVAILABLE, "start %s: chat %s was created, but its run could not be started (%v); the service's recovery starts it", workflowName, chat.ID, err)
 	}
 	return chat, nil
 }
@@ -720,37 +722,37 @@ func (e *Engine) submit(ctx context.Context, scope baton.Scope, chatID, eventID 
 // to a workflow whose double_texting is interrupt.
 var errInterrupted = errors.New("interrupted by the person's message")
 
-// modelCallStop is a model call in progress: how to stop it, and the input
-// its run had recorded last when it started, which the call answers.
+// modelCallStop is a model call in progress: how to stop it, and the
+// inputs its run had recorded when it started, which the call knows.
 type modelCallStop struct {
-	stop      context.CancelCauseFunc
-	answering string
+	stop  context.CancelCauseFunc
+	knows []string // never written once the call starts (state.recordedInputs)
 }
 
 // interrupt stops the model call in progress for the chat on this
-// instance, if any (double_texting: interrupt), unless it answers inputID:
-// a run takes a message from the inbox as soon as it is kept, so the run
-// may have recorded it, and started the call that answers it, between the
-// message's keep and this interrupt.
+// instance, if any (double_texting: interrupt), unless the call knows
+// inputID already: a run takes a message from the inbox as soon as it is
+// kept, so the run may have recorded it, and started a call that answers
+// it (or a later message), between the message's keep and this interrupt.
 func (e *Engine) interrupt(chatID, inputID string) {
 	e.callsMu.Lock()
 	call, ok := e.calls[chatID]
 	e.callsMu.Unlock()
-	if ok && call.answering != inputID {
+	if ok && !slices.Contains(call.knows, inputID) {
 		call.stop(errInterrupted)
 	}
 }
 
-// modelCall registers a model call of the chat, which answers the input
-// answering (the run's last recorded one), so that interrupt can stop it,
-// and returns its context and the function that ends it.
-func (e *Engine) modelCall(ctx context.Context, chatID, answering string) (context.Context, func()) {
+// modelCall registers a model call of the chat, which knows the inputs
+// knows (those its run had recorded), so that interrupt can stop it, and
+// returns its context and the function that ends it.
+func (e *Engine) modelCall(ctx context.Context, chatID string, knows []string) (context.Context, func()) {
 	callCtx, stop := context.WithCancelCause(ctx)
 	e.callsMu.Lock()
 	if e.calls == nil {
 		e.calls = map[string]modelCallStop{}
 	}
-	e.calls[chatID] = modelCallStop{stop: stop, answering: answering}
+	e.calls[chatID] = modelCallStop{stop: stop, knows: knows}
 	e.callsMu.Unlock()
 	return callCtx, func() {
 		e.callsMu.Lock()

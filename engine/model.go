@@ -95,7 +95,7 @@ func (r *run) callModel(ctx context.Context) error {
 	}
 	firstID, attempt := msgID, 1
 	var streamErr, recordErr error
-	callCtx, endCall := r.e.modelCall(ctx, st.chat.ID, st.lastInput()) // a message may interrupt it (double_texting)
+	callCtx, endCall := r.e.modelCall(ctx, st.chat.ID, st.recordedInputs()) // a message may interrupt it (double_texting)
 	defer endCall()
 	for d, err := range r.prov.Stream(callCtx, req) {
 		if err != nil {

@@ -70,13 +70,13 @@ type state struct {
 // retried input is recognised if it is among the chat's last this many.
 const maxRememberedInputs = 256
 
-// lastInput returns the id of the input recorded last, "" if none is
-// remembered.
-func (st *state) lastInput() string {
-	if n := len(st.inputOrder); n > 0 {
-		return st.inputOrder[n-1]
-	}
-	return ""
+// recordedInputs returns the ids of the inputs recorded that the state
+// remembers, as a slice no later change of the state writes to (an input
+// remembered later is appended past its end, and forgetting one moves the
+// start of inputOrder): another goroutine may read it (interrupt).
+func (st *state) recordedInputs() []string {
+	n := len(st.inputOrder)
+	return st.inputOrder[:n:n]
 }
 
 // rememberInput notes that an input was recorded.

@@ -115,7 +115,7 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) error {
 	status := http.StatusCreated
 	if key == "" {
 		if chat, err = s.cfg.Engine.Start(r.Context(), p.scope, wf, opts); err != nil {
-			return err
+			return startError(chat, err)
 		}
 	} else {
 		// The key, with the caller and the workflow, makes the chat's id:

@@ -363,6 +363,7 @@ func (s *Server) oaiStart(ctx context.Context, scope baton.Scope, model, key, co
 	var err error
 	if key == "" {
 		chat, err = s.cfg.Engine.Start(ctx, scope, model, opts)
+		err = startError(chat, err)
 	} else {
 		opts.ChatID = inputEventID(scope, "oai-start:"+model, key)
 		chat, _, err = s.cfg.Engine.StartOnce(ctx, scope, model, key, opts)

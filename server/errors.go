@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 
@@ -40,6 +41,19 @@ const (
 type unavailableError struct {
 	public *baton.Error // EUNAVAILABLE with the client's message, no cause
 	cause  error
+}
+
+// startError is the error of a Start without an idempotency key. When the
+// chat was created all the same (Start returns it with the error: its run
+// could not be started), the client is told so, with the chat's id, rather
+// than "retry later": a retry without a key would start a second chat.
+// With a key a retry finds the chat and starts its run, so StartOnce's
+// errors need nothing of this.
+func startError(chat baton.Chat, err error) error {
+	if err == nil || chat.ID == "" || baton.ErrorCode(err) != baton.EUNAVAILABLE {
+		return err
+	}
+	return unavailable(fmt.Sprintf("chat %s was created, but its run could not be started; it starts when the service recovers it: do not start it again", chat.ID), err)
 }
 
 // unavailable returns an EUNAVAILABLE error that shows msg to clients and

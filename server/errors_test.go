@@ -34,6 +34,12 @@ func TestPublicError(t *testing.T) {
 		{fmt.Errorf("wrapped: %w", unavailable("metrics are off", nil)), baton.EUNAVAILABLE, "metrics are off"},
 		{errors.New("sql: database is locked"), baton.EINTERNAL, "internal error"},
 		{baton.Errorf(baton.EINVALID, "content: must not be empty"), baton.EINVALID, "content: must not be empty"},
+		// A Start whose chat was created though its run was not started
+		// names the chat (a retry without a key would start another); one
+		// that created nothing is the generic retry.
+		{startError(baton.Chat{ID: "c1"}, fmt.Errorf("start wf: %w", nats)), baton.EUNAVAILABLE, "chat c1 was created, but its run could not be started; it starts when the service recovers it: do not start it again"},
+		{startError(baton.Chat{}, nats), baton.EUNAVAILABLE, msgUnavailable},
+		{startError(baton.Chat{ID: "c1"}, baton.Errorf(baton.EINVALID, "message: too long")), baton.EINVALID, "message: too long"},
 	} {
 		code, msg := publicError(tc.err)
 		if code != tc.code || msg != tc.want {

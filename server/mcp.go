@@ -362,6 +362,7 @@ func (s *Server) mcpRun(ctx context.Context, c mcpCaller, wfName string, req *mc
 		opts := baton.StartOptions{Message: args.Input}
 		if args.IdempotencyKey == "" {
 			chat, err = s.cfg.Engine.Start(ctx, scope, wfName, opts)
+			err = startError(chat, err)
 		} else {
 			opts.ChatID = inputEventID(scope, "mcp:start:"+wfName, args.IdempotencyKey)
 			chat, _, err = s.cfg.Engine.StartOnce(ctx, scope, wfName, "mcp:"+args.IdempotencyKey, opts)
