@@ -318,6 +318,9 @@ func TestCost(t *testing.T) {
 		{"llama3.1:8b", nil, 0},
 		{"llama3.1:8b", map[string]Price{"llama3.1:8b": {Input: 1, Output: 2}}, 1 + 1}, // no cached price: input price
 		{"gpt-4o", map[string]Price{"gpt-4o": {Input: 1, Output: 1, CachedInput: 0.5}}, 0.6 + 0.2 + 0.5},
+		// A price no workflow validates with: a cost no store keeps or event encodes.
+		{"x", map[string]Price{"x": {Input: math.NaN()}}, 0},
+		{"x", map[string]Price{"x": {Output: math.MaxFloat64}}, 0},
 	} {
 		if got := Cost(tc.model, u, tc.overrides); math.Abs(got-tc.want) > 1e-9 {
 			t.Errorf("Cost(%s) = %v, want %v", tc.model, got, tc.want)

@@ -1,6 +1,7 @@
 package llm
 
 import (
+	"math"
 	"strings"
 
 	"github.com/batonhq/baton"
@@ -65,7 +66,9 @@ func LookupPrice(model string, overrides map[string]Price) (Price, bool) {
 // Cost returns the cost in US dollars of one call's usage: uncached prompt
 // tokens at the input price, cached prompt tokens at the cached-input price
 // (the input price when none is set), completion tokens (reasoning included)
-// at the output price. An unknown model costs 0.
+// at the output price. An unknown model costs 0, and so does a cost that is
+// not a finite number (a price no workflow passes validation with): no
+// store keeps it and no event encodes it.
 func Cost(model string, u baton.Usage, overrides map[string]Price) float64 {
 	p, ok := LookupPrice(model, overrides)
 	if !ok {
@@ -79,7 +82,11 @@ func Cost(model string, u baton.Usage, overrides map[string]Price) float64 {
 	if cachedPrice == 0 {
 		cachedPrice = p.Input
 	}
-	return (float64(u.PromptTokens-cached)*p.Input +
+	cost := (float64(u.PromptTokens-cached)*p.Input +
 		float64(cached)*cachedPrice +
 		float64(u.CompletionTokens)*p.Output) / 1e6
+	if math.IsNaN(cost) || math.IsInf(cost, 0) {
+		return 0
+	}
+	return cost
 }

@@ -573,8 +573,8 @@ func (l *loader) checkConfig() {
 	}
 	l.checkLLM(FileWorkflow, "llm", &c.LLM)
 	for model, p := range c.Pricing {
-		if p.Input < 0 || p.Output < 0 || p.CachedInput < 0 {
-			l.errorf(FileWorkflow, "pricing."+model, "prices must not be negative")
+		if !validPrice(p.Input) || !validPrice(p.Output) || !validPrice(p.CachedInput) {
+			l.errorf(FileWorkflow, "pricing."+model, "prices must be numbers from 0 to %.0f (US dollars per million tokens)", maxPrice)
 		}
 	}
 	if c.Budget.MaxTokens < 0 {
@@ -1585,3 +1585,12 @@ func (l *loader) checkEnvName(file, p, name string) {
 		l.errorf(file, p, "%s is baton's own credential; no workflow may read it", name)
 	}
 }
+
+// maxPrice bounds a price in US dollars per million tokens: far above any
+// model's, and low enough that no call's cost overflows to infinity, which
+// no store keeps and no event encodes.
+const maxPrice = 1e6
+
+// validPrice reports whether p is a price a workflow may set: a number
+// from 0 to maxPrice (NaN is neither).
+func validPrice(p float64) bool { return p >= 0 && p <= maxPrice }
