@@ -236,37 +236,21 @@ func (p *stallingProvider) Stream(ctx context.Context, req *baton.Request) iter.
 	}
 }
 
-// conflictCounter counts lease renewals the store refused as taken over.
-type conflictCounter struct {
-	baton.Store
-	refused atomic.Int64
-}
-
-func (s *conflictCounter) RenewLease(ctx context.Context, chatID, instanceID string, token int64, ttl time.Duration) (baton.Lease, error) {
-	l, err := s.Store.RenewLease(ctx, chatID, instanceID, token, ttl)
-	if errors.Is(err, baton.ErrConflict) {
-		s.refused.Add(1)
-	}
-	return l, err
-}
-
 // TestInstances_EventAgentRetriesAfterLosingTheLease: instance A's
 // event-handler agent records an environment event in a chat and runs the
-// chat's agent, whose model call stalls with A's lease renewals. B takes the
-// chat over and answers. A's renewal then finds the lease taken, which
-// cancels A's run; the agent handles the event again under a new lease and
-// finds it recorded. The event is observed once, no handler error is left,
-// and A's late text never lands.
+// chat's agent, whose model call stalls with A's lease renewals. A's
+// stalled renewal gives up when the lease runs out, which cancels A's run,
+// and B takes the chat over and answers; the agent handles the event again
+// under a new lease and finds it recorded. The event is observed once, no
+// handler error is left, and A's late text never lands.
 func TestInstances_EventAgentRetriesAfterLosingTheLease(t *testing.T) {
 	dsn, schema := pgSchema(t)
 	renewals := make(chan struct{})
-	var counter *conflictCounter
 	prov := &stallingProvider{released: make(chan struct{})}
 	var releaseOnce sync.Once
 	release := func() { releaseOnce.Do(func() { close(prov.released) }) }
 	a := newInstanceWith(t, dsn, schema, "A", func(s baton.Store) baton.Store {
-		counter = &conflictCounter{Store: s}
-		return &stallingStore{Store: counter, stalled: renewals}
+		return &stallingStore{Store: s, stalled: renewals}
 	}, prov)
 	t.Cleanup(release) // before A stops (cleanups run last first): a stalled call would keep A's bus from draining
 	b := newInstance(t, dsn, schema, "B", nil, func(req *baton.Request) ([]baton.Delta, error) { return reply("B speaks"), nil })
@@ -298,14 +282,8 @@ func TestInstances_EventAgentRetriesAfterLosingTheLease(t *testing.T) {
 	if b.eng.Takeovers() < 1 {
 		t.Fatalf("B took over %d chats", b.eng.Takeovers())
 	}
-	close(renewals) // A's next renewal finds the lease taken, which stops A's run
-	testenv.Eventually(t, 10*time.Second, "A's lease renewal to be refused", func() error {
-		if counter.refused.Load() == 0 {
-			return errors.New("no renewal refused")
-		}
-		return nil
-	})
-	release() // A's model call returns into a stopped run
+	close(renewals) // A's renewals answer again, for the lease it takes next
+	release()       // A's model call returns into a run stopped (or fenced: B holds the lease)
 	testenv.Eventually(t, 10*time.Second, "A's event-handler agent to handle the event again after losing the lease", func() error {
 		if n := a.eng.LeaseLosses(); n == 0 || !a.settled() {
 			return fmt.Errorf("%d lease losses, settled %v", n, a.settled())

@@ -57,8 +57,10 @@ func (e *Engine) acquire(ctx context.Context, chatID string) (h *held, runCtx co
 	}()
 	backoff := 10 * time.Millisecond
 	var lease baton.Lease
+	var renewed time.Time // the lease runs until renewed+TTL, at the latest
 	for {
 		var err error
+		renewed = time.Now()
 		lease, err = e.store.AcquireLease(ctx, chatID, e.instance, e.leaseTTL)
 		if err == nil {
 			break
@@ -79,16 +81,23 @@ func (e *Engine) acquire(ctx context.Context, chatID string) (h *held, runCtx co
 		defer close(h.done)
 		tick := time.NewTicker(e.leaseTTL / 3)
 		defer tick.Stop()
-		renewed := time.Now() // the lease runs until renewed+TTL
 		for {
 			select {
 			case <-runCtx.Done():
 				return
 			case <-tick.C:
-				_, err := e.store.RenewLease(runCtx, chatID, e.instance, h.token, e.leaseTTL)
+				// A renewal that does not answer before the lease would run
+				// out is given up then: a store that hangs (no free
+				// connection, packets dropped) must not keep the run going
+				// past its lease, while another instance takes the chat
+				// over and may run its tools again.
+				at := time.Now()
+				rctx, cancel := context.WithDeadline(runCtx, renewed.Add(e.leaseTTL))
+				_, err := e.store.RenewLease(rctx, chatID, e.instance, h.token, e.leaseTTL)
+				cancel()
 				switch {
 				case err == nil:
-					renewed = time.Now()
+					renewed = at // renewed no earlier than it was asked
 				case runCtx.Err() != nil:
 					return
 				case errors.Is(err, baton.ErrConflict) || time.Since(renewed) >= e.leaseTTL:

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"sync"
@@ -91,5 +92,42 @@ func TestSweep_NeverTakesBackALeaseItsOwnRunIsTakingOrFreeing(t *testing.T) {
 	}
 	if len(e.running) != 0 {
 		t.Fatalf("running left marked: %v", e.running)
+	}
+}
+
+// hangingLeases: the first acquire works; every renewal hangs (a database
+// that stopped answering, a pool with no free connection) until its
+// context ends.
+type hangingLeases struct{ Store }
+
+func (hangingLeases) AcquireLease(_ context.Context, _, id string, ttl time.Duration) (baton.Lease, error) {
+	return baton.Lease{Owner: id, Token: 1, Expires: time.Now().Add(ttl)}, nil
+}
+
+func (hangingLeases) RenewLease(ctx context.Context, _, _ string, _ int64, _ time.Duration) (baton.Lease, error) {
+	<-ctx.Done()
+	return baton.Lease{}, ctx.Err()
+}
+
+func (hangingLeases) ReleaseLease(context.Context, string, string, int64) error { return nil }
+
+// TestLease_RenewalThatHangsStopsTheRun: a run whose lease renewal never
+// answers stops once the lease would have run out, as one whose renewal
+// fails does: another instance may take the chat over then.
+func TestLease_RenewalThatHangsStopsTheRun(t *testing.T) {
+	e := &Engine{store: hangingLeases{}, instance: "i1", leaseTTL: 300 * time.Millisecond, running: map[string]int{},
+		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	h, runCtx, err := e.acquire(context.Background(), "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.release("c1", h)
+	select {
+	case <-runCtx.Done():
+		if !errors.Is(context.Cause(runCtx), errLeaseLost) {
+			t.Fatalf("the run stopped for %v, want the lease lost", context.Cause(runCtx))
+		}
+	case <-time.After(10 * e.leaseTTL):
+		t.Fatalf("the lease ran out %v ago, and its run goes on", 9*e.leaseTTL)
 	}
 }
