@@ -1,7 +1,9 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"github.com/batonhq/baton"
 	"github.com/batonhq/baton/internal/groupcommit"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // DefaultMaxBatch is the most appends one group commit carries.
@@ -75,6 +78,12 @@ func (s *Store) runBatcher() {
 	}
 }
 
+// lockChatsSQL locks the chats' rows ($1) in the order every batch takes
+// them (byte order, as Go sorts the batch): the merged statement alone
+// would lock them in whatever order its plan reads the table, and could
+// deadlock with another process's batch of the same chats.
+const lockChatsSQL = `SELECT 1 FROM chats WHERE id = ANY($1::text[]) ORDER BY id COLLATE "C" FOR UPDATE`
+
 // mergedSQL appends the events of many chats in one statement: $1..$3 list
 // each chat once with its scope, $4 its number of events; $6.. are the
 // events, each with its chat and its place (ord, from 1) among the chat's.
@@ -91,11 +100,12 @@ FROM c JOIN unnest($6::text[], $7::bigint[], $8::text[], $9::text[], $10::bigint
 	AS e(chat_id, ord, id, type, ts, agent_id, agent_name, env_name, source, extra, payload) ON e.chat_id = c.id
 RETURNING chat_id, sequence`
 
-// tryMerged commits a batch of plain appends as one statement (one
-// implicit transaction): one round trip and one statement for the whole
-// batch. It reports false, having written nothing, when the batch cannot be
-// merged or the statement fails (a duplicate event id, a deadlock); the
-// caller then commits the batch statement by statement.
+// tryMerged commits a batch of plain appends as one statement, after
+// lockChatsSQL, in one implicit transaction (a pipeline of the two with one
+// sync): one round trip for the whole batch. It reports false, having
+// written nothing, when the batch cannot be merged or the statement fails
+// (a duplicate event id); the caller then commits the batch statement by
+// statement.
 func (s *Store) tryMerged(batch []*appendReq) bool {
 	type chatAcc struct {
 		app, user string
@@ -135,9 +145,18 @@ func (s *Store) tryMerged(batch []*appendReq) bool {
 		counts = append(counts, chats[id].n)
 	}
 	ctx := context.Background()
-	rows, err := s.pool.Query(ctx, mergedSQL, chatIDs, apps, users, counts, time.Now(),
+	b := &pgx.Batch{}
+	b.Queue(lockChatsSQL, chatIDs)
+	b.Queue(mergedSQL, chatIDs, apps, users, counts, time.Now(),
 		eChat, eOrd, eIDs, eTypes, eTS, eAgentIDs, eAgentNames, eEnvs, eSrcs, eExtras, ePayloads)
+	br := s.pool.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return false
+	}
+	rows, err := br.Query()
 	if err != nil {
+		br.Close()
 		return false
 	}
 	base := map[string]int64{}
@@ -146,6 +165,7 @@ func (s *Store) tryMerged(batch []*appendReq) bool {
 		var seq int64
 		if err := rows.Scan(&chat, &seq); err != nil {
 			rows.Close()
+			br.Close()
 			return false
 		}
 		if b, ok := base[chat]; !ok || seq-1 < b {
@@ -153,7 +173,7 @@ func (s *Store) tryMerged(batch []*appendReq) bool {
 		}
 	}
 	rows.Close()
-	if rows.Err() != nil {
+	if rows.Err() != nil || br.Close() != nil {
 		return false
 	}
 	s.commits.Add(1)
@@ -175,10 +195,18 @@ func (s *Store) tryMerged(batch []*appendReq) bool {
 
 // commitBatch commits batch in as few transactions as possible: when append
 // i fails, the transaction is rolled back, the appends before i are
-// committed again without it, i gets its error, and the rest go on.
+// committed again without it, i gets its error, and the rest go on. A
+// transaction PostgreSQL rolled back to break a deadlock or a
+// serialization conflict wrote nothing and blames no append: it is run
+// again, a few times.
 func (s *Store) commitBatch(batch []*appendReq) {
-	for len(batch) > 0 {
+	for retries := 0; len(batch) > 0; {
 		results, failed, opErr, err := s.tryBatch(batch)
+		if (retryable(opErr) || retryable(err)) && retries < maxBatchRetries {
+			retries++
+			s.log.Debug("postgres: group commit rolled back by the database; running it again", "batch", len(batch), "err", cmp.Or(opErr, err))
+			continue
+		}
 		if opErr == nil {
 			if err == nil {
 				s.commits.Add(1)
@@ -265,4 +293,16 @@ func appendErr(chatID string, err error) error {
 		return baton.Errorf(baton.ECONFLICT, "chat %q: an event id is already recorded", chatID)
 	}
 	return err
+}
+
+// maxBatchRetries bounds how many times commitBatch runs a batch again
+// after the database rolled it back (retryable).
+const maxBatchRetries = 5
+
+// retryable reports whether err is a transaction PostgreSQL rolled back on
+// its own, to break a deadlock (40P01) or a serialization conflict
+// (40001): it wrote nothing, and running it again may well succeed.
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
 }

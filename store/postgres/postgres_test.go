@@ -67,6 +67,68 @@ func TestTwoPoolsOneChat(t *testing.T) {
 	storetest.RunTwoWriters(t, open(t, dsn, schema), open(t, dsn, schema))
 }
 
+// TestTwoStoresBatchesNeverDeadlock: two processes' batchers append to the
+// same chats at once, one with plain appends (merged into one statement
+// for the whole batch), the other with appends that update the chat (a
+// transaction of one statement per append). Each takes the chats' rows in
+// the same order, and a transaction the database rolls back all the same
+// is run again: no append fails.
+func TestTwoStoresBatchesNeverDeadlock(t *testing.T) {
+	dsn, schema := freshSchema(t)
+	a, b := open(t, dsn, schema), open(t, dsn, schema)
+	ctx := context.Background()
+	scope := storetest.NewScope()
+	const chats, writers, appends = 30, 40, 80
+	ids := make([]string, chats)
+	for i := range ids {
+		c, err := a.CreateChat(ctx, scope, baton.Chat{Workflow: "w"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = c.ID
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*2*writers*appends)
+	for si, s := range []baton.Store{a, b, a, b} {
+		for w := range writers {
+			wg.Go(func() {
+				for i := range appends {
+					var u *baton.ChatUpdate
+					if si%2 == 1 {
+						turn := "x"
+						u = &baton.ChatUpdate{TurnAgent: &turn}
+					}
+					if _, err := s.Append(ctx, scope, ids[(w*31+i*17)%chats], []baton.Event{storetest.TextEvent("A", "x")}, u); err != nil {
+						errs <- err
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	n := 0
+	for err := range errs {
+		if n++; n <= 3 {
+			t.Errorf("append: %v", err)
+		}
+	}
+	if n > 0 {
+		t.Fatalf("%d appends failed", n)
+	}
+	total := 0
+	for _, id := range ids {
+		c, err := a.GetChat(ctx, scope, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += int(c.LastSequence)
+	}
+	if total != 2*2*writers*appends {
+		t.Fatalf("%d events recorded, want %d", total, 2*2*writers*appends)
+	}
+}
+
 // TestConcurrentOpenNewSchema opens one new schema from several pools at
 // once, as processes starting together do: every Open must succeed (CREATE
 // SCHEMA IF NOT EXISTS outside the migration lock raced on pg_namespace).
