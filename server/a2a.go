@@ -295,6 +295,9 @@ func (h *a2aAgent) runs(ctx context.Context, chat baton.Chat, key string) (ended
 // run; blocking (the default), it returns the task when its run ends or
 // waits for the person again.
 func (h *a2aAgent) OnSendMessage(ctx context.Context, params *a2a.MessageSendParams) (a2a.SendMessageResult, error) {
+	if c := params.Config; c != nil && c.HistoryLength != nil && *c.HistoryLength < 0 {
+		return nil, a2aInvalid("configuration.historyLength: must be >= 0") // refused before anything starts
+	}
 	blocking := params.Config == nil || params.Config.Blocking == nil || *params.Config.Blocking
 	if blocking {
 		// A blocking send follows the run as a stream does: it holds one
@@ -785,7 +788,7 @@ func (h *a2aAgent) snapshot(ctx context.Context, id a2aTaskID, chat baton.Chat, 
 	// The task stands at the last sequence read: a resubscribe after it
 	// goes on with no gap and no duplicate.
 	t.Metadata = map[string]any{a2aSeqKey: snap.last}
-	if historyLength != nil && len(t.History) > *historyLength {
+	if historyLength != nil && *historyLength >= 0 && len(t.History) > *historyLength {
 		t.History = t.History[len(t.History)-*historyLength:]
 	}
 	return snap, nil

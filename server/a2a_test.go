@@ -486,6 +486,7 @@ func TestA2AErrors(t *testing.T) {
 		{"cancel other app", "/a2a/umbrella/hello", mallory, req("tasks/cancel", `{"id":"`+id+`"}`), -32001, "task not found"},
 		{"cancel completed", "/a2a/acme/hello", ada, req("tasks/cancel", `{"id":"`+id+`"}`), -32002, "canceled"},
 		{"send no message", "/a2a/acme/hello", ada, req("message/send", `{}`), -32602, "message: required"},
+		{"send bad history", "/a2a/acme/hello", ada, req("message/send", `{"message":{"messageId":"neg","role":"user","parts":[{"kind":"text","text":"x"}]},"configuration":{"historyLength":-1}}`), -32602, "historyLength"},
 		{"send no id", "/a2a/acme/hello", ada, req("message/send", `{"message":{"role":"user","parts":[{"kind":"text","text":"x"}]}}`), -32602, "message.messageId"},
 		{"send agent role", "/a2a/acme/hello", ada, req("message/send", `{"message":{"messageId":"x","role":"agent","parts":[{"kind":"text","text":"x"}]}}`), -32602, "message.role"},
 		{"send file part", "/a2a/acme/hello", ada, req("message/send", `{"message":{"messageId":"x","role":"user","parts":[{"kind":"file","file":{"uri":"http://x"}}]}}`), -32602, "message.parts[0]"},
