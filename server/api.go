@@ -551,15 +551,15 @@ func (s *Server) publishInput(ctx context.Context, scope baton.Scope, chatID str
 		case len(content) > maxContent:
 			return baton.Errorf(baton.EINVALID, "content: longer than %d bytes", maxContent)
 		}
-		if err := acceptsMessage(chat); err != nil {
-			return err
-		}
 		// With an idempotency key the event's id is derived from it, so that
 		// a retry is dropped by the bus (and JetStream) within their windows
 		// and by the engine's record of the chat's recent inputs after.
 		eventID := ""
 		if m.ID != "" {
 			eventID = inputEventID(scope, chat.ID, m.ID)
+		}
+		if err := s.acceptsMessageOnce(ctx, scope, chat, eventID); err != nil {
+			return err
 		}
 		if m.offers {
 			return s.cfg.Engine.SubmitWithTools(ctx, scope, chat.ID, eventID, content, source, m.tools)
@@ -619,6 +619,57 @@ func (s *Server) publishInput(ctx context.Context, scope baton.Scope, chatID str
 }
 
 // acceptsMessage says whether the chat can take a person's message now.
+// acceptsMessageOnce is acceptsMessage for a message sent with an
+// idempotency key (eventID, "" without one): a retry of a message the chat
+// accepted — waiting in its inbox, or recorded since — is accepted again,
+// as the first was, whatever the chat's status now (it may wait for a form
+// the message led to): a client that lost the first answer must not take
+// its accepted message for a refused one. SubmitOnce then keeps and
+// records nothing new.
+func (s *Server) acceptsMessageOnce(ctx context.Context, scope baton.Scope, c baton.Chat, eventID string) error {
+	refused := acceptsMessage(c)
+	if refused == nil || eventID == "" {
+		return refused
+	}
+	if accepted, err := s.messageAccepted(ctx, scope, c, eventID); err != nil || accepted {
+		return err
+	}
+	return refused
+}
+
+// acceptedWindow is how far back in a chat's events messageAccepted looks
+// for a message recorded under an idempotency key (the engine remembers as
+// many).
+const acceptedWindow = 1000
+
+// messageAccepted reports whether the chat holds the message eventID:
+// waiting in its inbox, or recorded (a person's chat.text with that
+// input_id) among its last acceptedWindow events.
+func (s *Server) messageAccepted(ctx context.Context, scope baton.Scope, c baton.Chat, eventID string) (bool, error) {
+	ins, err := s.cfg.Store.Inputs(ctx, scope, c.ID)
+	if err != nil {
+		return false, err
+	}
+	for _, in := range ins {
+		if in.Event.ID == eventID {
+			return true, nil
+		}
+	}
+	for ev, err := range baton.EventsAfter(ctx, s.cfg.Store, scope, c.ID, max(0, c.LastSequence-acceptedWindow), replayPage) {
+		if err != nil {
+			return false, err
+		}
+		if ev.Type != baton.TypeChatText || !strings.Contains(string(ev.Payload), eventID) {
+			continue
+		}
+		var p baton.TextPayload
+		if json.Unmarshal(ev.Payload, &p) == nil && p.InputID == eventID {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 func acceptsMessage(c baton.Chat) error {
 	switch c.Status {
 	case baton.ChatCompleted:
@@ -667,9 +718,6 @@ func (s *Server) handlePrompt(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return err
 		}
-		if err := acceptsMessage(chat); err != nil {
-			return err
-		}
 		key, err := idempotencyKey(r)
 		if err != nil {
 			return err
@@ -677,6 +725,9 @@ func (s *Server) handlePrompt(w http.ResponseWriter, r *http.Request) {
 		eventID := ""
 		if key != "" {
 			eventID = inputEventID(p.scope, id, key)
+		}
+		if err := s.acceptsMessageOnce(r.Context(), p.scope, chat, eventID); err != nil {
+			return err
 		}
 		// Kept in the chat's inbox before the answer, and under the
 		// workflow's double_texting policy (reject, interrupt), as

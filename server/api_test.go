@@ -277,6 +277,47 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
+// TestSubmitRetryAfterTheChatMovedOn: a message retried with its
+// idempotency key once the chat has moved on (it waits for a form the
+// message led to, which takes no message) gets the first answer again, on
+// both routes that take a key, and is recorded once; a message without a
+// key is refused there.
+func TestSubmitRetryAfterTheChatMovedOn(t *testing.T) {
+	e := newEnv(t)
+	key := e.keys[scopeAda]
+	id := e.start(t, "generator", nil)
+	e.waitStatus(t, id, baton.ChatWaitingInput)
+	submit := func() response {
+		return e.do(t, "POST", "/api/input/submit", key, map[string]any{"chat_id": id, "content": "A weekly newsletter."}, "Idempotency-Key", "msg-1")
+	}
+	if r := submit(); r.status != http.StatusAccepted {
+		t.Fatalf("submit: %d %s", r.status, r.body)
+	}
+	e.waitStatus(t, id, baton.ChatWaitingSecret)
+	if r := submit(); r.status != http.StatusAccepted {
+		t.Fatalf("retry once the chat waits for its form: %d %s, want the first answer again", r.status, r.body)
+	}
+	if r := e.do(t, "POST", "/sessions/"+id+"/prompt", key, map[string]any{"content": "A weekly newsletter."}, "Idempotency-Key", "msg-1"); r.status != http.StatusOK {
+		t.Fatalf("the same retry through the session route: %d %s", r.status, r.body)
+	}
+	if r := e.do(t, "POST", "/api/input/submit", key, map[string]any{"chat_id": id, "content": "Another."}); r.status != http.StatusConflict {
+		t.Fatalf("a new message while the chat waits for its form: %d %s, want 409", r.status, r.body)
+	}
+	evs, err := e.store.Events(context.Background(), scopeAda, id, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, ev := range evs {
+		if ev.Type == baton.TypeChatText && strings.Contains(string(ev.Payload), "A weekly newsletter.") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("the message is recorded %d times, want once", n)
+	}
+}
+
 // TestUIResponseValidation: a UI tool response must answer a request
 // pending in this chat, and a secret form's data must be an object of
 // strings; answered requests are refused.
