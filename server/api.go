@@ -631,43 +631,44 @@ func (s *Server) acceptsMessageOnce(ctx context.Context, scope baton.Scope, c ba
 	if refused == nil || eventID == "" {
 		return refused
 	}
-	if accepted, err := s.messageAccepted(ctx, scope, c, eventID); err != nil || accepted {
+	if seq, waiting, err := s.messageHeld(ctx, scope, c, eventID); err != nil || seq > 0 || waiting {
 		return err
 	}
 	return refused
 }
 
-// acceptedWindow is how far back in a chat's events messageAccepted looks
-// for a message recorded under an idempotency key (the engine remembers as
+// acceptedWindow is how far back in a chat's events messageHeld looks for
+// a message recorded under an idempotency key (the engine remembers as
 // many).
 const acceptedWindow = 1000
 
-// messageAccepted reports whether the chat holds the message eventID:
-// waiting in its inbox, or recorded (a person's chat.text with that
-// input_id) among its last acceptedWindow events.
-func (s *Server) messageAccepted(ctx context.Context, scope baton.Scope, c baton.Chat, eventID string) (bool, error) {
+// messageHeld tells where the chat holds the message eventID (sent under
+// an idempotency key): recorded at seq (a person's chat.text with that
+// input_id, among its last acceptedWindow events), waiting in its inbox, or
+// neither (0, false).
+func (s *Server) messageHeld(ctx context.Context, scope baton.Scope, c baton.Chat, eventID string) (seq int64, waiting bool, err error) {
 	ins, err := s.cfg.Store.Inputs(ctx, scope, c.ID)
 	if err != nil {
-		return false, err
+		return 0, false, err
 	}
 	for _, in := range ins {
 		if in.Event.ID == eventID {
-			return true, nil
+			return 0, true, nil
 		}
 	}
 	for ev, err := range baton.EventsAfter(ctx, s.cfg.Store, scope, c.ID, max(0, c.LastSequence-acceptedWindow), replayPage) {
 		if err != nil {
-			return false, err
+			return 0, false, err
 		}
 		if ev.Type != baton.TypeChatText || !strings.Contains(string(ev.Payload), eventID) {
 			continue
 		}
 		var p baton.TextPayload
 		if json.Unmarshal(ev.Payload, &p) == nil && p.InputID == eventID {
-			return true, nil
+			return ev.Sequence, false, nil
 		}
 	}
-	return false, nil
+	return 0, false, nil
 }
 
 func acceptsMessage(c baton.Chat) error {

@@ -396,13 +396,29 @@ func (s *Server) oaiSubmit(ctx context.Context, scope baton.Scope, chat baton.Ch
 	}
 	switch last.role {
 	case "user":
-		if err := s.oaiAccepts(chat); err != nil {
-			return turn, err
-		}
 		eventID := inputEventID(scope, chat.ID, idKey)
 		content := last.content
 		turn.gate = func(ev *oaiEvent) bool {
 			return ev.Type == baton.TypeChatText && ev.Agent == agentUser && (ev.InputID == eventID || ev.InputID == "" && ev.Content == content)
+		}
+		if key != "" {
+			// A request resent with its Idempotency-Key: the chat may hold
+			// its message already. Then it is not sent again (the engine
+			// would drop it, and the gate never open), and the answer is
+			// the one that follows the message, recorded or on its way.
+			seq, waiting, err := s.messageHeld(ctx, scope, chat, eventID)
+			if err != nil {
+				return turn, err
+			}
+			if seq > 0 || waiting {
+				if seq > 0 {
+					turn.last = seq - 1
+				}
+				return turn, nil
+			}
+		}
+		if err := s.oaiAccepts(chat); err != nil {
+			return turn, err
 		}
 		if err := s.cfg.Engine.SubmitWithTools(ctx, scope, chat.ID, eventID, content, "openai", tools); err != nil {
 			if baton.ErrorCode(err) == baton.EUNAVAILABLE {

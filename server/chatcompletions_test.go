@@ -269,6 +269,37 @@ func TestChatCompletions_FullHistoryContinuesOneChat(t *testing.T) {
 	}
 }
 
+// TestChatCompletions_RetryByChatIDWithKey: a message sent alone to a chat
+// (X-Baton-Chat-Id) with an Idempotency-Key, resent after its answer was
+// recorded (the client lost it), gets the same answer and is recorded once.
+func TestChatCompletions_RetryByChatIDWithKey(t *testing.T) {
+	e := newEnv(t, withWorkflows(benchDir))
+	ctx := oaiCtx(t)
+	c := e.oaiClient(scopeAda)
+	var resp *http.Response
+	if _, err := c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "notify", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Is my report ready?")}}, option.WithResponseInto(&resp)); err != nil {
+		t.Fatal(err)
+	}
+	chatID := resp.Header.Get("X-Baton-Chat-Id")
+	p := openai.ChatCompletionNewParams{Model: "notify", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Please check the weekly one.")}}
+	opts := []option.RequestOption{option.WithHeader("X-Baton-Chat-Id", chatID), option.WithHeader("Idempotency-Key", "k-1")}
+	first, err := c.Chat.Completions.New(ctx, p, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waitStatus(t, chatID, baton.ChatWaitingInput)
+	again, err := c.Chat.Completions.New(ctx, p, opts...)
+	if err != nil {
+		t.Fatalf("the retry: %v", err)
+	}
+	if want := "Your report is ready: 12 pages."; first.Choices[0].Message.Content != want || again.Choices[0].Message.Content != want {
+		t.Fatalf("replies %q and %q, want %q twice", first.Choices[0].Message.Content, again.Choices[0].Message.Content, want)
+	}
+	if msgs := userTexts(t, e, chatID); len(msgs) != 2 {
+		t.Fatalf("the person's messages %q: the retry is recorded again", msgs)
+	}
+}
+
 // TestChatCompletions_UIToolAnsweredByToolMessage runs the generator: the
 // secret form is never answered over this API (the reply says where, and
 // goes on once it is answered in the web UI's way), the action plan is a
