@@ -354,8 +354,26 @@ func (s *Server) mcpRun(ctx context.Context, c mcpCaller, wfName string, req *mc
 		from = start
 		if strings.TrimSpace(args.Input) != "" {
 			from = chat.LastSequence
-			if err := s.mcpSubmit(ctx, c, chat, pause, args); err != nil {
-				return nil, err
+			send := true
+			if key := args.IdempotencyKey; key != "" {
+				// A call retried with its key: the chat may hold its message
+				// already. Then it is not sent again (the engine would drop
+				// it, and the call wait for a pause after the chat's last
+				// event), and the result follows the message: from where it
+				// was recorded, or from now when it still waits.
+				seq, waiting, err := s.messageHeld(ctx, scope, chat, inputEventID(scope, chat.ID, key))
+				if err != nil {
+					return nil, err
+				}
+				if seq > 0 {
+					from = seq - 1
+				}
+				send = seq == 0 && !waiting
+			}
+			if send {
+				if err := s.mcpSubmit(ctx, c, chat, pause, args); err != nil {
+					return nil, err
+				}
 			}
 		}
 	default:

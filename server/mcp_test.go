@@ -333,6 +333,26 @@ func TestMCP_NoElicitationContinuesByChatID(t *testing.T) {
 	}
 }
 
+// TestMCP_RetryByChatIDWithKey: a call that continues a chat with a
+// message and an idempotency_key, retried after the chat recorded the
+// message and its answer (the client lost the result), gets the same
+// result, and the message is recorded once.
+func TestMCP_RetryByChatIDWithKey(t *testing.T) {
+	e := newEnv(t, withWorkflows(benchDir))
+	c := e.mcpConnect(t, e.keys[scopeAda], "", nil)
+	id, _ := structured(t, c.call(t, "notify", map[string]any{"input": "Is my report ready?"}))["chat_id"].(string)
+	args := map[string]any{"chat_id": id, "input": "Please check the weekly one.", "idempotency_key": "k-1"}
+	first := resultText(c.call(t, "notify", args))
+	e.waitStatus(t, id, baton.ChatWaitingInput)
+	again := resultText(c.call(t, "notify", args))
+	if !strings.Contains(first, "Your report is ready") || again != first {
+		t.Fatalf("results %q and %q: want the answer to the message twice", first, again)
+	}
+	if msgs := userTexts(t, e, id); len(msgs) != 2 {
+		t.Fatalf("the person's messages %q: the retry is recorded again", msgs)
+	}
+}
+
 func TestMCP_Auth(t *testing.T) {
 	e := newEnv(t)
 	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`
