@@ -618,7 +618,6 @@ func (s *Server) publishInput(ctx context.Context, scope baton.Scope, chatID str
 	return baton.Errorf(baton.EINVALID, "type: %q is not an input", m.Type)
 }
 
-// acceptsMessage says whether the chat can take a person's message now.
 // acceptsMessageOnce is acceptsMessage for a message sent with an
 // idempotency key (eventID, "" without one): a retry of a message the chat
 // accepted — waiting in its inbox, or recorded since — is accepted again,
@@ -671,6 +670,7 @@ func (s *Server) messageHeld(ctx context.Context, scope baton.Scope, c baton.Cha
 	return 0, false, nil
 }
 
+// acceptsMessage says whether the chat can take a person's message now.
 func acceptsMessage(c baton.Chat) error {
 	switch c.Status {
 	case baton.ChatCompleted:

@@ -359,14 +359,16 @@ func (s *Server) mcpRun(ctx context.Context, c mcpCaller, wfName string, req *mc
 				// A call retried with its key: the chat may hold its message
 				// already. Then it is not sent again (the engine would drop
 				// it, and the call wait for a pause after the chat's last
-				// event), and the result follows the message: from where it
-				// was recorded, or from now when it still waits.
+				// event). Recorded, the call goes on as one with the chat id
+				// and no input: from the chat's latest segment, so that a
+				// question the person answered since is not asked again;
+				// still waiting, from now.
 				seq, waiting, err := s.messageHeld(ctx, scope, chat, inputEventID(scope, chat.ID, key))
 				if err != nil {
 					return nil, err
 				}
 				if seq > 0 {
-					from = seq - 1
+					from = start
 				}
 				send = seq == 0 && !waiting
 			}

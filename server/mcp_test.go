@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -350,6 +352,59 @@ func TestMCP_RetryByChatIDWithKey(t *testing.T) {
 	}
 	if msgs := userTexts(t, e, id); len(msgs) != 2 {
 		t.Fatalf("the person's messages %q: the retry is recorded again", msgs)
+	}
+}
+
+// TestMCP_RetryAsksNoAnsweredQuestion: a keyed call retried after the
+// person answered, within the first call, a question its message led to
+// goes on from where the chat stands: the answered question is not asked
+// again (its new answer would be dropped as the first one's retry), only
+// the one still waiting is.
+func TestMCP_RetryAsksNoAnsweredQuestion(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.CopyFS(filepath.Join(dir, "notify"), os.DirFS(filepath.Join(benchDir, "notify"))); err != nil {
+		t.Fatal(err)
+	}
+	script := `{"agents": {"Assistant": [{"text": "Hello! What can I do?"}, {"text": "Your report is ready: 12 pages."}, {"text": "The monthly one is ready too."}, {"text": "Nothing else."}]}}`
+	if err := os.WriteFile(filepath.Join(dir, "notify", "scripted.json"), []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, withWorkflows(dir))
+	var mu sync.Mutex
+	var asked []string
+	accept := false
+	c := e.mcpConnect(t, e.keys[scopeAda], "", func(p *mcp.ElicitParams) *mcp.ElicitResult {
+		mu.Lock()
+		defer mu.Unlock()
+		asked = append(asked, p.Message)
+		if accept {
+			accept = false // the next question is declined
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"message": "answer"}}
+		}
+		return &mcp.ElicitResult{Action: "decline"}
+	})
+	questions := func(answerNext bool) int {
+		mu.Lock()
+		defer mu.Unlock()
+		accept = answerNext
+		return len(asked)
+	}
+	id, _ := structured(t, c.call(t, "notify", map[string]any{"input": "Is my report ready?"}))["chat_id"].(string)
+	e.waitStatus(t, id, baton.ChatWaitingInput)
+	args := map[string]any{"chat_id": id, "input": "Please check the weekly one.", "idempotency_key": "k-1"}
+	questions(true) // the question the message leads to is answered, the next declined
+	c.call(t, "notify", args)
+	e.waitStatus(t, id, baton.ChatWaitingInput)
+	before := questions(false)
+	c.call(t, "notify", args)
+	mu.Lock()
+	again := slices.Clone(asked[before:])
+	mu.Unlock()
+	if len(again) != 1 || !strings.Contains(again[0], "The monthly one is ready too.") {
+		t.Fatalf("the retry asked %q: want only the question still waiting", again)
+	}
+	if msgs := userTexts(t, e, id); !slices.Equal(msgs, []string{"Is my report ready?", "Please check the weekly one.", "answer"}) {
+		t.Fatalf("the person's messages %q", msgs)
 	}
 }
 
