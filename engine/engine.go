@@ -686,8 +686,8 @@ func (e *Engine) Submit(ctx context.Context, scope baton.Scope, chatID, content,
 // does with a message while a run goes is the workflow's double_texting
 // policy: enqueue (above), reject (ECONFLICT while the chat is running,
 // nothing kept) or interrupt (as enqueue, and the model call in progress on
-// this instance is stopped at once, unless it answers this very message; a
-// retry interrupts nothing).
+// this instance is stopped at once, unless its run had recorded this very
+// message before the call began; a retry interrupts nothing).
 func (e *Engine) SubmitOnce(ctx context.Context, scope baton.Scope, chatID, eventID, content, source string) error {
 	return e.submit(ctx, scope, chatID, eventID, baton.NewUserQuery(scope, chatID, content, source))
 }
