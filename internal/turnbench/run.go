@@ -165,8 +165,7 @@ func Run(ctx context.Context, t Turner, turns, concurrency int, progress func(do
 			counter = nil
 		case err != nil:
 			return res, err
-		}
-		if counter != nil {
+		default:
 			if reads0, err = counter.Reads(ctx); err != nil {
 				return res, err
 			}
